@@ -1,0 +1,34 @@
+# Reservoir's two set-up commands: `make up` runs it on a local cluster, `make test` runs the whole suite.
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: up test unit e2e cluster-bin bench-webhook bench-planner clean
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	@touch $(STAMP)
+
+## cluster-bin: build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl, kwok (cached)
+cluster-bin:
+	@./localcluster/build.sh >/dev/null
+
+## test: the whole suite (unit, webhook over HTTPS, end to end on a local control plane)
+test: $(STAMP) cluster-bin
+	$(PY) -m pytest -q
+
+unit: $(STAMP)
+	$(PY) -m pytest -q tests/unit
+
+e2e: $(STAMP) cluster-bin
+	$(PY) -m pytest -q tests/e2e
+
+## up: run Reservoir for real on a local cluster (Ctrl-C stops everything it started)
+up: $(STAMP) cluster-bin
+	$(PY) -m localcluster up
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

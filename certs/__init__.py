@@ -1,0 +1,1 @@
+"""Certificates: a CA and serving/client certificates made with `cryptography` (DESIGN section 5)."""

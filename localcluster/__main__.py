@@ -1,0 +1,91 @@
+"""`python -m localcluster up`: run a local control plane in the foreground until Ctrl-C (what `make up` runs)."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from localcluster import binaries
+from localcluster.cluster import KWOK_NODE_ANNOTATION, KWOK_NODE_VALUE, ClusterError, LocalCluster
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _log(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _demo_nodes(count: int) -> str:
+    docs = []
+    for i in range(count):
+        resources = {"cpu": "8", "memory": "32Gi", "pods": "110"}
+        docs.append({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": f"kwok-node-{i}", "annotations": {KWOK_NODE_ANNOTATION: KWOK_NODE_VALUE},
+                         "labels": {"type": "kwok", "kubernetes.io/hostname": f"kwok-node-{i}"}},
+            "status": {"allocatable": resources, "capacity": resources},
+        })
+    return yaml.safe_dump_all(docs)
+
+
+def up(args: argparse.Namespace) -> int:
+    bin_dir = binaries.ensure_built()
+    cluster = LocalCluster(bin_dir=bin_dir, log=_log)
+    try:
+        cluster.start()
+    except ClusterError as err:
+        _log(f"localcluster: failed to start: {err}")
+        return 1
+    stop = False
+
+    def on_signal(*_: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        kubectl = [str(bin_dir / "kubectl"), f"--kubeconfig={cluster.kubeconfig}"]
+        subprocess.run([*kubectl, "apply", "-k", str(REPO / "deploy" / "crds")], check=True)
+        subprocess.run([*kubectl, "apply", "-f", "-"], input=_demo_nodes(args.nodes).encode(), check=True)
+        print(f"""
+Reservoir's local cluster is up ({cluster.start_seconds:.1f}s): {cluster.server}
+
+  export KUBECONFIG={cluster.kubeconfig}
+  export PATH={bin_dir}:$PATH
+  kubectl get nodes
+
+Ctrl-C stops every process this started and removes {cluster.workdir}.
+""", flush=True)
+        while not stop:
+            cluster.check_alive()
+            time.sleep(1)
+    except ClusterError as err:
+        _log(f"localcluster: {err}")
+        return 1
+    finally:
+        _log("localcluster: stopping")
+        cluster.stop()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m localcluster")
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("up", help="start the local cluster and keep it running until Ctrl-C")
+    run.add_argument("--nodes", type=int, default=3, help="how many kwok nodes to create (default 3)")
+    run.set_defaults(run=up)
+    build = commands.add_parser("build", help="build the control-plane binaries (cached)")
+    build.set_defaults(run=lambda _: print(binaries.ensure_built()) or 0)
+    args = parser.parse_args(argv)
+    return int(args.run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

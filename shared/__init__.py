@@ -1,0 +1,1 @@
+"""Reservoir's common package: keys, quantities, durations, resource vectors, config, object views."""

@@ -1,0 +1,234 @@
+"""Reservoir's configuration: one pydantic model, the defaults written once, used by the agent, the webhook and
+the ConfigMap validator alike. Unknown keys are rejected; errors name the field path and the bad value.
+
+The ConfigMap `reservoir-config` holds it as YAML under `config.yaml`.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from typing import Annotated, Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import yaml
+from croniter import croniter
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from shared.duration import DurationError, format_duration, parse_duration
+from shared.quantity import QuantityError, to_int
+from shared.resources import Resources
+
+
+def _duration(value: Any) -> timedelta:
+    if isinstance(value, timedelta):
+        return value
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a duration")
+    if isinstance(value, (int, float)):  # plain seconds, as the seed's starvingJobTimeThreshold: 172800
+        return timedelta(seconds=value)
+    try:
+        return parse_duration(value)
+    except DurationError as err:
+        raise ValueError(str(err)) from None
+
+
+def _resources(value: Any) -> Resources:
+    if isinstance(value, Resources):
+        return value
+    if not isinstance(value, dict):
+        raise ValueError(f"{value!r} is not a resource list: expected a mapping such as {{cpu: '32', memory: 64Gi}}")
+    try:
+        return Resources({str(name): to_int(str(name), amount) for name, amount in value.items()})
+    except QuantityError as err:
+        raise ValueError(str(err)) from None
+
+
+Duration = Annotated[timedelta, BeforeValidator(_duration), PlainSerializer(format_duration, return_type=str)]
+ResourceList = Annotated[
+    Resources, BeforeValidator(_resources), PlainSerializer(lambda r: r.to_quantities(), return_type=dict)
+]
+Percent = Annotated[int, Field(ge=0, le=100)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, arbitrary_types_allowed=True)
+
+
+class StarvationConfig(_Model):
+    """Seed 000 (DESIGN 4.1)."""
+
+    enabled: bool = True
+    starving_job_time_threshold: Duration = Field(timedelta(minutes=10), alias="starvingJobTimeThreshold")
+    reserved_node_percent: Percent = Field(20, alias="reservedNodePercent")
+    max_lock_duration: Duration = Field(timedelta(hours=2), alias="maxLockDuration")
+
+
+# The seed's "from H1 to H2 o'clock" form: `<minute> <H1> - <H2> <day-of-month> <month> <day-of-week>`.
+_SEED_CRON = re.compile(r"^\s*(\S+)\s+(\d{1,2})\s*-\s*(\d{1,2})\s+(\S+)\s+(\S+)\s+(\S+)\s*$")
+
+
+class WindowConfig(_Model):
+    """Seed 004 (DESIGN 4.3): a cron window during which nodes are held for reserve pods.
+
+    `schedule` is a standard 5-field cron expression for the window start, evaluated in `timezone`.
+    The seed's `cron: "0 3 - 4 * * *"` ("from 3 to 4 o'clock") is accepted instead of schedule + duration.
+    """
+
+    name: Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$")]
+    node_selector: dict[str, str] = Field(default_factory=dict, alias="nodeSelector")
+    resources: ResourceList
+    schedule: str | None = None
+    cron: str | None = None
+    timezone: str = "UTC"
+    duration: Duration | None = None
+    start_reserve_ago: Duration = Field(timedelta(0), alias="startReserveAgo")
+    pod_num_to_reserve: Annotated[int, Field(gt=0)] | None = Field(None, alias="podNumToReserve")
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_timezone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown timezone {value!r}: expected an IANA name such as UTC or Europe/Paris") from None
+        return value
+
+    @model_validator(mode="after")
+    def _schedule_and_duration(self) -> WindowConfig:
+        if self.cron is not None:
+            if self.schedule is not None or self.duration is not None:
+                raise ValueError("give either cron (seed form 'M H1 - H2 * * *') or schedule + duration, not both")
+            match = _SEED_CRON.match(self.cron)
+            if not match:
+                raise ValueError(f"cron {self.cron!r} is not the seed's form 'M H1 - H2 dom month dow', e.g. '0 3 - 4 * * *'")
+            minute, start, end, dom, month, dow = match.groups()
+            start_h, end_h = int(start), int(end)
+            if start_h > 23 or end_h > 23 or start_h == end_h:
+                raise ValueError(f"cron {self.cron!r}: hours must be 0-23 and differ")
+            object.__setattr__(self, "schedule", f"{minute} {start_h} {dom} {month} {dow}")
+            object.__setattr__(self, "duration", timedelta(hours=(end_h - start_h) % 24))
+            object.__setattr__(self, "cron", None)
+        if self.schedule is None or self.duration is None:
+            raise ValueError("a window needs schedule (5-field cron) and duration, or the seed's cron form")
+        if len(self.schedule.split()) != 5 or not croniter.is_valid(self.schedule):
+            raise ValueError(f"schedule {self.schedule!r} is not a 5-field cron expression such as '0 3 * * *'")
+        if self.duration <= timedelta(0):
+            raise ValueError(f"duration {format_duration(self.duration)} must be positive")
+        if self.start_reserve_ago < timedelta(0):
+            raise ValueError("startReserveAgo must not be negative")
+        return self
+
+
+class QueueOrderConfig(_Model):
+    """Seed 001 (DESIGN 4.5): QueueScoreOrder weights and the ordering mode."""
+
+    priority_weight: Annotated[float, Field(ge=0)] = Field(1.0, alias="priorityWeight")
+    drf_weight: Annotated[float, Field(ge=0)] = Field(1.0, alias="drfWeight")
+    proportion_weight: Annotated[float, Field(ge=0)] = Field(1.0, alias="proportionWeight")
+    ordering: Literal["queue-first", "job-first"] = "queue-first"
+
+
+class GuaranteeConfig(_Model):
+    """Seed 002 (DESIGN 4.2)."""
+
+    enabled: bool = True
+    search_budget: Annotated[int, Field(gt=0)] = Field(2000, alias="searchBudget")
+
+
+class ReservationsConfig(_Model):
+    """Seed 003 (DESIGN 4.4)."""
+
+    enabled: bool = True
+    gc_grace_period: Duration = Field(timedelta(hours=1), alias="gcGracePeriod")
+
+
+class WebhookConfig(_Model):
+    """DESIGN section 3, mutation 5: who may ignore every lock."""
+
+    tolerate_best_effort: bool = Field(True, alias="tolerateBestEffort")
+    tolerate_daemonsets: bool = Field(True, alias="tolerateDaemonSets")
+
+
+class ReservoirConfig(_Model):
+    """The whole configuration. Every default lives here and nowhere else."""
+
+    dry_run: bool = Field(False, alias="dryRun")
+    max_locked_node_percent: Percent = Field(50, alias="maxLockedNodePercent")
+    resync_period: Duration = Field(timedelta(seconds=30), alias="resyncPeriod")
+    debounce: Duration = Field(timedelta(seconds=1))
+    starvation: StarvationConfig = Field(default_factory=StarvationConfig)
+    windows: list[WindowConfig] = Field(default_factory=list)
+    queue_order: QueueOrderConfig = Field(default_factory=QueueOrderConfig, alias="queueOrder")
+    guarantee: GuaranteeConfig = Field(default_factory=GuaranteeConfig)
+    reservations: ReservationsConfig = Field(default_factory=ReservationsConfig)
+    webhook: WebhookConfig = Field(default_factory=WebhookConfig)
+
+    @field_validator("windows")
+    @classmethod
+    def _unique_window_names(cls, windows: list[WindowConfig]) -> list[WindowConfig]:
+        seen: set[str] = set()
+        for window in windows:
+            if window.name in seen:
+                raise ValueError(f"window name {window.name!r} is used twice: names must be unique")
+            seen.add(window.name)
+        return windows
+
+
+class ConfigError(ValueError):
+    """A configuration that can not be used; the message lists every bad field with its path and value."""
+
+
+def _path(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part in {"function-after[_schedule_and_duration()]"} or str(part).startswith("function-"):
+            continue
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "(top level)"
+
+
+def describe_validation_error(err: ValidationError) -> str:
+    """One line per problem: `windows[0].duration: <message> (got '2x')`."""
+    lines = []
+    for problem in err.errors():
+        message = problem["msg"].removeprefix("Value error, ")
+        got = problem.get("input")
+        got_text = "" if isinstance(got, dict) or problem["type"] == "missing" else f" (got {got!r})"
+        if problem["type"] == "extra_forbidden":
+            message = "unknown field: check the spelling against the config reference in the README"
+        lines.append(f"{_path(tuple(problem['loc']))}: {message}{got_text}")
+    return "; ".join(lines)
+
+
+def parse_config(data: Any) -> ReservoirConfig:
+    """Validate a decoded config mapping (None or empty means all defaults)."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"the config must be a mapping of fields, got {type(data).__name__}")
+    try:
+        return ReservoirConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(describe_validation_error(err)) from None
+
+
+def load_config(text: str | None) -> ReservoirConfig:
+    """Parse the YAML held in the ConfigMap under `config.yaml`."""
+    try:
+        data = yaml.safe_load(text or "")
+    except yaml.YAMLError as err:
+        raise ConfigError(f"config.yaml is not valid YAML: {err}") from None
+    return parse_config(data)

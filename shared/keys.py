@@ -1,0 +1,96 @@
+"""Every annotation, label and taint key Reservoir reads or writes, the owner-id rule, and API coordinates.
+
+DESIGN section 2: a lock is one node held for one owner, written on the node as a `NoSchedule` taint and a
+label (both keyed `reservoir.sh/lock`, valued with the owner id), a kind label and a JSON info annotation.
+No other module spells these strings.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from enum import StrEnum
+
+DOMAIN = "reservoir.sh"
+
+# --- on nodes: the lock (the agent's only durable state) ---
+LOCK = f"{DOMAIN}/lock"  # taint key and label key; value = owner id
+LOCK_KIND = f"{DOMAIN}/lock-kind"  # label; value = LockKind
+LOCK_INFO = f"{DOMAIN}/lock-info"  # annotation; JSON: owner, kind, reason, since, expires, reserved
+LOCK_EFFECT = "NoSchedule"
+
+# --- on pods and other objects ---
+IGNORE = f"{DOMAIN}/ignore"  # label: the webhook leaves the object alone
+QUEUE_PRIORITY_CLASS = f"{DOMAIN}/priority-class"  # Queue annotation naming a PriorityClass
+RESERVATION_AFFINITY = f"{DOMAIN}/reservation-affinity"  # pod annotation naming a Reservation
+KOORDINATOR_RESERVATION_AFFINITY = "scheduling.koordinator.sh/reservation-affinity"
+RESERVATION_ALLOCATED = f"{DOMAIN}/reservation-allocated"  # pod annotation: bound through this Reservation
+
+# --- Volcano's keys (seed 004 and DESIGN section 1) ---
+RESERVEABLE = "volcano.sh/reserveable"
+MAXIMUM_RUNTIME = "volcano.sh/maximum-runtime"
+GROUP_NAME = "scheduling.k8s.io/group-name"
+QUEUE_NAME = "scheduling.volcano.sh/queue-name"
+DEFAULT_QUEUE = "default"
+
+# --- Reservoir's own objects ---
+CONFIGMAP_NAME = "reservoir-config"
+CONFIG_KEY = "config.yaml"
+NAMESPACE = "reservoir-system"
+
+# --- API coordinates of the custom resources Reservoir reads ---
+VOLCANO_GROUP = "scheduling.volcano.sh"
+VOLCANO_VERSION = "v1beta1"
+PODGROUP_PLURAL = "podgroups"
+QUEUE_PLURAL = "queues"
+RESERVATION_GROUP = DOMAIN
+RESERVATION_VERSION = "v1alpha1"
+RESERVATION_PLURAL = "reservations"
+
+
+class LockKind(StrEnum):
+    """Who a lock is held for (DESIGN section 1, "Lock")."""
+
+    JOB = "job"
+    QUEUE = "queue"
+    WINDOW = "window"
+    RESERVATION = "reservation"
+
+
+LABEL_VALUE_MAX = 63
+_HASH_LEN = 6
+_NOT_LABEL_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+def owner_id(kind: LockKind, full_name: str) -> str:
+    """The owner id written as lock taint value and label value: `<kind>-<readable part>-<6 hex>`.
+
+    DESIGN section 2: owner ids are valid label values (<= 63 characters). The readable part is the full name
+    with every character a label value cannot hold replaced by `-`, cut to fit; the 6 hex digits are the start
+    of sha256(`<kind>/<full name>`), so two names that read the same after cutting still differ.
+    """
+    kind = LockKind(kind)
+    digest = hashlib.sha256(f"{kind.value}/{full_name}".encode()).hexdigest()[:_HASH_LEN]
+    room = LABEL_VALUE_MAX - len(kind.value) - len(digest) - 2
+    readable = _NOT_LABEL_CHARS.sub("-", full_name)[:room].strip("-_.")
+    parts = [kind.value, readable, digest] if readable else [kind.value, digest]
+    return "-".join(parts)
+
+
+def owner_kind(owner: str) -> LockKind | None:
+    """The kind encoded at the front of an owner id, or None when it is not one of Reservoir's."""
+    head = owner.split("-", 1)[0]
+    try:
+        return LockKind(head)
+    except ValueError:
+        return None
+
+
+def is_label_value(value: str) -> bool:
+    return len(value) <= LABEL_VALUE_MAX and bool(_LABEL_VALUE.match(value))
+
+
+def job_full_name(namespace: str, kind: str, name: str) -> str:
+    """The full name a job's owner id is hashed from: `<namespace>/<owner kind>/<name>`."""
+    return f"{namespace}/{kind}/{name}"

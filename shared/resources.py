@@ -1,0 +1,161 @@
+"""Resource vectors over arbitrary resource names, and a pod's effective request as kube-scheduler computes it.
+
+Amounts are exact integers (cpu in millicores, everything else in whole units), parsed once at the edge by
+`shared.quantity`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from shared.quantity import format_quantity, to_int
+
+PODS = "pods"
+CPU = "cpu"
+MEMORY = "memory"
+_QOS_RESOURCES = (CPU, MEMORY)
+# Resources kube-scheduler honours in pod-level `spec.resources` (PodLevelResources).
+_POD_LEVEL_RESOURCES = (CPU, MEMORY)
+
+
+class Resources(Mapping[str, int]):
+    """An immutable vector of resource amounts; a missing name counts as zero; zero entries are dropped."""
+
+    __slots__ = ("_amounts",)
+
+    def __init__(self, amounts: Mapping[str, int] | Iterable[tuple[str, int]] = ()) -> None:
+        items = amounts.items() if isinstance(amounts, Mapping) else amounts
+        self._amounts = {name: value for name, value in items if value}
+
+    @classmethod
+    def parse(cls, quantities: Mapping[str, Any] | None) -> Resources:
+        """From a Kubernetes ResourceList (`{"cpu": "500m", "memory": "1Gi"}`)."""
+        return cls({name: to_int(name, value) for name, value in (quantities or {}).items()})
+
+    def __getitem__(self, name: str) -> int:
+        return self._amounts.get(name, 0)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._amounts
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._amounts)
+
+    def __len__(self) -> int:
+        return len(self._amounts)
+
+    def __hash__(self) -> int:
+        return hash(frozenset(self._amounts.items()))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Resources):
+            return self._amounts == other._amounts
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"Resources({self.to_quantities()})"
+
+    def __add__(self, other: Mapping[str, int]) -> Resources:
+        out = dict(self._amounts)
+        for name, value in other.items():
+            out[name] = out.get(name, 0) + value
+        return Resources(out)
+
+    def __sub__(self, other: Mapping[str, int]) -> Resources:
+        out = dict(self._amounts)
+        for name, value in other.items():
+            out[name] = out.get(name, 0) - value
+        return Resources(out)
+
+    def maximum(self, other: Mapping[str, int]) -> Resources:
+        """Per-dimension max."""
+        out = dict(self._amounts)
+        for name, value in other.items():
+            out[name] = max(out.get(name, 0), value)
+        return Resources(out)
+
+    def clamp_negative(self) -> Resources:
+        """Negative entries set to zero (idle can not go below nothing)."""
+        return Resources({name: value for name, value in self._amounts.items() if value > 0})
+
+    def fits_in(self, capacity: Mapping[str, int]) -> bool:
+        """True when every amount here is <= the same dimension of `capacity` (a missing one is zero)."""
+        return all(value <= capacity.get(name, 0) for name, value in self._amounts.items())
+
+    def covers(self, demand: Mapping[str, int]) -> bool:
+        """True when this vector is >= `demand` in every dimension `demand` names."""
+        return all(self._amounts.get(name, 0) >= value for name, value in demand.items())
+
+    def to_quantities(self) -> dict[str, str]:
+        """Back to a Kubernetes ResourceList of canonical strings, names sorted."""
+        return {name: format_quantity(name, self._amounts[name]) for name in sorted(self._amounts)}
+
+
+EMPTY = Resources()
+
+
+def _container_requests(container: Mapping[str, Any]) -> Resources:
+    """A container's requests, with a limit standing in for a missing request, as apiserver defaulting does."""
+    resources = container.get("resources") or {}
+    limits = resources.get("limits") or {}
+    requests = dict(limits)
+    requests.update(resources.get("requests") or {})
+    return Resources.parse(requests)
+
+
+def pod_requests(spec: Mapping[str, Any]) -> Resources:
+    """A pod's effective request, exactly as kube-scheduler's NodeResourcesFit computes it.
+
+    requests = sum(containers) + sum(restartable init containers)
+    init peak = max over init containers i of: request(i) + sum(restartable init containers started before i)
+               (for a restartable one, the running sum including itself)
+    result    = max(requests, init peak), then pod-level `spec.resources.requests` replaces cpu/memory when set,
+                plus `spec.overhead`, plus one `pods`.
+    """
+    total = EMPTY
+    for container in spec.get("containers") or ():
+        total = total + _container_requests(container)
+    sidecars = EMPTY
+    init_peak = EMPTY
+    for container in spec.get("initContainers") or ():
+        request = _container_requests(container)
+        if container.get("restartPolicy") == "Always":
+            total = total + request
+            sidecars = sidecars + request
+            init_peak = init_peak.maximum(sidecars)
+        else:
+            init_peak = init_peak.maximum(request + sidecars)
+    total = total.maximum(init_peak)
+    pod_level = Resources.parse(((spec.get("resources") or {}).get("requests")) or {})
+    if pod_level:
+        total = Resources({**dict(total), **{n: pod_level[n] for n in _POD_LEVEL_RESOURCES if n in pod_level}})
+    total = total + Resources.parse(spec.get("overhead") or {})
+    return total + {PODS: 1}
+
+
+def qos_class(spec: Mapping[str, Any]) -> str:
+    """Kubernetes QoS class: BestEffort (no cpu/memory requests or limits anywhere), Guaranteed, or Burstable."""
+    containers = list(spec.get("containers") or ()) + list(spec.get("initContainers") or ())
+    pod_level = spec.get("resources") or {}
+    anything = any((pod_level.get(kind) or {}).get(name) for kind in ("requests", "limits") for name in _QOS_RESOURCES)
+    guaranteed = True
+    for container in containers:
+        resources = container.get("resources") or {}
+        requests = resources.get("requests") or {}
+        limits = resources.get("limits") or {}
+        for name in _QOS_RESOURCES:
+            if name in requests or name in limits:
+                anything = True
+            limit = limits.get(name)
+            request = requests.get(name, limit)
+            if limit is None or to_int(name, request) != to_int(name, limit):
+                guaranteed = False
+    if not anything:
+        return "BestEffort"
+    return "Guaranteed" if guaranteed and containers else "Burstable"
+
+
+def is_best_effort(spec: Mapping[str, Any]) -> bool:
+    """DESIGN section 1: no requests and no limits in any container (QoS class BestEffort)."""
+    return qos_class(spec) == "BestEffort"

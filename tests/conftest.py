@@ -1,0 +1,18 @@
+"""Suite-wide rules: with RESERVOIR_REQUIRE_CLUSTER=1 (CI) an end-to-end test may not skip."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+REQUIRE_CLUSTER = os.environ.get("RESERVOIR_REQUIRE_CLUSTER") == "1"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if REQUIRE_CLUSTER and report.skipped and item.get_closest_marker("e2e"):
+        report.outcome = "failed"
+        report.longrepr = f"end-to-end test skipped while RESERVOIR_REQUIRE_CLUSTER=1: {report.longrepr}"

@@ -1,0 +1,91 @@
+from fractions import Fraction
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from shared.quantity import QuantityError, format_quantity, parse_quantity, to_int
+
+
+@pytest.mark.parametrize(
+    ("resource", "text", "expected"),
+    [
+        ("cpu", "500m", 500),
+        ("cpu", "1", 1000),
+        ("cpu", "1.5", 1500),
+        ("cpu", "0.1", 100),
+        ("cpu", "1n", 1),  # rounds up, as MilliValue() does
+        ("cpu", "100u", 1),
+        ("cpu", "2k", 2_000_000),
+        ("cpu", "1e3", 1_000_000),
+        ("cpu", ".5", 500),
+        ("cpu", "5.", 5000),
+        ("memory", "1Ki", 1024),
+        ("memory", "2Gi", 2 * 2**30),
+        ("memory", "1.5Gi", 3 * 2**29),
+        ("memory", "128974848", 128974848),
+        ("memory", "129e6", 129_000_000),
+        ("memory", "129M", 129_000_000),
+        ("memory", "123Mi", 123 * 2**20),
+        ("memory", "1E", 10**18),
+        ("memory", "1Ei", 2**60),
+        ("memory", "1P", 10**15),
+        ("memory", "0.5", 1),  # rounds up, as Value() does
+        ("memory", "1500m", 2),
+        ("memory", "1E-3", 1),
+        ("nvidia.com/gpu", "8", 8),
+        ("pods", "110", 110),
+        ("cpu", "-1", -1000),
+        ("cpu", "+2", 2000),
+        ("cpu", 3, 3000),
+    ],
+)
+def test_to_int(resource: str, text: str, expected: int) -> None:
+    assert to_int(resource, text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "1x", "Gi", "1 Gi", "1.2.3", "1ki", "1KI", "e3", "1e", "1e1.5", ".", "--1", "1Mi1"])
+def test_bad_quantities_quote_the_text(text: str) -> None:
+    with pytest.raises(QuantityError) as err:
+        parse_quantity(text)
+    assert repr(text) in str(err.value)
+
+
+def test_exact_fraction() -> None:
+    assert parse_quantity("1.5Gi") == Fraction(3 * 2**29)
+    assert parse_quantity("1m") == Fraction(1, 1000)
+
+
+@pytest.mark.parametrize(("resource", "amount", "text"), [
+    ("cpu", 1500, "1500m"), ("cpu", 2000, "2"), ("memory", 4 * 2**30, "4Gi"), ("memory", 1000, "1000"),
+    ("memory", 0, "0"), ("pods", 3, "3"),
+])
+def test_format(resource: str, amount: int, text: str) -> None:
+    assert format_quantity(resource, amount) == text
+
+
+@given(st.integers(min_value=0, max_value=2**62), st.sampled_from(["cpu", "memory", "ephemeral-storage", "pods"]))
+def test_format_parse_round_trip(amount: int, resource: str) -> None:
+    assert to_int(resource, format_quantity(resource, amount)) == amount
+
+
+_number = st.decimals(min_value=0, max_value=10**6, places=3, allow_nan=False, allow_infinity=False)
+_suffix = st.sampled_from(["", "m", "k", "M", "G", "Ki", "Mi", "Gi", "e3", "e-2"])
+
+
+@given(_number, _suffix, _number, _suffix, st.sampled_from(["cpu", "memory"]))
+def test_rounding_preserves_order(a, sa, b, sb, resource) -> None:
+    """Exact values ordered a <= b stay ordered after rounding to integers."""
+    ta, tb = f"{a}{sa}", f"{b}{sb}"
+    if parse_quantity(ta) <= parse_quantity(tb):
+        assert to_int(resource, ta) <= to_int(resource, tb)
+    else:
+        assert to_int(resource, ta) >= to_int(resource, tb)
+
+
+@given(_number, _suffix)
+def test_rounding_is_ceiling(value, suffix) -> None:
+    text = f"{value}{suffix}"
+    exact = parse_quantity(text)
+    units = to_int("memory", text)
+    assert units - 1 < exact <= units
