@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import logging
 import sys
 from pathlib import Path
 
+from shared import keys
 from shared.config import ConfigError, load_config
 
 
@@ -20,17 +23,59 @@ def _check_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def _webhook(args: argparse.Namespace) -> int:
+    from webhook.main import run
+
+    asyncio.run(run(Path(args.cert_file), Path(args.key_file), args.host, args.port, args.kubeconfig, args.namespace))
+    return 0
+
+
+def _certs(args: argparse.Namespace) -> int:
+    from certs.cli import run
+
+    actions = asyncio.run(run(Path(args.out_dir), args.service, args.namespace, args.dns, args.ip, args.inject,
+                              args.secret, args.kubeconfig))
+    for action in actions:
+        print(action)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="reservoir", description="Reserve Kubernetes capacity for batch workloads.")
+    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
     commands = parser.add_subparsers(dest="command", required=True)
+
     check = commands.add_parser("check-config", help="validate a config.yaml with the same model the agent uses")
     check.add_argument("file", help="path to config.yaml, or - for standard input")
     check.set_defaults(run=_check_config)
+
+    webhook = commands.add_parser("webhook", help="run the admission webhook (HTTPS)")
+    webhook.add_argument("--cert-file", required=True, help="serving certificate (re-read when it changes)")
+    webhook.add_argument("--key-file", required=True, help="serving key (re-read when it changes)")
+    webhook.add_argument("--host", default="0.0.0.0")
+    webhook.add_argument("--port", type=int, default=8443)
+    webhook.add_argument("--kubeconfig", default=None, help="default: $KUBECONFIG, else in-cluster")
+    webhook.add_argument("--namespace", default=keys.NAMESPACE, help="where the reservoir-config ConfigMap lives")
+    webhook.set_defaults(run=_webhook)
+
+    certs = commands.add_parser("certs", help="create or renew the webhook certificates and inject the CA bundle")
+    certs.add_argument("--out-dir", required=True, help="ca.crt, ca.key, ca-bundle.crt, tls.crt, tls.key go here")
+    certs.add_argument("--service", default="reservoir-webhook", help="the webhook Service name (for DNS SANs)")
+    certs.add_argument("--namespace", default=keys.NAMESPACE)
+    certs.add_argument("--dns", action="append", default=[], help="extra DNS SAN (repeatable)")
+    certs.add_argument("--ip", action="append", default=[], help="IP SAN such as 127.0.0.1 (repeatable)")
+    certs.add_argument("--inject", action="append", default=[],
+                       help="webhook configuration name whose caBundle is set (repeatable)")
+    certs.add_argument("--secret", default=None, help="also write a kubernetes.io/tls Secret of this name")
+    certs.add_argument("--kubeconfig", default=None)
+    certs.set_defaults(run=_certs)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
     return int(args.run(args))
 
 

@@ -280,6 +280,7 @@ class ReservationView:
 
     name: str
     uid: str
+    labels: Mapping[str, str]
     template: Mapping[str, Any]
     requests: Resources
     owners: tuple[Mapping[str, Any], ...]
@@ -305,6 +306,7 @@ class ReservationView:
         return cls(
             name=meta.get("name", ""),
             uid=meta.get("uid", ""),
+            labels=dict(meta.get("labels") or {}),
             template=template,
             requests=pod_requests(template.get("spec") or {}),
             owners=tuple(spec.get("owners") or ()),

@@ -1,0 +1,169 @@
+"""A list+watch cache of one resource, like client-go's reflector: list, then watch from the list's
+resourceVersion with bookmarks; resume from the last resourceVersion after a dropped stream; re-list on
+410 Gone; back off on errors. A resource whose API is not installed (404, e.g. no Volcano CRDs) counts as
+synced and empty, and is listed again every `absent_retry` seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any, Generic, TypeVar
+
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+V = TypeVar("V")
+log = logging.getLogger("reservoir.watchcache")
+WATCH_TIMEOUT_SECONDS = 290
+BACKOFF_START, BACKOFF_MAX = 0.5, 30.0
+
+
+class Gone(Exception):
+    """The watch's resourceVersion is too old (410): the cache must list again."""
+
+
+class WatchCache(Generic[V]):
+    def __init__(
+        self,
+        api: client.ApiClient,
+        name: str,
+        path: str,
+        convert: Callable[[Mapping[str, Any]], V],
+        key: Callable[[Mapping[str, Any]], Any] = lambda obj: obj["metadata"]["name"],
+        field_selector: str | None = None,
+        on_change: Callable[[str, V | None], None] | None = None,
+        absent_retry: float = 30.0,
+    ) -> None:
+        self.api = api
+        self.name = name
+        self.path = path
+        self.convert = convert
+        self.key = key
+        self.field_selector = field_selector
+        self.on_change = on_change
+        self.absent_retry = absent_retry
+        self._items: dict[Any, V] = {}
+        self.resource_version = ""
+        self.synced = asyncio.Event()
+        self.absent = False
+        self.relists = 0
+
+    @property
+    def items(self) -> Mapping[Any, V]:
+        return MappingProxyType(self._items)
+
+    def _query(self, **extra: Any) -> list[tuple[str, Any]]:
+        query = [(k, v) for k, v in extra.items() if v is not None]
+        if self.field_selector:
+            query.append(("fieldSelector", self.field_selector))
+        return query
+
+    async def _get(self, query: list[tuple[str, Any]], timeout: float | None):
+        result = await self.api.call_api(
+            self.path, "GET", query_params=query, header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"], _preload_content=False, response_types_map={}, _request_timeout=timeout,
+        )
+        return result[0] if isinstance(result, tuple) else result
+
+    async def list(self) -> None:
+        try:
+            response = await self._get(self._query(), timeout=60)
+        except ApiException as err:
+            if err.status == 404:
+                if not self.absent:
+                    log.warning("cache=%s path=%s api not installed: treated as empty, retrying every %ss",
+                                self.name, self.path, self.absent_retry)
+                self.absent = True
+                self._replace({})
+                self.resource_version = ""
+                self.synced.set()
+                return
+            raise
+        data = json.loads(await response.read())
+        self.absent = False
+        self._replace({self.key(obj): obj for obj in data.get("items", [])})
+        self.resource_version = data["metadata"].get("resourceVersion", "")
+        self.relists += 1
+        self.synced.set()
+
+    def _replace(self, objects: Mapping[Any, Mapping[str, Any]]) -> None:
+        old = self._items
+        self._items = {k: self.convert(obj) for k, obj in objects.items()}
+        if self.on_change:
+            for k in set(old) - set(self._items):
+                self.on_change("DELETED", old[k])
+            for k, value in self._items.items():
+                if old.get(k) != value:
+                    self.on_change("MODIFIED" if k in old else "ADDED", value)
+
+    def apply_event(self, event: Mapping[str, Any]) -> None:
+        kind = event.get("type")
+        obj = event.get("object") or {}
+        if kind == "ERROR":
+            if obj.get("code") == 410:
+                raise Gone(obj.get("message", "resourceVersion too old"))
+            raise RuntimeError(f"watch error: {obj.get('message', obj)}")
+        rv = (obj.get("metadata") or {}).get("resourceVersion")
+        if rv:
+            self.resource_version = rv
+        if kind == "BOOKMARK":
+            return
+        key = self.key(obj)
+        if kind == "DELETED":
+            gone = self._items.pop(key, None)
+            if self.on_change and gone is not None:
+                self.on_change("DELETED", gone)
+        elif kind in ("ADDED", "MODIFIED"):
+            value = self.convert(obj)
+            self._items[key] = value
+            if self.on_change:
+                self.on_change(kind, value)
+
+    async def watch_once(self) -> None:
+        query = self._query(watch="true", allowWatchBookmarks="true", resourceVersion=self.resource_version,
+                            timeoutSeconds=WATCH_TIMEOUT_SECONDS)
+        response = await self._get(query, timeout=WATCH_TIMEOUT_SECONDS + 30)
+        try:
+            while True:
+                line = await response.content.readline()
+                if not line:
+                    return
+                self.apply_event(json.loads(line))
+        finally:
+            response.release()
+
+    async def run(self) -> None:
+        """List and watch until cancelled."""
+        backoff = BACKOFF_START
+        need_list = True
+        while True:
+            try:
+                if need_list:
+                    await self.list()
+                    need_list = False
+                if self.absent:
+                    await asyncio.sleep(self.absent_retry)
+                    need_list = True
+                    continue
+                await self.watch_once()
+                backoff = BACKOFF_START
+            except asyncio.CancelledError:
+                raise
+            except Gone as err:
+                log.info("cache=%s resourceVersion expired (%s): listing again", self.name, err)
+                need_list = True
+            except ApiException as err:
+                if err.status == 410:
+                    need_list = True
+                    continue
+                log.warning("cache=%s error=%s status=%s retry_in=%.1fs", self.name, err.reason, err.status, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, BACKOFF_MAX)
+            except Exception as err:  # network drops, decode errors: resume from the last resourceVersion
+                log.warning("cache=%s error=%r retry_in=%.1fs", self.name, err, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, BACKOFF_MAX)

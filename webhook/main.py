@@ -1,0 +1,46 @@
+"""`reservoir webhook`: run the admission webhook until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from pathlib import Path
+
+from aiohttp import web
+
+from shared import keys
+from shared.kube import new_api_client
+from webhook.caches import WebhookCaches
+from webhook.server import Metrics, ReloadingTLS, make_app
+
+log = logging.getLogger("reservoir.webhook")
+
+
+async def run(cert_file: Path, key_file: Path, host: str, port: int, kubeconfig: str | None,
+              namespace: str = keys.NAMESPACE) -> None:
+    api = await new_api_client(kubeconfig)
+    caches = WebhookCaches(api, namespace)
+    metrics = Metrics()
+    tls = ReloadingTLS(cert_file, key_file, metrics)
+    app = make_app(caches.lookup, caches.synced, metrics)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, ssl_context=tls.context, backlog=1024)
+    caches.start()
+    await site.start()
+    reload_task = asyncio.create_task(tls.watch(), name="tls-reload")
+    log.info("webhook=listening address=%s:%d cert=%s", host, port, cert_file)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        log.info("webhook=stopping")
+        reload_task.cancel()
+        await asyncio.gather(reload_task, return_exceptions=True)
+        await caches.stop()
+        await runner.cleanup()
+        await api.close()
