@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: up test unit e2e cluster-bin bench-webhook bench-planner clean
+.PHONY: up test unit e2e cluster-bin bench-webhook clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -32,3 +32,12 @@ up: $(STAMP) cluster-bin
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
+
+LOADGEN := $(HOME)/.cache/reservoir/bin/loadgen
+$(LOADGEN): bench/webhook/loadgen/main.go bench/webhook/loadgen/go.mod
+	@mkdir -p $(dir $(LOADGEN))
+	cd bench/webhook/loadgen && go build -o $(LOADGEN) .
+
+## bench-webhook: mutate route vs no-op route on the same server, side by side (about a minute)
+bench-webhook: $(STAMP) $(LOADGEN)
+	$(PY) -m bench.webhook.run $(LOADGEN)

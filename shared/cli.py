@@ -26,7 +26,8 @@ def _check_config(args: argparse.Namespace) -> int:
 def _webhook(args: argparse.Namespace) -> int:
     from webhook.main import run
 
-    asyncio.run(run(Path(args.cert_file), Path(args.key_file), args.host, args.port, args.kubeconfig, args.namespace))
+    asyncio.run(run(Path(args.cert_file), Path(args.key_file), args.host, args.port, args.kubeconfig, args.namespace,
+                    impersonate=args.impersonate))
     return 0
 
 
@@ -56,6 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     webhook.add_argument("--port", type=int, default=8443)
     webhook.add_argument("--kubeconfig", default=None, help="default: $KUBECONFIG, else in-cluster")
     webhook.add_argument("--namespace", default=keys.NAMESPACE, help="where the reservoir-config ConfigMap lives")
+    webhook.add_argument("--as", dest="impersonate", default=None,
+                         help="act as this user, like kubectl --as (e.g. its ServiceAccount, to test RBAC)")
     webhook.set_defaults(run=_webhook)
 
     certs = commands.add_parser("certs", help="create or renew the webhook certificates and inject the CA bundle")

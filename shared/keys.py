@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import re
 from enum import StrEnum
+from functools import lru_cache
 
 DOMAIN = "reservoir.sh"
 
@@ -63,6 +64,7 @@ _NOT_LABEL_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
 
+@lru_cache(maxsize=65536)
 def owner_id(kind: LockKind, full_name: str) -> str:
     """The owner id written as lock taint value and label value: `<kind>-<readable part>-<6 hex>`.
 

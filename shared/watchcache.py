@@ -51,6 +51,7 @@ class WatchCache(Generic[V]):
         self.synced = asyncio.Event()
         self.absent = False
         self.relists = 0
+        self.version = 0  # bumped on every change, so readers can cache what they derive from the items
 
     @property
     def items(self) -> Mapping[Any, V]:
@@ -93,6 +94,7 @@ class WatchCache(Generic[V]):
     def _replace(self, objects: Mapping[Any, Mapping[str, Any]]) -> None:
         old = self._items
         self._items = {k: self.convert(obj) for k, obj in objects.items()}
+        self.version += 1
         if self.on_change:
             for k in set(old) - set(self._items):
                 self.on_change("DELETED", old[k])
@@ -112,6 +114,7 @@ class WatchCache(Generic[V]):
             self.resource_version = rv
         if kind == "BOOKMARK":
             return
+        self.version += 1
         key = self.key(obj)
         if kind == "DELETED":
             gone = self._items.pop(key, None)

@@ -33,6 +33,7 @@ class WebhookCaches:
         self.all = [self.podgroups, self.queues, self.priority_classes, self.reservations, self.configmaps]
         self.config = ReservoirConfig()
         self._tasks: list[asyncio.Task[None]] = []
+        self._lookup: tuple[tuple[int, ...], Lookup] | None = None
 
     def _config_changed(self, kind: str, configmap: dict | None) -> None:
         if kind == "DELETED" or configmap is None:
@@ -60,10 +61,14 @@ class WebhookCaches:
         return all(self.synced().values())
 
     def lookup(self) -> Lookup:
-        return Lookup(
-            podgroups=self.podgroups.items,
-            queues=self.queues.items,
-            priority_classes=self.priority_classes.items,
-            reservations=self.reservations.items,
-            config=self.config,
-        )
+        """One Lookup per cache state: what it derives (indexes) is computed once, not per request."""
+        versions = tuple(cache.version for cache in self.all)
+        if self._lookup is None or self._lookup[0] != versions:
+            self._lookup = (versions, Lookup(
+                podgroups=dict(self.podgroups.items),
+                queues=dict(self.queues.items),
+                priority_classes=dict(self.priority_classes.items),
+                reservations=dict(self.reservations.items),
+                config=self.config,
+            ))
+        return self._lookup[1]

@@ -18,8 +18,8 @@ log = logging.getLogger("reservoir.webhook")
 
 
 async def run(cert_file: Path, key_file: Path, host: str, port: int, kubeconfig: str | None,
-              namespace: str = keys.NAMESPACE) -> None:
-    api = await new_api_client(kubeconfig)
+              namespace: str = keys.NAMESPACE, impersonate: str | None = None) -> None:
+    api = await new_api_client(kubeconfig, impersonate=impersonate)
     caches = WebhookCaches(api, namespace)
     metrics = Metrics()
     tls = ReloadingTLS(cert_file, key_file, metrics)

@@ -8,8 +8,10 @@ watch caches.
 from __future__ import annotations
 
 import json
+from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from shared import keys
@@ -36,9 +38,45 @@ class Lookup:
     reservations: Mapping[str, ReservationView] = field(default_factory=dict)
     config: ReservoirConfig = field(default_factory=ReservoirConfig)
 
-    @property
+    @cached_property
     def global_default_class(self) -> str:
         return next((pc.name for pc in self.priority_classes.values() if pc.global_default), "")
+
+    @cached_property
+    def _reservation_index(self) -> tuple[dict[tuple[str, str], list[ReservationView]], dict[str, list[ReservationView]],
+                                          list[ReservationView]]:
+        """Usable reservations (Available, schedulable) bucketed so a pod is checked against few of them: an
+        owner that needs a label value goes under one (key, value) it needs, an owner naming a pod under that
+        name, any other owner in `always`."""
+        by_label: dict[tuple[str, str], list[ReservationView]] = defaultdict(list)
+        by_name: dict[str, list[ReservationView]] = defaultdict(list)
+        always: list[ReservationView] = []
+        for reservation in self.reservations.values():
+            if reservation.phase != "Available" or reservation.unschedulable:
+                continue
+            for owner in reservation.owners:
+                selector = owner.get("labelSelector") if isinstance(owner, Mapping) else None
+                obj = owner.get("object") if isinstance(owner, Mapping) else None
+                match_labels = (selector or {}).get("matchLabels") if isinstance(selector, Mapping) else None
+                if isinstance(obj, Mapping) and obj.get("name"):
+                    by_name[obj["name"]].append(reservation)
+                elif isinstance(match_labels, Mapping) and match_labels:
+                    key = min(match_labels)
+                    by_label[(key, str(match_labels[key]))].append(reservation)
+                else:
+                    always.append(reservation)
+        return by_label, by_name, always
+
+    def reservation_candidates(self, labels: Mapping[str, str], name: str) -> list[ReservationView]:
+        """Reservations that may match a pod with these labels and name (a superset; check each)."""
+        by_label, by_name, always = self._reservation_index
+        seen: dict[str, ReservationView] = {r.name: r for r in always}
+        for item in labels.items():
+            for reservation in by_label.get(item, ()):
+                seen[reservation.name] = reservation
+        for reservation in by_name.get(name, ()):
+            seen[reservation.name] = reservation
+        return list(seen.values())
 
 
 @dataclass(frozen=True)
@@ -236,8 +274,8 @@ def mutate_pod(pod: Mapping[str, Any], namespace: str, lookup: Lookup) -> Mutati
     owners.append(queue_owner_id(queue))
     if annotations.get(keys.RESERVEABLE) == "true":
         owners += [window_owner_id(w.name) for w in lookup.config.windows]
-    usable = [r.name for r in lookup.reservations.values()
-              if r.phase == "Available" and not r.unschedulable and reservation_matches(r.owners, pod, namespace)]
+    candidates = lookup.reservation_candidates(meta.get("labels") or {}, meta.get("name") or "")
+    usable = [r.name for r in candidates if reservation_matches(r.owners, pod, namespace)]
     owners += [reservation_owner_id(name) for name in usable]
 
     # 4. reservation affinity: required for the reservations the pod names

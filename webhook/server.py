@@ -86,7 +86,6 @@ def make_app(lookup: Callable[[], Lookup], synced: Callable[[], dict[str, bool]]
              metrics: Metrics | None = None) -> web.Application:
     metrics = metrics or Metrics()
     app = web.Application(client_max_size=3 * 1024 * 1024)
-    app["metrics"] = metrics
 
     def handler(path: str, route: Callable[[Request, Lookup], dict]):
         async def handle(http: web.Request) -> web.Response:

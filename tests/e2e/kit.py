@@ -203,3 +203,17 @@ def object_path(obj: Mapping[str, Any]) -> str:
     namespace = meta.get("namespace")
     middle = f"/namespaces/{namespace}" if namespace else ""
     return f"{prefix}{middle}/{plural}/{meta['name']}"
+
+
+async def apply_setup(kit: Kit, *files: str) -> None:
+    """Apply repository manifests (CRDs, namespace, RBAC) and wait for the CRDs to be Established."""
+    for name in files:
+        for obj in await kit.apply_manifest_file(REPO / name):
+            if obj and obj.get("kind") == "CustomResourceDefinition":
+                crd = obj["metadata"]["name"]
+
+                async def established(crd: str = crd) -> bool:
+                    got = await kit.raw("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd}")
+                    return any(c["type"] == "Established" and c["status"] == "True"
+                               for c in got.get("status", {}).get("conditions", []))
+                await kit.wait_for(established, what=f"CRD {crd} Established")

@@ -1,0 +1,3 @@
+module reservoir.local/loadgen
+
+go 1.26.0

@@ -1,0 +1,93 @@
+"""Run `reservoir webhook` as a real process against the local cluster, registered through the real webhook
+configurations in deploy/ (clientConfig switched from the in-cluster Service to a loopback url + caBundle)."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import os
+import signal
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import yaml
+
+from certs.rotation import Subject, ensure
+from localcluster.cluster import LocalCluster, free_port
+from tests.e2e.kit import REPO, Kit
+
+WEBHOOK_USER = "system:serviceaccount:reservoir-system:reservoir-webhook"
+CONFIG_NAME = "reservoir"
+
+
+class WebhookProcess:
+    def __init__(self, cluster: LocalCluster) -> None:
+        self.cluster = cluster
+        self.dir = Path(tempfile.mkdtemp(prefix="reservoir-webhook-"))
+        self.port = free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+        ensure(self.dir, Subject("reservoir-webhook", "reservoir-system", ips=("127.0.0.1",)))
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> None:
+        self.log = open(self.dir / "webhook.log", "wb")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "shared.cli", "webhook", f"--cert-file={self.dir / 'tls.crt'}",
+             f"--key-file={self.dir / 'tls.key'}", "--host=127.0.0.1", f"--port={self.port}",
+             f"--kubeconfig={self.cluster.kubeconfig}", f"--as={WEBHOOK_USER}"],
+            stdout=self.log, stderr=subprocess.STDOUT, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
+        context = ssl.create_default_context(cafile=str(self.dir / "ca-bundle.crt"))
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"webhook exited {self.process.returncode}:\n{self.log_text()}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/readyz", timeout=1, context=context) as response:
+                    if response.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"webhook not ready in {timeout}s:\n{self.log_text()}")
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def log_text(self) -> str:
+        return (self.dir / "webhook.log").read_text(errors="replace")
+
+    def configurations(self) -> list[dict]:
+        """deploy/webhook-configurations.yaml with each clientConfig pointed at this process."""
+        bundle = base64.b64encode((self.dir / "ca-bundle.crt").read_bytes()).decode()
+        out = []
+        for doc in yaml.safe_load_all((REPO / "deploy/webhook-configurations.yaml").read_text()):
+            doc = copy.deepcopy(doc)
+            for hook in doc["webhooks"]:
+                path = hook["clientConfig"]["service"]["path"]
+                hook["clientConfig"] = {"url": f"{self.url}{path}", "caBundle": bundle}
+            out.append(doc)
+        return out
+
+    async def register(self, kit: Kit) -> None:
+        for doc in self.configurations():
+            await kit.server_side_apply(doc)
+
+    @staticmethod
+    async def unregister(kit: Kit) -> None:
+        for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
+            await kit.raw("DELETE", f"/apis/admissionregistration.k8s.io/v1/{kind}/{CONFIG_NAME}")

@@ -1,0 +1,180 @@
+"""The webhook server over real HTTPS on loopback: AdmissionReview JSON in, response and patch out."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import ssl
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp import web
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from certs.rotation import Subject, ensure
+from localcluster.cluster import free_port
+from shared import keys
+from shared.views import PriorityClassView, QueueView
+from webhook.admission import BadReview, parse_review
+from webhook.mutate import Lookup
+from webhook.server import Metrics, ReloadingTLS, make_app
+
+LOOKUP = Lookup(queues={"q": QueueView.from_obj({"metadata": {"name": "q"}, "spec": {"priorityClassName": "hi"}})},
+                priority_classes={"hi": PriorityClassView("hi", 100, False, "PreemptLowerPriority")})
+
+
+def review(obj: dict, operation: str = "CREATE", kind: str = "Pod", uid: str = "u-1", namespace: str = "ns") -> dict:
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": uid, "kind": {"group": "", "version": "v1", "kind": kind}, "operation": operation,
+                        "namespace": namespace, "name": obj.get("metadata", {}).get("name", ""), "object": obj,
+                        "dryRun": False}}
+
+
+POD = {"apiVersion": "v1", "kind": "Pod",
+       "metadata": {"name": "p", "namespace": "ns", "annotations": {keys.QUEUE_NAME: "q"}},
+       "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "1"}}}]}}
+
+
+@pytest.fixture
+def tls_dir(tmp_path: Path) -> Path:
+    ensure(tmp_path, Subject("reservoir-webhook", "reservoir-system", ips=("127.0.0.1",)))
+    return tmp_path
+
+
+@pytest.fixture
+async def server(tls_dir: Path):
+    synced = {"podgroups": True, "queues": True}
+    metrics = Metrics()
+    tls = ReloadingTLS(tls_dir / "tls.crt", tls_dir / "tls.key", metrics)
+    runner = web.AppRunner(make_app(lambda: LOOKUP, lambda: dict(synced), metrics))
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port, ssl_context=tls.context).start()
+    client_ssl = ssl.create_default_context(cafile=str(tls_dir / "ca-bundle.crt"))
+    async with aiohttp.ClientSession(base_url=f"https://127.0.0.1:{port}",
+                                     connector=aiohttp.TCPConnector(ssl=client_ssl, force_close=True)) as session:
+        yield session, tls, synced
+    await runner.cleanup()
+
+
+async def test_mutate_pod_over_https(server) -> None:
+    session, _, _ = server
+    async with session.post("/mutate/pods", json=review(POD)) as response:
+        assert response.status == 200
+        answer = await response.json()
+    assert answer["apiVersion"] == "admission.k8s.io/v1" and answer["kind"] == "AdmissionReview"
+    assert answer["response"]["uid"] == "u-1" and answer["response"]["allowed"] is True
+    assert answer["response"]["patchType"] == "JSONPatch"
+    patch = json.loads(base64.b64decode(answer["response"]["patch"]))
+    assert {"op": "add", "path": "/spec/priorityClassName", "value": "hi"} in patch
+
+
+async def test_update_is_not_mutated_and_dry_run_is_answered(server) -> None:
+    session, _, _ = server
+    async with session.post("/mutate/pods", json=review(POD, operation="UPDATE")) as response:
+        assert "patch" not in (await response.json())["response"]
+    dry = review(POD)
+    dry["request"]["dryRun"] = True
+    async with session.post("/mutate/pods", json=dry) as response:
+        assert "patch" in (await response.json())["response"]
+
+
+async def test_denial_names_field_and_fix(server) -> None:
+    session, _, _ = server
+    queue = {"metadata": {"name": "q1"}, "spec": {"guarantee": {"policy": "Always", "resource": {"cpu": "1"}}}}
+    async with session.post("/validate/queues", json=review(queue, kind="Queue", namespace="")) as response:
+        answer = (await response.json())["response"]
+    assert answer["allowed"] is False and answer["status"]["code"] == 422
+    assert "spec.guarantee.policy is 'Always': expected Best-Effort or Guaranteed" in answer["status"]["message"]
+
+
+@pytest.mark.parametrize("body", [b"not json", b"[]", b"{}", json.dumps({"apiVersion": "v1", "kind": "AdmissionReview"}).encode(),
+                                  json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                                              "request": {"object": {}}}).encode(),
+                                  json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                                              "request": {"uid": "x", "object": "str"}}).encode()])
+async def test_malformed_bodies_get_400_with_a_message(server, body: bytes) -> None:
+    session, _, _ = server
+    async with session.post("/mutate/pods", data=body, headers={"Content-Type": "application/json"}) as response:
+        assert response.status == 400
+        assert (await response.json())["error"]
+
+
+async def test_readyz_waits_for_caches_and_metrics_count_requests(server) -> None:
+    session, _, synced = server
+    async with session.get("/readyz") as response:
+        assert response.status == 200
+    synced["queues"] = False
+    async with session.get("/readyz") as response:
+        assert response.status == 503 and "queues" in await response.text()
+    await session.post("/mutate/pods", json=review(POD))
+    async with session.get("/metrics") as response:
+        text = await response.text()
+    assert 'reservoir_webhook_requests_total{outcome="patched",route="/mutate/pods"} 1.0' in text
+    assert 'reservoir_webhook_cache_synced{cache="queues"} 0.0' in text
+    async with session.get("/healthz") as response:
+        assert response.status == 200
+
+
+async def test_certificate_is_reloaded_without_restart(server, tls_dir: Path) -> None:
+    session, tls, _ = server
+
+    async def served_serial() -> int:
+        import asyncio
+
+        from cryptography import x509
+        context = ssl.create_default_context(cafile=str(tls_dir / "ca-bundle.crt"))
+        reader, writer = await asyncio.open_connection("127.0.0.1", session._base_url.port, ssl=context)
+        der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
+        writer.close()
+        await writer.wait_closed()
+        return x509.load_der_x509_certificate(der).serial_number
+
+    before = await served_serial()
+    (tls_dir / "tls.crt").unlink()
+    ensure(tls_dir, Subject("reservoir-webhook", "reservoir-system", ips=("127.0.0.1",)))  # re-issue, same CA
+    os.utime(tls_dir / "tls.key")
+    assert tls.reload_if_changed()
+    after = await served_serial()
+    assert after != before
+    assert not tls.reload_if_changed()  # nothing changed since
+
+
+_json = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=10),
+                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+                     max_leaves=20)
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(st.binary(max_size=200), _json.map(lambda v: json.dumps(v).encode()),
+                 st.fixed_dictionaries({"apiVersion": st.just("admission.k8s.io/v1"), "kind": st.just("AdmissionReview"),
+                                        "request": _json}).map(lambda v: json.dumps(v).encode())))
+def test_parser_fuzz_only_raises_bad_review(body: bytes) -> None:
+    try:
+        parse_review(body)
+    except BadReview:
+        pass
+
+
+_pod_like = st.fixed_dictionaries({
+    "metadata": st.fixed_dictionaries({}, optional={"name": st.text(max_size=5), "annotations": st.dictionaries(
+        st.sampled_from([keys.GROUP_NAME, keys.QUEUE_NAME, keys.RESERVEABLE, keys.RESERVATION_AFFINITY]), st.text(max_size=12)),
+        "ownerReferences": st.lists(st.fixed_dictionaries({"kind": st.sampled_from(["Job", "DaemonSet"]),
+                                                           "name": st.text(max_size=4), "controller": st.booleans()}), max_size=2)}),
+    "spec": st.fixed_dictionaries({"containers": st.lists(st.fixed_dictionaries({"name": st.just("c")}, optional={
+        "resources": st.fixed_dictionaries({}, optional={"requests": st.dictionaries(
+            st.sampled_from(["cpu", "memory"]), st.sampled_from(["1", "500m", "1Gi"]))})}), max_size=2)},
+        optional={"tolerations": st.lists(st.fixed_dictionaries({"key": st.text(max_size=3)}), max_size=2),
+                  "priorityClassName": st.sampled_from(["", "hi", "other"])}),
+})
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(_pod_like)
+async def test_mutate_route_fuzz_never_500(server, pod: dict) -> None:
+    session, _, _ = server
+    async with session.post("/mutate/pods", json=review(pod)) as response:
+        assert response.status == 200, await response.text()
