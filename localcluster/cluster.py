@@ -140,6 +140,11 @@ class LocalCluster:
         assert self.workdir is not None, "cluster not started"
         return self.workdir / "admin.kubeconfig"
 
+    @property
+    def kubectl(self) -> list[str]:
+        """The kubectl command line for this cluster."""
+        return [str(self.bin_dir / "kubectl"), f"--kubeconfig={self.kubeconfig}"]
+
     def path(self, name: str) -> Path:
         assert self.workdir is not None, "cluster not started"
         return self.workdir / name

@@ -11,7 +11,7 @@ import pytest
 from shared import keys
 from shared.jobs import JobRef, queue_owner_id
 from tests.e2e.kit import Kit, apply_setup
-from tests.e2e.webhook_process import WebhookProcess
+from localcluster.webhook_process import WebhookProcess
 
 SETUP = ("deploy/crds/scheduling.volcano.sh_queues.yaml", "deploy/crds/scheduling.volcano.sh_podgroups.yaml",
          "deploy/crds/reservoir.sh_reservations.yaml", "deploy/namespace.yaml", "deploy/webhook-rbac.yaml")
@@ -23,11 +23,11 @@ async def webhook(kit: Kit) -> AsyncIterator[WebhookProcess]:
     await apply_setup(kit, *SETUP)
     process = WebhookProcess(kit.cluster)
     process.start()
-    await process.register(kit)
+    process.register(kit.cluster.kubectl)
     try:
         yield process
     finally:
-        await WebhookProcess.unregister(kit)
+        WebhookProcess.unregister(kit.cluster.kubectl)
         process.stop()
 
 
@@ -125,9 +125,30 @@ async def test_invalid_reservoir_configmap_is_refused(kit: Kit, webhook: Webhook
 
 
 async def test_pod_creation_fails_open_when_the_webhook_is_down(kit: Kit, webhook: WebhookProcess) -> None:
-    webhook.stop()
+    webhook.stop(remove_files=True)
     await kit.create_node("fo-node", {"cpu": "2", "memory": "4Gi"})
     pod = await kit.create_pod("still-created", {"cpu": "100m"})
     assert pod.get("kind") == "Pod", pod
     assert not any(t.get("key") == keys.LOCK for t in pod["spec"].get("tolerations", []))
     await kit.wait_pod("still-created", lambda p: p.get("status", {}).get("phase") == "Running", "Running")
+
+
+async def test_certs_command_injects_ca_bundle_and_writes_secret(kit: Kit, webhook: WebhookProcess, tmp_path) -> None:
+    import base64
+    import subprocess
+    import sys
+
+    from tests.e2e.kit import REPO
+    out = subprocess.run(
+        [sys.executable, "-m", "shared.cli", "certs", f"--out-dir={tmp_path}", "--ip=127.0.0.1", "--inject=reservoir",
+         "--secret=reservoir-webhook-tls", f"--kubeconfig={kit.cluster.kubeconfig}"],
+        capture_output=True, text=True, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    assert "caBundle injected into MutatingWebhookConfiguration/reservoir" in out.stdout
+    bundle = base64.b64encode((tmp_path / "ca-bundle.crt").read_bytes()).decode()
+    for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
+        config = await kit.raw("GET", f"/apis/admissionregistration.k8s.io/v1/{kind}/reservoir")
+        assert {hook["clientConfig"]["caBundle"] for hook in config["webhooks"]} == {bundle}
+    secret = await kit.raw("GET", f"/api/v1/namespaces/{keys.NAMESPACE}/secrets/reservoir-webhook-tls")
+    assert secret["type"] == "kubernetes.io/tls"
+    assert base64.b64decode(secret["data"]["tls.crt"]) == (tmp_path / "tls.crt").read_bytes()

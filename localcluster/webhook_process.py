@@ -1,5 +1,6 @@
 """Run `reservoir webhook` as a real process against the local cluster, registered through the real webhook
-configurations in deploy/ (clientConfig switched from the in-cluster Service to a loopback url + caBundle)."""
+configurations in deploy/ (clientConfig switched from the in-cluster Service to a loopback url + caBundle).
+Used by `make up` and by the end-to-end tests."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ import yaml
 
 from certs.rotation import Subject, ensure
 from localcluster.cluster import LocalCluster, free_port
-from tests.e2e.kit import REPO, Kit
+
+REPO = Path(__file__).resolve().parents[1]
 
 WEBHOOK_USER = "system:serviceaccount:reservoir-system:reservoir-webhook"
 CONFIG_NAME = "reservoir"
@@ -59,7 +61,8 @@ class WebhookProcess:
             time.sleep(0.2)
         raise RuntimeError(f"webhook not ready in {timeout}s:\n{self.log_text()}")
 
-    def stop(self) -> None:
+    def stop(self, remove_files: bool = True) -> None:
+        """Stop the process (SIGTERM, SIGKILL after 10 s) and remove its certificates and log."""
         if self.process and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
@@ -67,9 +70,15 @@ class WebhookProcess:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        if remove_files:
+            import shutil
+            shutil.rmtree(self.dir, ignore_errors=True)
 
     def log_text(self) -> str:
-        return (self.dir / "webhook.log").read_text(errors="replace")
+        try:
+            return (self.dir / "webhook.log").read_text(errors="replace")
+        except OSError:
+            return "(log removed)"
 
     def configurations(self) -> list[dict]:
         """deploy/webhook-configurations.yaml with each clientConfig pointed at this process."""
@@ -83,11 +92,13 @@ class WebhookProcess:
             out.append(doc)
         return out
 
-    async def register(self, kit: Kit) -> None:
-        for doc in self.configurations():
-            await kit.server_side_apply(doc)
+    def register(self, kubectl: list[str]) -> None:
+        """Apply the webhook configurations with kubectl."""
+        subprocess.run([*kubectl, "apply", "--server-side", "--force-conflicts", "-f", "-"],
+                       input=yaml.safe_dump_all(self.configurations()).encode(), check=True, stdout=subprocess.DEVNULL)
 
     @staticmethod
-    async def unregister(kit: Kit) -> None:
-        for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
-            await kit.raw("DELETE", f"/apis/admissionregistration.k8s.io/v1/{kind}/{CONFIG_NAME}")
+    def unregister(kubectl: list[str]) -> None:
+        for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
+            subprocess.run([*kubectl, "delete", kind, CONFIG_NAME, "--ignore-not-found"], check=True,
+                           stdout=subprocess.DEVNULL)
