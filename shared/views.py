@@ -102,6 +102,7 @@ class PodView:
     started: datetime | None
     deleting: bool
     scheduler_name: str = "default-scheduler"
+    node_selector: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_obj(cls, obj: Mapping[str, Any]) -> PodView:
@@ -130,6 +131,7 @@ class PodView:
             started=parse_time(status.get("startTime")),
             deleting=bool(meta.get("deletionTimestamp")),
             scheduler_name=spec.get("schedulerName") or "default-scheduler",
+            node_selector=dict(spec.get("nodeSelector") or {}),
         )
 
     @property

@@ -1,0 +1,118 @@
+"""Node capacity over time: what is idle now, how soon a request fits, what will be idle at a future moment.
+
+A pod holds its request on its node from binding until it finishes. A running pod with
+`volcano.sh/maximum-runtime` is expected to free it at `startTime + maximum-runtime`; a pod without one is
+assumed to run forever (seed 004).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from shared import keys
+from shared.resources import EMPTY, Resources
+from shared.views import NodeView, PodView
+
+FOREVER = timedelta.max
+
+
+@dataclass
+class NodeState:
+    node: NodeView
+    pods: list[PodView] = field(default_factory=list)  # pods holding resources on the node
+    used: Resources = EMPTY
+
+    @property
+    def idle(self) -> Resources:
+        return (self.node.allocatable - self.used).clamp_negative()
+
+
+def node_states(nodes: Mapping[str, NodeView], pods: Sequence[PodView]) -> dict[str, NodeState]:
+    states = {name: NodeState(node) for name, node in nodes.items()}
+    for pod in pods:
+        if pod.holds_resources and pod.node_name in states:
+            state = states[pod.node_name]
+            state.pods.append(pod)
+            state.used = state.used + pod.requests
+    return states
+
+
+def pod_end(pod: PodView) -> datetime | None:
+    """When a running pod is expected to free its resources, or None when it may run forever."""
+    runtime = pod.maximum_runtime
+    start = pod.started or pod.created
+    return start + runtime if runtime is not None else None
+
+
+def time_to_fit(state: NodeState, request: Resources, reserved: Resources, now: datetime) -> timedelta:
+    """Seed 000 node choice, "how soon the node fits": zero when idle - reserved covers `request` now; else the
+    wait until enough pods with a maximum runtime have ended (earliest end first) for it to; FOREVER when pods
+    without one stand in the way."""
+    free = state.idle - reserved
+    if free.covers(request):
+        return timedelta(0)
+    ending = sorted(((end, pod) for pod in state.pods if (end := pod_end(pod)) is not None),
+                    key=lambda item: (item[0], item[1].key))
+    for end, pod in ending:
+        free = free + pod.requests
+        if free.covers(request):
+            return max(end - now, timedelta(0))
+    return FOREVER
+
+
+def future_idle(state: NodeState, at: datetime) -> Resources:
+    """Seed 004 "future idle": allocatable minus the requests of pods still running at `at`."""
+    still = EMPTY
+    for pod in state.pods:
+        end = pod_end(pod)
+        if end is None or end > at:
+            still = still + pod.requests
+    return (state.node.allocatable - still).clamp_negative()
+
+
+def idle_fraction(state: NodeState) -> float:
+    """Seed 000's node score shape: ((cpu + memory) / 2 + 2 * scalar) / 3 over idle/allocatable per dimension
+    (scalar = the mean over other resources, counted only when the node has any)."""
+    allocatable = state.node.allocatable
+    idle = state.idle
+
+    def share(name: str) -> float:
+        return idle[name] / allocatable[name] if allocatable[name] else 0.0
+
+    scalars = [n for n in allocatable if n not in ("cpu", "memory", "pods", "ephemeral-storage")]
+    base = (share("cpu") + share("memory")) / 2
+    if not scalars:
+        return base
+    scalar = sum(share(n) for n in scalars) / len(scalars)
+    return (base + 2 * scalar) / 3
+
+
+def schedulable(node: NodeView) -> bool:
+    return not node.unschedulable
+
+
+def tolerates(pod: PodView, node: NodeView, lock_owner: str | None = None) -> bool:
+    """The pod tolerates the node's NoSchedule/NoExecute taints (Reservoir's own lock taint only when
+    `lock_owner` is the owner it tolerates, or it tolerates every lock)."""
+    for taint in node.taints:
+        if taint.effect not in ("NoSchedule", "NoExecute"):
+            continue
+        if taint.key == keys.LOCK and lock_owner is not None and taint.value == lock_owner:
+            continue
+        if not any(_tolerates(t, taint.key, taint.value, taint.effect) for t in pod.tolerations):
+            return False
+    return True
+
+
+def _tolerates(toleration: Mapping, key: str, value: str, effect: str) -> bool:
+    if toleration.get("effect") and toleration["effect"] != effect:
+        return False
+    if toleration.get("operator") == "Exists":
+        return not toleration.get("key") or toleration["key"] == key
+    return toleration.get("key") == key and (toleration.get("value") or "") == value
+
+
+def selects(pod_node_selector: Mapping[str, str], node: NodeView) -> bool:
+    return all(node.labels.get(k) == v for k, v in pod_node_selector.items())

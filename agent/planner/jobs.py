@@ -1,0 +1,78 @@
+"""Jobs as the planner sees them (DESIGN section 1): pods grouped by PodGroup, controller, or alone."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from agent.planner.model import Snapshot
+from shared import keys
+from shared.jobs import JobRef
+from shared.views import PodView
+
+
+@dataclass
+class Job:
+    ref: JobRef
+    queue: str
+    created: datetime
+    min_member: int
+    pods: list[PodView] = field(default_factory=list)
+
+    @property
+    def owner(self) -> str:
+        return self.ref.owner_id
+
+    @property
+    def subject(self) -> str:
+        return self.ref.full_name
+
+    @property
+    def priority(self) -> int:
+        return max((p.priority for p in self.pods), default=0)
+
+    @property
+    def bound(self) -> int:
+        return sum(1 for p in self.pods if p.is_bound)
+
+    @property
+    def pending(self) -> list[PodView]:
+        """Unbound pods, largest request first (cpu, then memory), then by name."""
+        waiting = [p for p in self.pods if not p.is_bound and not p.deleting]
+        return sorted(waiting, key=lambda p: (-p.requests["cpu"], -p.requests["memory"], p.name))
+
+    @property
+    def ready(self) -> bool:
+        """Seed 000 "Job Ready": bound pods >= minMember."""
+        return self.bound >= self.min_member
+
+
+def pod_job(pod: PodView) -> JobRef:
+    if pod.group_name:
+        return JobRef(pod.namespace, "PodGroup", pod.group_name)
+    controller = pod.controller
+    if controller is not None:
+        return JobRef(pod.namespace, controller.kind, controller.name)
+    return JobRef(pod.namespace, "Pod", pod.name)
+
+
+def build_jobs(snapshot: Snapshot) -> list[Job]:
+    """Every job with a live pod. minMember: the PodGroup's; for any other job, all of its live pods (a plain
+    job is ready when every pod it has is bound)."""
+    grouped: dict[JobRef, list[PodView]] = defaultdict(list)
+    for pod in snapshot.pods:
+        if pod.is_terminal or pod.scheduler_name != "default-scheduler":
+            continue
+        grouped[pod_job(pod)].append(pod)
+    jobs = []
+    for ref, pods in grouped.items():
+        group = snapshot.podgroups.get((ref.namespace, ref.name)) if ref.kind == "PodGroup" else None
+        if group is not None:
+            queue, created, min_member = group.queue, group.created, group.min_member
+        else:
+            queue = pods[0].annotations.get(keys.QUEUE_NAME) or keys.DEFAULT_QUEUE
+            created = min(p.created for p in pods)
+            min_member = len(pods)
+        jobs.append(Job(ref, queue, created, min_member, pods))
+    return jobs

@@ -1,0 +1,54 @@
+"""`plan(snapshot, config, now) -> Plan`: every policy in precedence order under one global cap."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+
+from agent.planner.capacity import node_states, schedulable
+from agent.planner.jobs import build_jobs
+from agent.planner.model import Lock, Plan, Snapshot, lock_on
+from agent.planner.starvation import plan_starvation
+from agent.planner.windows import plan_window
+from shared.config import ReservoirConfig
+
+
+def cap(percent: int, nodes: int) -> int:
+    """Seed 000 / seed 002 "Safety": floor(percent/100 * schedulable nodes)."""
+    return percent * nodes // 100
+
+
+def current_locks(snapshot: Snapshot) -> dict[str, Lock]:
+    return {name: lock for name, node in snapshot.nodes.items() if (lock := lock_on(node)) is not None}
+
+
+def plan(snapshot: Snapshot, config: ReservoirConfig, now: datetime,
+         current: Mapping[str, Lock] | None = None) -> Plan:
+    """Desired locks. Precedence: reservation > queue guarantee > window > starvation (the first two arrive with
+    their issue); all kinds together hold at most `maxLockedNodePercent` of schedulable nodes, starvation locks at
+    most `reservedNodePercent`. Jobs are ordered by priority, then creation time, then name."""
+    current = dict(current) if current is not None else current_locks(snapshot)
+    states = node_states(snapshot.nodes, snapshot.pods)
+    schedulable_nodes = sum(1 for s in states.values() if schedulable(s.node))
+    remaining = cap(config.max_locked_node_percent, schedulable_nodes)
+    taken: set[str] = set()
+    locks: dict[str, Lock] = {}
+    notes: list[str] = []
+    window_statuses = []
+
+    for window in config.windows:
+        window_locks, status, window_notes = plan_window(window, states, snapshot.pods, current, taken, remaining, now)
+        locks.update(window_locks)
+        remaining -= len(window_locks)
+        window_statuses.append(status)
+        notes += window_notes
+
+    job_statuses = []
+    if config.starvation.enabled:
+        jobs = sorted(build_jobs(snapshot), key=lambda j: (-j.priority, j.created, j.subject))
+        budget = min(remaining, cap(config.starvation.reserved_node_percent, schedulable_nodes))
+        starvation_locks, job_statuses, starvation_notes = plan_starvation(
+            jobs, states, current, taken, budget, config.starvation, now)
+        locks.update(starvation_locks)
+        notes += starvation_notes
+    return Plan(locks=locks, jobs=job_statuses, windows=window_statuses, notes=notes)

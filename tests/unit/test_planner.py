@@ -1,0 +1,209 @@
+"""The planner as pure functions: snapshot + config + now in, desired locks out. Time is an input."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from agent.planner.model import Lock, Snapshot, lock_on
+from agent.planner.plan import plan
+from agent.planner.windows import window_bounds
+from shared import keys
+from shared.config import load_config
+from shared.jobs import JobRef, window_owner_id
+from shared.keys import LockKind
+from shared.resources import Resources
+from shared.views import NodeView, PodGroupView, PodView
+
+NOW = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
+CONFIG = load_config("starvation: {starvingJobTimeThreshold: 60s, reservedNodePercent: 100}\nmaxLockedNodePercent: 100")
+
+
+def stamp(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def node(name: str, cpu: str = "4", labels: dict | None = None, unschedulable: bool = False, lock: Lock | None = None) -> NodeView:
+    meta: dict = {"name": name, "labels": dict(labels or {}), "annotations": {}, "creationTimestamp": stamp(NOW - timedelta(days=1))}
+    spec: dict = {"unschedulable": unschedulable}
+    if lock is not None:
+        spec["taints"] = [{"key": keys.LOCK, "value": lock.owner, "effect": "NoSchedule"}]
+        meta["labels"].update({keys.LOCK: lock.owner, keys.LOCK_KIND: lock.kind.value})
+        meta["annotations"][keys.LOCK_INFO] = lock.info_json()
+    return NodeView.from_obj({"metadata": meta, "spec": spec, "status": {"allocatable": {"cpu": cpu, "memory": "16Gi", "pods": "110"}}})
+
+
+def pod(name: str, cpu: str, *, node_name: str = "", age: timedelta = timedelta(minutes=5), priority: int = 0,
+        runtime: str | None = None, started_ago: timedelta | None = None, group: str | None = None,
+        reserveable: bool = False, phase: str | None = None, ns: str = "ns", base: datetime = NOW) -> PodView:
+    annotations = {}
+    if runtime:
+        annotations[keys.MAXIMUM_RUNTIME] = runtime
+    if group:
+        annotations[keys.GROUP_NAME] = group
+    if reserveable:
+        annotations[keys.RESERVEABLE] = "true"
+    status: dict = {"phase": phase or ("Running" if node_name else "Pending")}
+    if node_name:
+        status["startTime"] = stamp(base - (started_ago if started_ago is not None else age))
+    return PodView.from_obj({
+        "metadata": {"name": name, "namespace": ns, "uid": f"uid-{name}", "annotations": annotations,
+                     "creationTimestamp": stamp(base - age)},
+        "spec": {"nodeName": node_name, "priority": priority,
+                 "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}]},
+        "status": status,
+    })
+
+
+def snap(nodes: list[NodeView], pods: list[PodView], groups: list[PodGroupView] = ()) -> Snapshot:
+    return Snapshot(nodes={n.name: n for n in nodes}, pods=pods,
+                    podgroups={(g.namespace, g.name): g for g in groups})
+
+
+def owner_of(name: str, ns: str = "ns") -> str:
+    return JobRef(ns, "Pod", name).owner_id
+
+
+def test_seed_000_story_locks_the_node_for_the_big_pod_after_the_threshold() -> None:
+    small = [pod(f"small-{i}", "1", node_name="n1") for i in range(4)]
+    big = pod("big", "4", age=timedelta(minutes=5))
+    result = plan(snap([node("n1")], small + [big]), CONFIG, NOW)
+    lock = result.locks["n1"]
+    assert lock.owner == owner_of("big") and lock.kind is LockKind.JOB
+    assert lock.tasks == ("ns/big",) and lock.reserved["cpu"] == 4000
+    assert lock.since == NOW and lock.expires == NOW + CONFIG.starvation.max_lock_duration
+    # before the threshold: nothing
+    young = pod("big", "4", age=timedelta(seconds=30))
+    assert plan(snap([node("n1")], small + [young]), CONFIG, NOW).locks == {}
+
+
+def test_lock_is_stable_and_released_when_the_job_is_ready() -> None:
+    small = [pod(f"small-{i}", "1", node_name="n1") for i in range(4)]
+    big = pod("big", "4")
+    first = plan(snap([node("n1")], small + [big]), CONFIG, NOW)
+    locked = node("n1", lock=first.locks["n1"])
+    later = plan(snap([locked], small + [big]), CONFIG, NOW + timedelta(minutes=3))
+    assert later.locks["n1"].same_hold(first.locks["n1"]), "a kept lock keeps its since and annotation"
+    bound = pod("big", "4", node_name="n1")
+    assert plan(snap([locked], [bound]), CONFIG, NOW + timedelta(minutes=4)).locks == {}
+
+
+def test_node_that_frees_soonest_is_chosen() -> None:
+    forever = [pod(f"a-{i}", "1", node_name="n-a") for i in range(4)]
+    soon = [pod(f"b-{i}", "1", node_name="n-b", runtime="10m", started_ago=timedelta(minutes=8)) for i in range(4)]
+    later = [pod(f"c-{i}", "1", node_name="n-c", runtime="1h", started_ago=timedelta(minutes=1)) for i in range(4)]
+    result = plan(snap([node("n-a"), node("n-b"), node("n-c")], forever + soon + later + [pod("big", "4")]), CONFIG, NOW)
+    assert list(result.locks) == ["n-b"]
+
+
+def test_gang_job_reserves_every_pending_task_or_nothing() -> None:
+    group = PodGroupView.from_obj({"metadata": {"name": "train", "namespace": "ns", "creationTimestamp": stamp(NOW - timedelta(hours=1))},
+                                   "spec": {"minMember": 3}})
+    tasks = [pod(f"train-{i}", "3", group="train") for i in range(3)]
+    fillers = [pod(f"f-{n}", "2", node_name=n) for n in ("n1", "n2", "n3")]
+    nodes = [node("n1"), node("n2"), node("n3")]
+    result = plan(snap(nodes, tasks + fillers, [group]), CONFIG, NOW)
+    owner = JobRef("ns", "PodGroup", "train").owner_id
+    assert {l.owner for l in result.locks.values()} == {owner} and len(result.locks) == 3
+    # within a budget of 2 nodes the job can not be reserved: no lock at all
+    tight = load_config("starvation: {starvingJobTimeThreshold: 60s, reservedNodePercent: 66}\nmaxLockedNodePercent: 100")
+    result = plan(snap(nodes, tasks + fillers, [group]), tight, NOW)
+    assert result.locks == {} and any("within reservedNodePercent" in n for n in result.notes)
+
+
+def test_no_lock_while_a_higher_priority_pod_can_be_placed_now() -> None:
+    nodes = [node("n1"), node("n2", cpu="8")]
+    running = [pod(f"s-{i}", "1", node_name="n1") for i in range(4)]
+    big = pod("big", "4", priority=1)
+    urgent = pod("urgent", "2", priority=100, age=timedelta(seconds=1))
+    result = plan(snap(nodes, running + [big, urgent]), CONFIG, NOW)
+    assert result.locks == {} and any("higher-priority pod ns/urgent" in n for n in result.notes)
+
+
+def test_cordoned_nodes_are_never_locked_and_caps_hold() -> None:
+    running = [pod(f"s-{i}", "1", node_name="n1") for i in range(4)]
+    result = plan(snap([node("n1", unschedulable=True)], running + [pod("big", "4")]), CONFIG, NOW)
+    assert result.locks == {}
+    half = load_config("starvation: {starvingJobTimeThreshold: 60s, reservedNodePercent: 100}\nmaxLockedNodePercent: 50")
+    nodes = [node(f"n{i}") for i in range(4)]
+    fill = [pod(f"s-{n.name}-{i}", "1", node_name=n.name) for n in nodes for i in range(4)]
+    bigs = [pod(f"big-{i}", "4", age=timedelta(minutes=10 - i)) for i in range(4)]
+    result = plan(snap(nodes, fill + bigs), half, NOW)
+    assert len(result.locks) == 2
+    assert {l.subject for l in result.locks.values()} == {"ns/Pod/big-0", "ns/Pod/big-1"}, "oldest jobs first"
+
+
+def test_max_lock_duration_sends_the_job_to_the_back() -> None:
+    fill = [pod(f"s-{i}", "1", node_name="n1") for i in range(4)]
+    old_lock = Lock(node="n1", owner=owner_of("giant"), kind=LockKind.JOB, subject="ns/Pod/giant", reason="x",
+                    since=NOW - timedelta(hours=3), tasks=("ns/giant",))
+    giant = pod("giant", "4", age=timedelta(hours=4))
+    other = pod("other", "4", age=timedelta(minutes=10))
+    result = plan(snap([node("n1", lock=old_lock)], fill + [giant, other]), CONFIG, NOW)
+    assert result.locks["n1"].owner == owner_of("other")
+
+
+def test_lock_info_round_trips_through_the_node() -> None:
+    lock = Lock(node="n1", owner=owner_of("big"), kind=LockKind.JOB, subject="ns/Pod/big", reason="r", since=NOW,
+                expires=NOW + timedelta(hours=2), reserved=Resources({"cpu": 4000}), tasks=("ns/big",))
+    assert lock_on(node("n1", lock=lock)) == lock
+    broken = NodeView.from_obj({"metadata": {"name": "n2", "annotations": {keys.LOCK_INFO: "{not json"}},
+                                "spec": {"taints": [{"key": keys.LOCK, "value": "job-x-abcdef", "effect": "NoSchedule"}]}})
+    assert lock_on(broken).owner == "job-x-abcdef", "a lock with a broken annotation is still found"
+
+
+WINDOW = load_config("""
+maxLockedNodePercent: 100
+starvation: {enabled: false}
+windows:
+- name: ebook
+  nodeSelector: {business: ebook}
+  resources: {cpu: "8"}
+  cron: "0 3 - 4 * * *"
+  startReserveAgo: 2h
+  podNumToReserve: 2
+""")
+
+
+def at(hour: int, minute: int = 0) -> datetime:
+    return datetime(2026, 11, 22, hour, minute, tzinfo=timezone.utc)
+
+
+def test_window_bounds_with_start_reserve_ago() -> None:
+    window = WINDOW.windows[0]
+    assert window_bounds(window, at(0, 59)) == (at(3), at(4), False)
+    assert window_bounds(window, at(1)) == (at(3), at(4), True)
+    assert window_bounds(window, at(3, 59)) == (at(3), at(4), True)
+    start, end, active = window_bounds(window, at(4))
+    assert not active and start == at(3) + timedelta(days=1)
+
+
+def test_window_locks_nodes_by_future_idle_until_resources_are_covered() -> None:
+    labels = {"business": "ebook"}
+    nodes = [node("e1", labels=labels), node("e2", labels=labels), node("e3", labels=labels), node("other")]
+    pods = [pod("long", "3", node_name="e1", base=at(1)),  # runs forever
+            pod("short", "3", node_name="e2", runtime="1h", started_ago=timedelta(0), base=at(1))]  # gone at 02:00
+    result = plan(snap(nodes, pods), WINDOW, at(1, 30))
+    assert set(result.locks) == {"e2", "e3"}, "4 + 4 cpu covers 8: the two nodes idle at 03:00"
+    assert {l.owner for l in result.locks.values()} == {window_owner_id("ebook")}
+    assert plan(snap(nodes, pods), WINDOW, at(0, 30)).locks == {}
+    assert plan(snap(nodes, pods), WINDOW, at(4, 0)).locks == {}
+
+
+def test_window_releases_after_pod_num_to_reserve_reserve_pods() -> None:
+    labels = {"business": "ebook"}
+    nodes = [node("e1", labels=labels), node("e2", labels=labels)]
+    one = [pod("r1", "1", node_name="e1", reserveable=True, started_ago=timedelta(minutes=5), base=at(3, 10)),
+           pod("r2", "1", reserveable=True, base=at(3, 10))]
+    assert len(plan(snap(nodes, one), WINDOW, at(3, 10)).locks) == 2
+    two = [pod("r1", "1", node_name="e1", reserveable=True, started_ago=timedelta(minutes=5), base=at(3, 10)),
+           pod("r2", "1", node_name="e2", reserveable=True, started_ago=timedelta(minutes=1), base=at(3, 10)),
+           pod("r3", "1", reserveable=True, base=at(3, 10))]
+    result = plan(snap(nodes, two), WINDOW, at(3, 10))
+    assert result.locks == {} and "podNumToReserve 2" in result.windows[0].reason
+
+
+def test_plan_is_deterministic() -> None:
+    nodes = [node(f"n{i}") for i in range(6)]
+    fill = [pod(f"s-{n.name}-{i}", "1", node_name=n.name) for n in nodes for i in range(4)]
+    bigs = [pod(f"big-{i}", "4", age=timedelta(minutes=10)) for i in range(3)]
+    assert plan(snap(nodes, fill + bigs), CONFIG, NOW) == plan(snap(nodes, list(reversed(fill + bigs))), CONFIG, NOW)
