@@ -93,13 +93,13 @@ def schedulable(node: NodeView) -> bool:
     return not node.unschedulable
 
 
-def tolerates(pod: PodView, node: NodeView, lock_owner: str | None = None) -> bool:
-    """The pod tolerates the node's NoSchedule/NoExecute taints (Reservoir's own lock taint only when
-    `lock_owner` is the owner it tolerates, or it tolerates every lock)."""
+def tolerates(pod: PodView, node: NodeView, lock_owner: str | None = None, ignore_lock: bool = False) -> bool:
+    """The pod tolerates the node's NoSchedule/NoExecute taints. Reservoir's own lock taint is skipped when
+    `ignore_lock` (the planner is choosing who holds it) or when its value is `lock_owner`."""
     for taint in node.taints:
         if taint.effect not in ("NoSchedule", "NoExecute"):
             continue
-        if taint.key == keys.LOCK and lock_owner is not None and taint.value == lock_owner:
+        if taint.key == keys.LOCK and (ignore_lock or (lock_owner is not None and taint.value == lock_owner)):
             continue
         if not any(_tolerates(t, taint.key, taint.value, taint.effect) for t in pod.tolerations):
             return False

@@ -28,14 +28,11 @@ from shared.resources import EMPTY, Resources
 from shared.views import PodView
 
 
-def _placeable_now(pod: PodView, states: Mapping[str, NodeState], locked: Mapping[str, str]) -> bool:
+def _placeable_now(pod: PodView, states: Mapping[str, NodeState]) -> bool:
     for name, state in states.items():
         if not schedulable(state.node) or not selects(pod.node_selector, state.node):
             continue
-        owner = locked.get(name)
-        if owner is not None and not tolerates(pod, state.node, owner):
-            continue
-        if owner is None and not tolerates(pod, state.node):
+        if not tolerates(pod, state.node):
             continue
         if state.idle.covers(pod.requests):
             return True
@@ -55,7 +52,7 @@ def assign_tasks(job: Job, tasks: list[PodView], states: Mapping[str, NodeState]
             already = reserved.get(name, EMPTY)
             if not (already + task.requests).fits_in(state.node.allocatable):
                 continue
-            if not selects(task.node_selector, state.node) or not tolerates(task, state.node, job.owner):
+            if not selects(task.node_selector, state.node) or not tolerates(task, state.node, ignore_lock=True):
                 continue
             score = (name not in own, time_to_fit(state, task.requests, already, now), -idle_fraction(state), name)
             if best is None or score < best[0]:
@@ -93,7 +90,6 @@ def plan_starvation(
     held = {node: lock.owner for node, lock in current.items()
             if lock.kind is LockKind.JOB and lock.owner in live_owners and lock.owner not in expired_owners}
     ordered = [j for j in jobs if j.owner not in expired_owners] + [j for j in jobs if j.owner in expired_owners]
-    locked_now = {node: lock.owner for node, lock in current.items()}
 
     for job in ordered:
         pending = job.pending
@@ -113,7 +109,7 @@ def plan_starvation(
             continue
         if not existing:
             blocker = next((p for other in jobs if other.priority > job.priority and other.owner != job.owner
-                            for p in other.pending if _placeable_now(p, states, locked_now)), None)
+                            for p in other.pending if _placeable_now(p, states)), None)
             if blocker is not None:
                 notes.append(f"job={job.subject} decision=wait reason=higher-priority pod {blocker.key} can be placed now")
                 statuses.append(JobStatus(**status, starving=True, reason="waiting for a higher-priority job"))
