@@ -41,6 +41,32 @@ def _certs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _agent(args: argparse.Namespace) -> int:
+    from agent.main import run
+
+    asyncio.run(run(args.kubeconfig, args.namespace, args.metrics_port, impersonate=args.impersonate,
+                    identity=args.identity))
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    from agent.cli import status
+
+    print(asyncio.run(status(args.kubeconfig, args.namespace, args.output)))
+    return 0
+
+
+def _release(args: argparse.Namespace) -> int:
+    from agent.cli import release
+
+    if not args.all and not args.nodes:
+        print("reservoir release: name nodes, or --all to release every Reservoir lock", file=sys.stderr)
+        return 2
+    for line in asyncio.run(release(args.kubeconfig, args.nodes, args.all)):
+        print(line)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="reservoir", description="Reserve Kubernetes capacity for batch workloads.")
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
@@ -72,6 +98,26 @@ def build_parser() -> argparse.ArgumentParser:
     certs.add_argument("--secret", default=None, help="also write a kubernetes.io/tls Secret of this name")
     certs.add_argument("--kubeconfig", default=None)
     certs.set_defaults(run=_certs)
+
+    agent = commands.add_parser("agent", help="run the node-lock agent")
+    agent.add_argument("--kubeconfig", default=None, help="default: $KUBECONFIG, else in-cluster")
+    agent.add_argument("--namespace", default=keys.NAMESPACE, help="where the ConfigMap and the Lease live")
+    agent.add_argument("--metrics-port", type=int, default=9090, help="/metrics, /healthz, /readyz (0: off)")
+    agent.add_argument("--identity", default=None, help="leader-election identity (default host-pid)")
+    agent.add_argument("--as", dest="impersonate", default=None, help="act as this user, like kubectl --as")
+    agent.set_defaults(run=_agent)
+
+    status = commands.add_parser("status", help="every lock, starving jobs and windows")
+    status.add_argument("--kubeconfig", default=None)
+    status.add_argument("--namespace", default=keys.NAMESPACE)
+    status.add_argument("--output", "-o", choices=("table", "json"), default="table")
+    status.set_defaults(run=_status)
+
+    release = commands.add_parser("release", help="remove Reservoir's locks from nodes (and nothing else)")
+    release.add_argument("nodes", nargs="*", help="node names")
+    release.add_argument("--all", action="store_true", help="every node carrying a Reservoir lock")
+    release.add_argument("--kubeconfig", default=None)
+    release.set_defaults(run=_release)
     return parser
 
 

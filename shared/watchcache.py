@@ -85,6 +85,8 @@ class WatchCache(Generic[V]):
                 return
             raise
         data = json.loads(await response.read())
+        if "items" not in data or "metadata" not in data:
+            raise RuntimeError(f"list {self.path} answered without items: {str(data)[:300]}")
         self.absent = False
         self._replace({self.key(obj): obj for obj in data.get("items", [])})
         self.resource_version = data["metadata"].get("resourceVersion", "")
@@ -135,7 +137,10 @@ class WatchCache(Generic[V]):
                 line = await response.content.readline()
                 if not line:
                     return
-                self.apply_event(json.loads(line))
+                try:
+                    self.apply_event(json.loads(line))
+                except (KeyError, TypeError, ValueError) as err:
+                    raise RuntimeError(f"malformed watch event ({err!r}): {line[:300]!r}") from None
         finally:
             response.release()
 

@@ -46,6 +46,8 @@ class Kit:
 
     async def close(self) -> None:
         try:
+            # pods first, at once: a pending pod left behind would look like a starving job to the next test's agent
+            await self.core.delete_collection_namespaced_pod(self.namespace, grace_period_seconds=0)
             await self.delete_all_kwok_nodes()
             await self.core.delete_namespace(self.namespace)
         finally:

@@ -1,0 +1,162 @@
+"""The only code that writes to nodes: diff desired locks against what the nodes carry, patch what differs.
+
+A node's taints are one list, so a patch replaces the whole list: each patch starts with a JSON Patch `test` of
+`metadata.resourceVersion`, so a concurrent writer makes it fail, and the node is read again and the patch
+rebuilt (up to MAX_ATTEMPTS). Taints, labels and annotations Reservoir did not write are kept as they are.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from agent.planner.model import Lock, lock_on
+from shared import keys
+from shared.views import NodeView
+from webhook.jsonpatch import Op, add, pointer
+
+log = logging.getLogger("reservoir.agent")
+MAX_ATTEMPTS = 5
+
+
+def _is_ours(taint: Mapping[str, Any]) -> bool:
+    return taint.get("key") == keys.LOCK and taint.get("effect") == keys.LOCK_EFFECT
+
+
+def node_patch(node: Mapping[str, Any], desired: Lock | None) -> list[Op] | None:
+    """The JSON Patch that makes `node` carry `desired` (None: no lock); None when it already does."""
+    meta = node.get("metadata") or {}
+    spec = node.get("spec") or {}
+    taints = list(spec.get("taints") or [])
+    labels = meta.get("labels")
+    annotations = meta.get("annotations")
+    ops: list[Op] = []
+
+    wanted = [t for t in taints if not _is_ours(t)]
+    if desired is not None:
+        wanted.append({"key": keys.LOCK, "value": desired.owner, "effect": keys.LOCK_EFFECT})
+    if wanted != taints:
+        if wanted:
+            ops.append(add("/spec/taints", wanted))
+        else:
+            ops.append({"op": "remove", "path": "/spec/taints"})
+
+    want_labels = {keys.LOCK: desired.owner, keys.LOCK_KIND: desired.kind.value} if desired else {}
+    want_annotations = {keys.LOCK_INFO: desired.info_json()} if desired else {}
+    for current, wanted_items, field_name in ((labels, want_labels, "labels"), (annotations, want_annotations, "annotations")):
+        ours = (keys.LOCK, keys.LOCK_KIND) if field_name == "labels" else (keys.LOCK_INFO,)
+        if current is None:
+            if wanted_items:
+                ops.append(add(pointer("metadata", field_name), dict(wanted_items)))
+            continue
+        for key in ours:
+            if key in wanted_items and current.get(key) != wanted_items[key]:
+                ops.append(add(pointer("metadata", field_name, key), wanted_items[key]))
+            elif key not in wanted_items and key in current:
+                ops.append({"op": "remove", "path": pointer("metadata", field_name, key)})
+    if not ops:
+        return None
+    return [{"op": "test", "path": "/metadata/resourceVersion", "value": meta.get("resourceVersion", "")}] + ops
+
+
+@dataclass
+class ApplyResult:
+    locked: list[Lock] = field(default_factory=list)
+    released: list[Lock] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+class Applier:
+    def __init__(self, api: client.ApiClient, component: str = "reservoir-agent") -> None:
+        self.api = api
+        self.core = client.CoreV1Api(api)
+        self.component = component
+
+    async def _read_node(self, name: str) -> dict[str, Any] | None:
+        try:
+            response = await self.core.read_node(name, _preload_content=False)
+            import json
+            return json.loads(await response.read())
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+
+    async def set_lock(self, name: str, desired: Lock | None) -> tuple[Lock | None, bool]:
+        """Make node `name` carry `desired`; returns (the lock it carried before, whether it was patched)."""
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            node = await self._read_node(name)
+            if node is None:
+                return None, False
+            before = lock_on(NodeView.from_obj(node))
+            ops = node_patch(node, desired)
+            if ops is None:
+                return before, False
+            try:
+                await self.core.patch_node(name, ops, _content_type="application/json-patch+json")
+                return before, True
+            except ApiException as err:
+                if err.status in (409, 422) and attempt < MAX_ATTEMPTS:
+                    log.info("node=%s conflict on patch (attempt %d): reading it again", name, attempt)
+                    continue
+                raise
+        return None, False
+
+    async def apply(self, desired: Mapping[str, Lock], current: Mapping[str, Lock]) -> ApplyResult:
+        result = ApplyResult()
+        for name in sorted(set(desired) | set(current)):
+            want = desired.get(name)
+            have = current.get(name)
+            if (want is None and have is None) or (want is not None and want.same_hold(have)):
+                continue
+            try:
+                before, patched = await self.set_lock(name, want)
+            except ApiException as err:
+                result.errors.append(f"node={name} status={err.status} reason={err.reason}")
+                log.warning("node=%s decision=patch-failed status=%s reason=%s", name, err.status, err.reason)
+                continue
+            if not patched:
+                continue
+            if before is not None and (want is None or before.owner != want.owner):
+                result.released.append(before)
+                log.info("node=%s decision=release owner=%s subject=%s", name, before.owner, before.subject)
+                await self.event(name, "NodeReleased", f"released from {before.kind.value} {before.subject}")
+            if want is not None and (before is None or before.owner != want.owner):
+                result.locked.append(want)
+                log.info("node=%s decision=lock owner=%s kind=%s subject=%s reason=%r", name, want.owner,
+                         want.kind.value, want.subject, want.reason)
+                await self.event(name, "NodeLocked", f"locked for {want.kind.value} {want.subject}: {want.reason}")
+        return result
+
+    async def event(self, node: str, reason: str, message: str, kind: str = "Node", namespace: str = "default",
+                    event_type: str = "Normal") -> None:
+        """A core/v1 Event (best effort: a failed event is logged, never fatal)."""
+        now = datetime.now(timezone.utc)
+        body = {
+            "metadata": {"generateName": f"{node}.", "namespace": namespace},
+            "involvedObject": {"kind": kind, "name": node, "namespace": namespace if kind != "Node" else "",
+                               "apiVersion": "v1" if kind in ("Node", "ConfigMap", "Pod") else ""},
+            "reason": reason, "message": message[:1000], "type": event_type,
+            "source": {"component": self.component}, "reportingComponent": self.component,
+            "firstTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"), "lastTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "count": 1,
+        }
+        try:
+            await self.core.create_namespaced_event(namespace, body)
+        except ApiException as err:
+            log.warning("event=%s object=%s/%s not recorded: %s", reason, kind, node, err.reason)
+
+
+def missing_tolerations(pod_spec_tolerations: list[Mapping[str, Any]], owners: list[str]) -> list[dict[str, str]]:
+    """The lock tolerations (from `owners`) a pod lacks; none when it tolerates every lock."""
+    from webhook.mutate import lock_toleration
+    if any(t.get("key") == keys.LOCK and t.get("operator") == "Exists" for t in pod_spec_tolerations):
+        return []
+    have = {t.get("value") for t in pod_spec_tolerations if t.get("key") == keys.LOCK}
+    return [lock_toleration(owner) for owner in owners if owner not in have]

@@ -1,0 +1,104 @@
+"""`reservoir status` and `reservoir release`: read and remove locks from the command line."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Any
+
+from kubernetes_asyncio import client
+
+from agent.applier import Applier
+from agent.planner.model import Snapshot
+from agent.planner.plan import current_locks, plan
+from shared import keys
+from shared.config import ConfigError, ReservoirConfig, load_config
+from shared.duration import format_duration
+from shared.kube import new_api_client
+from shared.views import NodeView, PodGroupView, PodView, PriorityClassView, QueueView, ReservationView
+
+
+async def _list(api: client.ApiClient, path: str) -> list[dict[str, Any]]:
+    try:
+        response = await api.call_api(path, "GET", header_params={"Accept": "application/json"},
+                                      auth_settings=["BearerToken"], _preload_content=False, response_types_map={})
+    except client.exceptions.ApiException as err:
+        if err.status == 404:
+            return []
+        raise
+    raw = response[0] if isinstance(response, tuple) else response
+    return json.loads(await raw.read()).get("items", [])
+
+
+async def read_snapshot(api: client.ApiClient, namespace: str) -> tuple[Snapshot, ReservoirConfig]:
+    volcano = f"/apis/{keys.VOLCANO_GROUP}/{keys.VOLCANO_VERSION}"
+    nodes = [NodeView.from_obj(o) for o in await _list(api, "/api/v1/nodes")]
+    pods = [PodView.from_obj(o) for o in await _list(api, "/api/v1/pods")]
+    groups = [PodGroupView.from_obj(o) for o in await _list(api, f"{volcano}/{keys.PODGROUP_PLURAL}")]
+    queues = [QueueView.from_obj(o) for o in await _list(api, f"{volcano}/{keys.QUEUE_PLURAL}")]
+    classes = [PriorityClassView.from_obj(o) for o in await _list(api, "/apis/scheduling.k8s.io/v1/priorityclasses")]
+    reservations = [ReservationView.from_obj(o) for o in await _list(
+        api, f"/apis/{keys.RESERVATION_GROUP}/{keys.RESERVATION_VERSION}/{keys.RESERVATION_PLURAL}")]
+    config = ReservoirConfig()
+    for cm in await _list(api, f"/api/v1/namespaces/{namespace}/configmaps"):
+        if cm["metadata"]["name"] == keys.CONFIGMAP_NAME:
+            try:
+                config = load_config((cm.get("data") or {}).get(keys.CONFIG_KEY))
+            except ConfigError:
+                pass
+    snapshot = Snapshot({n.name: n for n in nodes}, pods, {(g.namespace, g.name): g for g in groups},
+                        {q.name: q for q in queues}, {c.name: c for c in classes}, {r.name: r for r in reservations})
+    return snapshot, config
+
+
+def _age(since: datetime, now: datetime) -> str:
+    return format_duration(now - since)
+
+
+async def status(kubeconfig: str | None, namespace: str, output: str) -> str:
+    api = await new_api_client(kubeconfig)
+    try:
+        snapshot, config = await read_snapshot(api, namespace)
+    finally:
+        await api.close()
+    now = datetime.now(timezone.utc)
+    locks = current_locks(snapshot)
+    planned = plan(snapshot, config, now, locks)
+    starving = [j for j in planned.jobs if j.starving]
+    if output == "json":
+        return json.dumps({
+            "locks": [{"node": l.node, **l.info(), "age": _age(l.since, now)} for l in sorted(locks.values(), key=lambda l: l.node)],
+            "starvingJobs": [j.__dict__ for j in starving],
+            "windows": [{"name": w.name, "active": w.active, "start": w.start.isoformat(), "end": w.end.isoformat(),
+                         "reason": w.reason} for w in planned.windows],
+        }, indent=2, default=str)
+    lines = [f"{'NODE':<24}{'KIND':<13}{'OWNER':<44}{'AGE':<10}{'EXPIRES':<22}REASON"]
+    for lock in sorted(locks.values(), key=lambda l: l.node):
+        expires = lock.expires.strftime("%Y-%m-%dT%H:%M:%SZ") if lock.expires else "-"
+        lines.append(f"{lock.node:<24}{lock.kind.value:<13}{lock.subject:<44}{_age(lock.since, now):<10}{expires:<22}{lock.reason}")
+    if not locks:
+        lines.append("(no locks)")
+    lines += ["", f"{'STARVING JOB':<44}{'QUEUE':<16}{'PRIORITY':<10}{'BOUND':<8}REASON"]
+    lines += [f"{j.subject:<44}{j.queue:<16}{j.priority:<10}{f'{j.bound}/{j.min_member}':<8}{j.reason}" for j in starving] or ["(none)"]
+    lines += ["", f"{'WINDOW':<20}{'ACTIVE':<8}{'START':<22}{'END':<22}REASON"]
+    lines += [f"{w.name:<20}{str(w.active).lower():<8}{w.start:%Y-%m-%dT%H:%M:%SZ}  {w.end:%Y-%m-%dT%H:%M:%SZ}  {w.reason}"
+              for w in planned.windows] or ["(no windows configured)"]
+    return "\n".join(lines)
+
+
+async def release(kubeconfig: str | None, nodes: list[str], everything: bool) -> list[str]:
+    """Remove Reservoir's locks (taint, labels, info annotation) and nothing else."""
+    api = await new_api_client(kubeconfig)
+    try:
+        applier = Applier(api, component="reservoir-release")
+        listed = [NodeView.from_obj(o) for o in await _list(api, "/api/v1/nodes")]
+        targets = [n.name for n in listed if everything or n.name in nodes]
+        done = []
+        for name in targets:
+            before, patched = await applier.set_lock(name, None)
+            if patched:
+                done.append(f"{name}: released {before.kind.value + ' ' + before.subject if before else 'leftover lock keys'}")
+                await applier.event(name, "NodeReleased", "released by `reservoir release`")
+        return done or ["no Reservoir locks found"]
+    finally:
+        await api.close()
