@@ -55,15 +55,22 @@ def plan_window(
     def status(reason: str, is_active: bool = active) -> WindowStatus:
         return WindowStatus(window.name, is_active, start, end, lock_from, reason)
 
+    holding = any(lock.owner == owner for lock in current.values())
+
+    def release(reason: str, is_active: bool = active) -> tuple[dict[str, Lock], WindowStatus, list[str]]:
+        # logged once: only while the window still holds nodes
+        notes = [f"window={window.name} decision=release reason={reason}"] if holding else []
+        return {}, status(reason, is_active), notes
+
     if not active:
-        return {}, status(f"next lock at {lock_from:%Y-%m-%dT%H:%M:%SZ}"), []
+        return release(f"inactive: next lock at {lock_from:%Y-%m-%dT%H:%M:%SZ}")
     reserve = [p for p in pods if p.reserveable]
     started = [p for p in reserve if p.is_bound and (p.started or p.created) >= lock_from]
     pending = [p for p in reserve if not p.is_bound and not p.is_terminal and not p.deleting]
     if window.pod_num_to_reserve and len(started) >= window.pod_num_to_reserve:
-        return {}, status(f"released: {len(started)} reserve pods started (podNumToReserve {window.pod_num_to_reserve})"), []
+        return release(f"{len(started)} reserve pods started (podNumToReserve {window.pod_num_to_reserve})")
     if started and not pending:
-        return {}, status(f"released: reserve demand covered ({len(started)} started, none pending)"), []
+        return release(f"reserve demand covered ({len(started)} started, none pending)")
 
     own = {node for node, lock in current.items() if lock.owner == owner}
     dims = sorted(window.resources)

@@ -200,6 +200,7 @@ def test_window_releases_after_pod_num_to_reserve_reserve_pods() -> None:
            pod("r3", "1", reserveable=True, base=at(3, 10))]
     result = plan(snap(nodes, two), WINDOW, at(3, 10))
     assert result.locks == {} and "podNumToReserve 2" in result.windows[0].reason
+    assert result.notes == [], "nothing held, nothing to release: no decision logged"
 
 
 def test_plan_is_deterministic() -> None:
