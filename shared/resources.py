@@ -58,7 +58,7 @@ class Resources(Mapping[str, int]):
 
     def __add__(self, other: Mapping[str, int]) -> Resources:
         out = dict(self._amounts)
-        for name, value in other.items():
+        for name, value in (other._amounts.items() if isinstance(other, Resources) else other.items()):
             out[name] = out.get(name, 0) + value
         return Resources(out)
 
@@ -85,7 +85,14 @@ class Resources(Mapping[str, int]):
 
     def covers(self, demand: Mapping[str, int]) -> bool:
         """True when this vector is >= `demand` in every dimension `demand` names."""
-        return all(self._amounts.get(name, 0) >= value for name, value in demand.items())
+        mine = self._amounts
+        items = demand._amounts.items() if isinstance(demand, Resources) else demand.items()
+        return all(mine.get(name, 0) >= value for name, value in items)
+
+    def plus_covers(self, extra: Resources, demand: Resources) -> bool:
+        """(self + extra).covers(demand), without building the sum (a hot path of the planner)."""
+        mine, more = self._amounts, extra._amounts
+        return all(mine.get(name, 0) + more.get(name, 0) >= value for name, value in demand._amounts.items())
 
     def to_quantities(self) -> dict[str, str]:
         """Back to a Kubernetes ResourceList of canonical strings, names sorted."""

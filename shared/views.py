@@ -83,6 +83,17 @@ class OwnerRef:
     controller: bool
 
 
+def _runtime(annotations: Mapping[str, str]) -> timedelta | None:
+    """`volcano.sh/maximum-runtime`, parsed once; None when absent or unreadable (the webhook rejects bad ones)."""
+    text = annotations.get(keys.MAXIMUM_RUNTIME)
+    if not text:
+        return None
+    try:
+        return parse_duration(text)
+    except ValueError:
+        return None
+
+
 @dataclass(frozen=True, slots=True)
 class PodView:
     namespace: str
@@ -103,6 +114,7 @@ class PodView:
     deleting: bool
     scheduler_name: str = "default-scheduler"
     node_selector: Mapping[str, str] = field(default_factory=dict)
+    maximum_runtime: timedelta | None = None  # `volcano.sh/maximum-runtime`; None when absent or unreadable
 
     @classmethod
     def from_obj(cls, obj: Mapping[str, Any]) -> PodView:
@@ -132,6 +144,7 @@ class PodView:
             deleting=bool(meta.get("deletionTimestamp")),
             scheduler_name=spec.get("schedulerName") or "default-scheduler",
             node_selector=dict(spec.get("nodeSelector") or {}),
+            maximum_runtime=_runtime(meta.get("annotations") or {}),
         )
 
     @property
@@ -158,17 +171,6 @@ class PodView:
     @property
     def group_name(self) -> str:
         return self.annotations.get(keys.GROUP_NAME, "")
-
-    @property
-    def maximum_runtime(self) -> timedelta | None:
-        """`volcano.sh/maximum-runtime`, or None when absent or unreadable (the webhook rejects bad ones)."""
-        text = self.annotations.get(keys.MAXIMUM_RUNTIME)
-        if not text:
-            return None
-        try:
-            return parse_duration(text)
-        except ValueError:
-            return None
 
     @property
     def reserveable(self) -> bool:

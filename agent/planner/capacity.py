@@ -23,10 +23,29 @@ class NodeState:
     node: NodeView
     pods: list[PodView] = field(default_factory=list)  # pods holding resources on the node
     used: Resources = EMPTY
+    _idle: Resources | None = None
+    _releases: list[tuple[datetime, Resources]] | None = None
+    _idle_fraction: float | None = None
 
     @property
     def idle(self) -> Resources:
-        return (self.node.allocatable - self.used).clamp_negative()
+        if self._idle is None:
+            self._idle = (self.node.allocatable - self.used).clamp_negative()
+        return self._idle
+
+    @property
+    def releases(self) -> list[tuple[datetime, Resources]]:
+        """(end time, resources freed by then, cumulative) for pods with a maximum runtime, earliest first;
+        computed once per plan."""
+        if self._releases is None:
+            ending = sorted(((end, pod) for pod in self.pods if (end := pod_end(pod)) is not None),
+                            key=lambda item: (item[0], item[1].key))
+            freed = EMPTY
+            self._releases = []
+            for end, pod in ending:
+                freed = freed + pod.requests
+                self._releases.append((end, freed))
+        return self._releases
 
 
 def node_states(nodes: Mapping[str, NodeView], pods: Sequence[PodView]) -> dict[str, NodeState]:
@@ -50,14 +69,11 @@ def time_to_fit(state: NodeState, request: Resources, reserved: Resources, now: 
     """Seed 000 node choice, "how soon the node fits": zero when idle - reserved covers `request` now; else the
     wait until enough pods with a maximum runtime have ended (earliest end first) for it to; FOREVER when pods
     without one stand in the way."""
-    free = state.idle - reserved
+    free = state.idle - reserved if reserved else state.idle
     if free.covers(request):
         return timedelta(0)
-    ending = sorted(((end, pod) for pod in state.pods if (end := pod_end(pod)) is not None),
-                    key=lambda item: (item[0], item[1].key))
-    for end, pod in ending:
-        free = free + pod.requests
-        if free.covers(request):
+    for end, freed in state.releases:
+        if free.plus_covers(freed, request):
             return max(end - now, timedelta(0))
     return FOREVER
 
@@ -75,6 +91,8 @@ def future_idle(state: NodeState, at: datetime) -> Resources:
 def idle_fraction(state: NodeState) -> float:
     """Seed 000's node score shape: ((cpu + memory) / 2 + 2 * scalar) / 3 over idle/allocatable per dimension
     (scalar = the mean over other resources, counted only when the node has any)."""
+    if state._idle_fraction is not None:
+        return state._idle_fraction
     allocatable = state.node.allocatable
     idle = state.idle
 
@@ -83,10 +101,10 @@ def idle_fraction(state: NodeState) -> float:
 
     scalars = [n for n in allocatable if n not in ("cpu", "memory", "pods", "ephemeral-storage")]
     base = (share("cpu") + share("memory")) / 2
-    if not scalars:
-        return base
-    scalar = sum(share(n) for n in scalars) / len(scalars)
-    return (base + 2 * scalar) / 3
+    if scalars:
+        base = (base + 2 * sum(share(n) for n in scalars) / len(scalars)) / 3
+    state._idle_fraction = base
+    return base
 
 
 def schedulable(node: NodeView) -> bool:

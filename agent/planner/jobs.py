@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 
 from agent.planner.model import Snapshot
 from shared import keys
@@ -28,15 +29,15 @@ class Job:
     def subject(self) -> str:
         return self.ref.full_name
 
-    @property
+    @cached_property
     def priority(self) -> int:
         return max((p.priority for p in self.pods), default=0)
 
-    @property
+    @cached_property
     def bound(self) -> int:
         return sum(1 for p in self.pods if p.is_bound)
 
-    @property
+    @cached_property
     def pending(self) -> list[PodView]:
         """Unbound pods, largest request first (cpu, then memory), then by name."""
         waiting = [p for p in self.pods if not p.is_bound and not p.deleting]

@@ -208,3 +208,46 @@ def test_plan_is_deterministic() -> None:
     fill = [pod(f"s-{n.name}-{i}", "1", node_name=n.name) for n in nodes for i in range(4)]
     bigs = [pod(f"big-{i}", "4", age=timedelta(minutes=10)) for i in range(3)]
     assert plan(snap(nodes, fill + bigs), CONFIG, NOW) == plan(snap(nodes, list(reversed(fill + bigs))), CONFIG, NOW)
+
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agent.planner.capacity import idle_fraction, node_states, time_to_fit
+from agent.planner.jobs import build_jobs
+from agent.planner.starvation import NodeChooser, assign_tasks
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["2", "4", "8"]), st.lists(st.tuples(st.sampled_from(["500m", "1", "2"]),
+                                                                                 st.sampled_from([None, "10m", "1h"])),
+                                                                       max_size=5)), min_size=1, max_size=8),
+       st.lists(st.sampled_from(["1", "2", "3", "4"]), min_size=1, max_size=4))
+def test_node_chooser_matches_a_brute_force_scan(node_specs, task_cpus) -> None:
+    """The heap-based chooser picks, task by task, exactly what scanning every node with the documented score
+    (time_to_fit, -idle_fraction, name), counting what the job reserved so far, would pick."""
+    nodes = [node(f"n{i}", cpu=cpu) for i, (cpu, _) in enumerate(node_specs)]
+    running = [pod(f"r{i}-{j}", req, node_name=f"n{i}", runtime=rt, started_ago=timedelta(minutes=5))
+               for i, (_, pods) in enumerate(node_specs) for j, (req, rt) in enumerate(pods)]
+    tasks = [pod(f"t{k}", cpu, group="g") for k, cpu in enumerate(task_cpus)]
+    group = PodGroupView.from_obj({"metadata": {"name": "g", "namespace": "ns"}, "spec": {"minMember": len(tasks)}})
+    snapshot = snap(nodes, running + tasks, [group])
+    states = node_states(snapshot.nodes, snapshot.pods)
+    job = next(j for j in build_jobs(snapshot) if j.ref.name == "g")
+    chosen = assign_tasks(job, job.pending, NodeChooser(states, set(), {}, NOW), set())
+
+    reserved: dict[str, Resources] = {}
+    expected: dict[str, list] = {}
+    for task in job.pending:
+        options = []
+        for name, state in states.items():
+            already = reserved.get(name, Resources())
+            if (already + task.requests).fits_in(state.node.allocatable):
+                options.append(((time_to_fit(state, task.requests, already, NOW), -idle_fraction(state), name), name))
+        if not options:
+            expected = None
+            break
+        best = min(options)[1]
+        reserved[best] = reserved.get(best, Resources()) + task.requests
+        expected.setdefault(best, []).append(task)
+    assert chosen == expected
