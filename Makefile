@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: up test unit e2e cluster-bin bench-webhook clean
+.PHONY: up test unit e2e cluster-bin bench-webhook bench-planner clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -41,3 +41,7 @@ $(LOADGEN): bench/webhook/loadgen/main.go bench/webhook/loadgen/go.mod
 ## bench-webhook: mutate route vs no-op route on the same server, side by side (about a minute)
 bench-webhook: $(STAMP) $(LOADGEN)
 	$(PY) -m bench.webhook.run $(LOADGEN)
+
+## bench-planner: one full plan at 500, 5,000 and 10,000 nodes (30 pods per node, 1% pending), side by side
+bench-planner: $(STAMP)
+	$(PY) -m bench.planner.run

@@ -13,6 +13,7 @@ import yaml
 
 from localcluster import binaries
 from localcluster.cluster import KWOK_NODE_ANNOTATION, KWOK_NODE_VALUE, ClusterError, LocalCluster
+from localcluster.agent_process import AgentProcess
 from localcluster.webhook_process import WebhookProcess
 
 REPO = Path(__file__).resolve().parents[1]
@@ -52,23 +53,29 @@ def up(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     webhook = WebhookProcess(cluster)
+    agent = AgentProcess(cluster)
     try:
         kubectl = cluster.kubectl
         subprocess.run([*kubectl, "apply", "-k", str(REPO / "deploy" / "crds")], check=True)
         subprocess.run([*kubectl, "wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"], check=True)
-        for manifest in ("namespace.yaml", "webhook-rbac.yaml", "configmap.yaml"):
+        for manifest in ("namespace.yaml", "webhook-rbac.yaml", "agent-rbac.yaml", "configmap.yaml"):
             subprocess.run([*kubectl, "apply", "-f", str(REPO / "deploy" / manifest)], check=True)
         subprocess.run([*kubectl, "apply", "-f", "-"], input=_demo_nodes(args.nodes).encode(), check=True)
         webhook.start()
         webhook.register(kubectl)
+        agent.start()
         print(f"""
 Reservoir's local cluster is up ({cluster.start_seconds:.1f}s): {cluster.server}
 webhook: {webhook.url} (log {webhook.dir / 'webhook.log'}), registered as MutatingWebhookConfiguration and
 ValidatingWebhookConfiguration "reservoir"
+agent: running as ServiceAccount reservoir-agent (log {agent.dir / 'agent.log'})
 
   export KUBECONFIG={cluster.kubeconfig}
   export PATH={bin_dir}:$PATH
   kubectl get nodes
+  .venv/bin/reservoir status                              # every lock, starving jobs, windows
+  kubectl apply -f examples/seed-000-starvation.yaml      # seed 000, step 1: small pods fill kwok-node-0
+  kubectl apply -f examples/seed-000-big-pod.yaml         # step 2: a big pod; watch the node locked for it
 
 Ctrl-C stops every process this started and removes {cluster.workdir}.
 """, flush=True)
@@ -76,12 +83,15 @@ Ctrl-C stops every process this started and removes {cluster.workdir}.
             cluster.check_alive()
             if webhook.process is not None and webhook.process.poll() is not None:
                 raise ClusterError(f"webhook exited:\n{webhook.log_text()[-2000:]}")
+            if agent.process is not None and agent.process.poll() is not None:
+                raise ClusterError(f"agent exited:\n{agent.log_text()[-2000:]}")
             time.sleep(1)
     except ClusterError as err:
         _log(f"localcluster: {err}")
         return 1
     finally:
         _log("localcluster: stopping")
+        agent.stop()
         webhook.stop()
         cluster.stop()
     return 0

@@ -59,8 +59,9 @@ def pod_job(pod: PodView) -> JobRef:
 
 
 def build_jobs(snapshot: Snapshot) -> list[Job]:
-    """Every job with a live pod. minMember: the PodGroup's; for any other job, all of its live pods (a plain
-    job is ready when every pod it has is bound)."""
+    """Every job with a live pod. minMember: the PodGroup's; for any other job 1: without a gang constraint a
+    job makes progress as soon as one of its pods is bound (a ReplicaSet kept partly pending by a full cluster
+    is not starving; a lone pod that cannot be placed is)."""
     grouped: dict[JobRef, list[PodView]] = defaultdict(list)
     for pod in snapshot.pods:
         if pod.is_terminal or pod.scheduler_name != "default-scheduler":
@@ -74,6 +75,6 @@ def build_jobs(snapshot: Snapshot) -> list[Job]:
         else:
             queue = pods[0].annotations.get(keys.QUEUE_NAME) or keys.DEFAULT_QUEUE
             created = min(p.created for p in pods)
-            min_member = len(pods)
+            min_member = 1
         jobs.append(Job(ref, queue, created, min_member, pods))
     return jobs

@@ -251,3 +251,18 @@ def test_node_chooser_matches_a_brute_force_scan(node_specs, task_cpus) -> None:
         reserved[best] = reserved.get(best, Resources()) + task.requests
         expected.setdefault(best, []).append(task)
     assert chosen == expected
+
+
+def test_a_partly_pending_replicaset_is_not_starving_but_a_lone_big_pod_is() -> None:
+    def rs_pod(name: str, node_name: str = "") -> PodView:
+        base = pod(name, "1", node_name=node_name)
+        return PodView.from_obj({"metadata": {"name": name, "namespace": "ns", "creationTimestamp": stamp(NOW - timedelta(minutes=5)),
+                                              "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs",
+                                                                   "uid": "u", "controller": True}]},
+                                 "spec": {"nodeName": node_name, "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
+                                 "status": {"phase": "Running" if node_name else "Pending"}}) if base else base
+    stream = [rs_pod(f"rs-{i}", "n1") for i in range(4)] + [rs_pod("rs-4"), rs_pod("rs-5")]
+    result = plan(snap([node("n1")], stream + [pod("big", "4")]), CONFIG, NOW)
+    assert [l.subject for l in result.locks.values()] == ["ns/Pod/big"]
+    rs = next(j for j in result.jobs if j.subject == "ns/ReplicaSet/rs")
+    assert not rs.starving and rs.reason == "ready"
