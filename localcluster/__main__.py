@@ -66,9 +66,9 @@ def up(args: argparse.Namespace) -> int:
         agent.start()
         print(f"""
 Reservoir's local cluster is up ({cluster.start_seconds:.1f}s): {cluster.server}
-webhook: {webhook.url} (log {webhook.dir / 'webhook.log'}), registered as MutatingWebhookConfiguration and
+webhook: {webhook.url} (log {webhook.log_path}), registered as MutatingWebhookConfiguration and
 ValidatingWebhookConfiguration "reservoir"
-agent: running as ServiceAccount reservoir-agent (log {agent.dir / 'agent.log'})
+agent: running as ServiceAccount reservoir-agent (log {agent.log_path})
 
   export KUBECONFIG={cluster.kubeconfig}
   export PATH={bin_dir}:$PATH
@@ -81,9 +81,9 @@ Ctrl-C stops every process this started and removes {cluster.workdir}.
 """, flush=True)
         while not stop:
             cluster.check_alive()
-            if webhook.process is not None and webhook.process.poll() is not None:
+            if not webhook.running():
                 raise ClusterError(f"webhook exited:\n{webhook.log_text()[-2000:]}")
-            if agent.process is not None and agent.process.poll() is not None:
+            if not agent.running():
                 raise ClusterError(f"agent exited:\n{agent.log_text()[-2000:]}")
             time.sleep(1)
     except ClusterError as err:

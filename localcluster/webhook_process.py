@@ -6,33 +6,28 @@ from __future__ import annotations
 
 import base64
 import copy
-import os
-import signal
 import ssl
 import subprocess
-import sys
-import tempfile
 import time
 import urllib.request
-from pathlib import Path
 
 import yaml
 
 from certs.rotation import Subject, ensure
 from localcluster.cluster import LocalCluster, free_port
-
-REPO = Path(__file__).resolve().parents[1]
+from localcluster.process import REPO, ReservoirProcess
 
 WEBHOOK_USER = "system:serviceaccount:reservoir-system:reservoir-webhook"
 CONFIG_NAME = "reservoir"
 
 
-class WebhookProcess:
+class WebhookProcess(ReservoirProcess):
+    name = "webhook"
+
     def __init__(self, cluster: LocalCluster) -> None:
+        super().__init__()
         self.cluster = cluster
-        self.dir = Path(tempfile.mkdtemp(prefix="reservoir-webhook-"))
         self.port = free_port()
-        self.process: subprocess.Popen[bytes] | None = None
         ensure(self.dir, Subject("reservoir-webhook", "reservoir-system", ips=("127.0.0.1",)))
 
     @property
@@ -40,18 +35,14 @@ class WebhookProcess:
         return f"https://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 30.0) -> None:
-        self.log = open(self.dir / "webhook.log", "wb")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "shared.cli", "webhook", f"--cert-file={self.dir / 'tls.crt'}",
-             f"--key-file={self.dir / 'tls.key'}", "--host=127.0.0.1", f"--port={self.port}",
-             f"--kubeconfig={self.cluster.kubeconfig}", f"--as={WEBHOOK_USER}"],
-            stdout=self.log, stderr=subprocess.STDOUT, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
-        )
+        self.spawn(["webhook", f"--cert-file={self.dir / 'tls.crt'}", f"--key-file={self.dir / 'tls.key'}",
+                    "--host=127.0.0.1", f"--port={self.port}", f"--kubeconfig={self.cluster.kubeconfig}",
+                    f"--as={WEBHOOK_USER}"])
         context = ssl.create_default_context(cafile=str(self.dir / "ca-bundle.crt"))
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"webhook exited {self.process.returncode}:\n{self.log_text()}")
+            if not self.running():
+                raise RuntimeError(f"webhook exited:\n{self.log_text()}")
             try:
                 with urllib.request.urlopen(f"{self.url}/readyz", timeout=1, context=context) as response:
                     if response.status == 200:
@@ -60,25 +51,6 @@ class WebhookProcess:
                 pass
             time.sleep(0.2)
         raise RuntimeError(f"webhook not ready in {timeout}s:\n{self.log_text()}")
-
-    def stop(self, remove_files: bool = True) -> None:
-        """Stop the process (SIGTERM, SIGKILL after 10 s) and remove its certificates and log."""
-        if self.process and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        if remove_files:
-            import shutil
-            shutil.rmtree(self.dir, ignore_errors=True)
-
-    def log_text(self) -> str:
-        try:
-            return (self.dir / "webhook.log").read_text(errors="replace")
-        except OSError:
-            return "(log removed)"
 
     def configurations(self) -> list[dict]:
         """deploy/webhook-configurations.yaml with each clientConfig pointed at this process."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -77,6 +78,7 @@ def main() -> int:
     finally:
         server.terminate()
         server.wait()
+        shutil.rmtree(work, ignore_errors=True)
     print(f"{'route':<14}{'mode':<26}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}")
     for name, r in (("noop", noop), ("mutate/pods", mutate), ("noop", noop_rate), ("mutate/pods", mutate_rate)):
         mode = f"closed, {r['concurrency']} in flight" if r["mode"] == "closed" else f"open, {r['target_rate']} req/s"

@@ -10,7 +10,6 @@ import time
 from collections.abc import AsyncIterator
 
 import pytest
-from pathlib import Path
 
 from localcluster.agent_process import AgentProcess
 from localcluster.cluster import COMPLETE_AFTER
@@ -46,11 +45,8 @@ async def agent(kit: Kit) -> AsyncIterator[AgentProcess]:
     try:
         yield process
     finally:
-        process.stop(remove_files=False)
-        log = process.log_text()
         process.stop()
         await kit.raw("DELETE", f"/api/v1/namespaces/{keys.NAMESPACE}/configmaps/{keys.CONFIGMAP_NAME}")
-        Path("/tmp/last-agent.log").write_text(log)
 
 
 async def stream_small_pods(kit: Kit, seconds: float, keep_pending: int = 3) -> None:
