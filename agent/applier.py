@@ -7,6 +7,7 @@ rebuilt (up to MAX_ATTEMPTS). Taints, labels and annotations Reservoir did not w
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from agent.planner.model import Lock, lock_on
 from shared import keys
 from shared.views import NodeView
 from webhook.jsonpatch import Op, add, pointer
+from webhook.mutate import lock_toleration
 
 log = logging.getLogger("reservoir.agent")
 MAX_ATTEMPTS = 5
@@ -81,7 +83,6 @@ class Applier:
     async def _read_node(self, name: str) -> dict[str, Any] | None:
         try:
             response = await self.core.read_node(name, _preload_content=False)
-            import json
             return json.loads(await response.read())
         except ApiException as err:
             if err.status == 404:
@@ -155,7 +156,6 @@ class Applier:
 
 def missing_tolerations(pod_spec_tolerations: list[Mapping[str, Any]], owners: list[str]) -> list[dict[str, str]]:
     """The lock tolerations (from `owners`) a pod lacks; none when it tolerates every lock."""
-    from webhook.mutate import lock_toleration
     if any(t.get("key") == keys.LOCK and t.get("operator") == "Exists" for t in pod_spec_tolerations):
         return []
     have = {t.get("value") for t in pod_spec_tolerations if t.get("key") == keys.LOCK}

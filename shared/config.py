@@ -193,7 +193,7 @@ def _path(loc: tuple[Any, ...]) -> str:
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif part in {"function-after[_schedule_and_duration()]"} or str(part).startswith("function-"):
+        elif str(part).startswith("function-"):  # pydantic's name for a model validator, not a field
             continue
         else:
             out += f".{part}" if out else str(part)
