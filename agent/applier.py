@@ -19,6 +19,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from agent.planner.model import Lock, lock_on
 from shared import keys
+from shared.keys import LockKind
 from shared.views import NodeView
 from webhook.jsonpatch import Op, add, pointer
 from webhook.mutate import lock_toleration
@@ -128,21 +129,30 @@ class Applier:
                 result.released.append(before)
                 log.info("node=%s decision=release owner=%s subject=%s", name, before.owner, before.subject)
                 await self.event(name, "NodeReleased", f"released from {before.kind.value} {before.subject}")
+                await self.owner_event(before, "NodeReleased", f"node {name} released")
             if want is not None and (before is None or before.owner != want.owner):
                 result.locked.append(want)
                 log.info("node=%s decision=lock owner=%s kind=%s subject=%s reason=%r", name, want.owner,
                          want.kind.value, want.subject, want.reason)
                 await self.event(name, "NodeLocked", f"locked for {want.kind.value} {want.subject}: {want.reason}")
+                await self.owner_event(want, "NodeLocked", f"node {name} locked for it: {want.reason}")
         return result
 
+    async def owner_event(self, lock: Lock, reason: str, message: str) -> None:
+        """The same news on the lock's owner, when it is an object: a job's PodGroup."""
+        parts = lock.subject.split("/")
+        if lock.kind is LockKind.JOB and len(parts) == 3 and parts[1] == "PodGroup":
+            await self.event(parts[2], reason, message, kind="PodGroup", namespace=parts[0],
+                             api_version=f"{keys.VOLCANO_GROUP}/{keys.VOLCANO_VERSION}")
+
     async def event(self, node: str, reason: str, message: str, kind: str = "Node", namespace: str = "default",
-                    event_type: str = "Normal") -> None:
+                    event_type: str = "Normal", api_version: str = "v1") -> None:
         """A core/v1 Event (best effort: a failed event is logged, never fatal)."""
         now = datetime.now(timezone.utc)
         body = {
             "metadata": {"generateName": f"{node}.", "namespace": namespace},
             "involvedObject": {"kind": kind, "name": node, "namespace": namespace if kind != "Node" else "",
-                               "apiVersion": "v1" if kind in ("Node", "ConfigMap", "Pod") else ""},
+                               "apiVersion": api_version},
             "reason": reason, "message": message[:1000], "type": event_type,
             "source": {"component": self.component}, "reportingComponent": self.component,
             "firstTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"), "lastTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
