@@ -12,11 +12,12 @@ AGENT_USER = "system:serviceaccount:reservoir-system:reservoir-agent"
 class AgentProcess(ReservoirProcess):
     name = "agent"
 
-    def __init__(self, cluster: LocalCluster, identity: str = "agent-0") -> None:
+    def __init__(self, cluster: LocalCluster, identity: str = "agent-0", metrics_port: int = 0) -> None:
         super().__init__()
         self.cluster = cluster
         self.identity = identity
+        self.metrics_port = metrics_port  # 0: no metrics server
 
     def start(self) -> None:
-        self.spawn(["agent", f"--kubeconfig={self.cluster.kubeconfig}", f"--as={AGENT_USER}", "--metrics-port=0",
-                    f"--identity={self.identity}"])
+        self.spawn(["agent", f"--kubeconfig={self.cluster.kubeconfig}", f"--as={AGENT_USER}",
+                    f"--metrics-port={self.metrics_port}", f"--identity={self.identity}"])

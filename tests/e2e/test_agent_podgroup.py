@@ -3,8 +3,10 @@ PodGroup, reports it on the PodGroup as well as on the node, and releases it onc
 
 from __future__ import annotations
 
+import urllib.request
+
 from localcluster.agent_process import AgentProcess
-from localcluster.cluster import COMPLETE_AFTER
+from localcluster.cluster import COMPLETE_AFTER, free_port
 from shared import keys
 from shared.jobs import JobRef
 from tests.e2e.kit import Kit, apply_setup
@@ -14,8 +16,13 @@ from tests.e2e.test_starvation import CONFIG, SETUP, configure, scheduled_at
 async def test_podgroup_gets_the_lock_and_the_events(kit: Kit) -> None:
     await apply_setup(kit, *SETUP)
     await configure(kit, CONFIG)
-    agent = AgentProcess(kit.cluster)
+    agent = AgentProcess(kit.cluster, metrics_port=free_port())
     agent.start()
+
+    def metrics() -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{agent.metrics_port}/metrics", timeout=2) as response:
+            return response.read().decode()
+
     try:
         await kit.create_node("gang-node", {"cpu": "4", "memory": "16Gi"})
         await kit.create_pod("hog", {"cpu": "3"}, annotations={COMPLETE_AFTER: "8s"})
@@ -32,6 +39,9 @@ async def test_podgroup_gets_the_lock_and_the_events(kit: Kit) -> None:
             node = await kit.read_node("gang-node")
             return any(t["key"] == keys.LOCK and t["value"] == owner for t in node["spec"].get("taints") or [])
         await kit.wait_for(locked, what="the node locked for the PodGroup", timeout=30)
+        text = metrics()
+        assert 'reservoir_locks{kind="job"} 1.0' in text and "reservoir_leader 1.0" in text, text
+        assert "reservoir_starving_jobs 1.0" in text and "reservoir_reconcile_duration_seconds_count" in text
         info = (await kit.read_node("gang-node"))["metadata"]["annotations"][keys.LOCK_INFO]
         assert f'"subject":"{kit.namespace}/PodGroup/gang"' in info and f"{kit.namespace}/gang-0" in info
 
@@ -42,6 +52,7 @@ async def test_podgroup_gets_the_lock_and_the_events(kit: Kit) -> None:
         async def released() -> bool:
             return not await locked()
         await kit.wait_for(released, what="the lock released once the gang is bound", timeout=20)
+        assert 'reservoir_locks{kind="job"} 0.0' in metrics()
         events = await kit.raw("GET", f"/api/v1/namespaces/{kit.namespace}/events?fieldSelector=involvedObject.kind=PodGroup")
         reasons = {(e["involvedObject"]["name"], e["reason"]) for e in events["items"]}
         assert {("gang", "NodeLocked"), ("gang", "NodeReleased")} <= reasons, reasons
