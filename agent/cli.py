@@ -11,43 +11,40 @@ from kubernetes_asyncio import client
 from agent.applier import Applier
 from agent.planner.model import Snapshot
 from agent.planner.plan import current_locks, plan
-from shared import keys
-from shared.config import ConfigError, ReservoirConfig, load_config
+from shared import watched
+from shared.config import ReservoirConfig
 from shared.duration import format_duration
 from shared.kube import new_api_client
-from shared.views import NodeView, PodGroupView, PodView, PriorityClassView, QueueView, ReservationView
 
 
-async def _list(api: client.ApiClient, path: str) -> list[dict[str, Any]]:
+async def _list(api: client.ApiClient, kind: watched.Watched) -> list[Any]:
+    """Every object of one watched kind, as its view (an API that is not installed lists as empty)."""
+    query = [("fieldSelector", kind.field_selector)] if kind.field_selector else []
     try:
-        response = await api.call_api(path, "GET", header_params={"Accept": "application/json"},
+        response = await api.call_api(kind.path, "GET", query_params=query, header_params={"Accept": "application/json"},
                                       auth_settings=["BearerToken"], _preload_content=False, response_types_map={})
     except client.exceptions.ApiException as err:
         if err.status == 404:
             return []
         raise
     raw = response[0] if isinstance(response, tuple) else response
-    return json.loads(await raw.read()).get("items", [])
+    return [kind.convert(obj) for obj in json.loads(await raw.read()).get("items", [])]
 
 
 async def read_snapshot(api: client.ApiClient, namespace: str) -> tuple[Snapshot, ReservoirConfig]:
-    volcano = f"/apis/{keys.VOLCANO_GROUP}/{keys.VOLCANO_VERSION}"
-    nodes = [NodeView.from_obj(o) for o in await _list(api, "/api/v1/nodes")]
-    pods = [PodView.from_obj(o) for o in await _list(api, "/api/v1/pods")]
-    groups = [PodGroupView.from_obj(o) for o in await _list(api, f"{volcano}/{keys.PODGROUP_PLURAL}")]
-    queues = [QueueView.from_obj(o) for o in await _list(api, f"{volcano}/{keys.QUEUE_PLURAL}")]
-    classes = [PriorityClassView.from_obj(o) for o in await _list(api, "/apis/scheduling.k8s.io/v1/priorityclasses")]
-    reservations = [ReservationView.from_obj(o) for o in await _list(
-        api, f"/apis/{keys.RESERVATION_GROUP}/{keys.RESERVATION_VERSION}/{keys.RESERVATION_PLURAL}")]
+    nodes = await _list(api, watched.NODES)
+    groups = await _list(api, watched.PODGROUPS)
     config = ReservoirConfig()
-    for cm in await _list(api, f"/api/v1/namespaces/{namespace}/configmaps"):
-        if cm["metadata"]["name"] == keys.CONFIGMAP_NAME:
-            try:
-                config = load_config((cm.get("data") or {}).get(keys.CONFIG_KEY))
-            except ConfigError:
-                pass
-    snapshot = Snapshot({n.name: n for n in nodes}, pods, {(g.namespace, g.name): g for g in groups},
-                        {q.name: q for q in queues}, {c.name: c for c in classes}, {r.name: r for r in reservations})
+    for configmap in await _list(api, watched.config_map(namespace)):
+        config, _ = watched.config_from("ADDED", configmap, config)
+    snapshot = Snapshot(
+        nodes={n.name: n for n in nodes},
+        pods=await _list(api, watched.PODS),
+        podgroups={(g.namespace, g.name): g for g in groups},
+        queues={q.name: q for q in await _list(api, watched.QUEUES)},
+        priority_classes={c.name: c for c in await _list(api, watched.PRIORITY_CLASSES)},
+        reservations={r.name: r for r in await _list(api, watched.RESERVATIONS)},
+    )
     return snapshot, config
 
 
@@ -91,7 +88,7 @@ async def release(kubeconfig: str | None, nodes: list[str], everything: bool) ->
     api = await new_api_client(kubeconfig)
     try:
         applier = Applier(api, component="reservoir-release")
-        listed = [NodeView.from_obj(o) for o in await _list(api, "/api/v1/nodes")]
+        listed = await _list(api, watched.NODES)
         targets = [n.name for n in listed if everything or n.name in nodes]
         done = []
         for name in targets:

@@ -25,12 +25,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from agent.applier import Applier, missing_tolerations
 from agent.planner.model import Plan, Snapshot
 from agent.planner.plan import current_locks, plan
-from shared import keys
-from shared.config import ConfigError, ReservoirConfig, load_config
+from shared import keys, watched
+from shared.config import ReservoirConfig
 from shared.jobs import window_owner_id
 from shared.keys import LockKind
 from shared.kube import new_api_client
-from shared.views import NodeView, PodGroupView, PodView, PriorityClassView, QueueView, ReservationView
 from shared.watchcache import WatchCache
 
 log = logging.getLogger("reservoir.agent")
@@ -64,21 +63,14 @@ class Agent:
         self.changed = asyncio.Event()
         self.leading = False
         self.last_plan: Plan | None = None
-        volcano = f"/apis/{keys.VOLCANO_GROUP}/{keys.VOLCANO_VERSION}"
         poke = self._poke
-        self.nodes = WatchCache(api, "nodes", "/api/v1/nodes", NodeView.from_obj, on_change=poke)
-        self.pods = WatchCache(api, "pods", "/api/v1/pods", PodView.from_obj,
-                               key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]), on_change=poke)
-        self.podgroups = WatchCache(api, "podgroups", f"{volcano}/{keys.PODGROUP_PLURAL}", PodGroupView.from_obj,
-                                    key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]), on_change=poke)
-        self.queues = WatchCache(api, "queues", f"{volcano}/{keys.QUEUE_PLURAL}", QueueView.from_obj, on_change=poke)
-        self.priority_classes = WatchCache(api, "priorityclasses", "/apis/scheduling.k8s.io/v1/priorityclasses",
-                                           PriorityClassView.from_obj, on_change=poke)
-        self.reservations = WatchCache(
-            api, "reservations", f"/apis/{keys.RESERVATION_GROUP}/{keys.RESERVATION_VERSION}/{keys.RESERVATION_PLURAL}",
-            ReservationView.from_obj, on_change=poke)
-        self.configmaps = WatchCache(api, "config", f"/api/v1/namespaces/{namespace}/configmaps", lambda o: o,
-                                     field_selector=f"metadata.name={keys.CONFIGMAP_NAME}", on_change=self._config_changed)
+        self.nodes = WatchCache.of(api, watched.NODES, on_change=poke)
+        self.pods = WatchCache.of(api, watched.PODS, on_change=poke)
+        self.podgroups = WatchCache.of(api, watched.PODGROUPS, on_change=poke)
+        self.queues = WatchCache.of(api, watched.QUEUES, on_change=poke)
+        self.priority_classes = WatchCache.of(api, watched.PRIORITY_CLASSES, on_change=poke)
+        self.reservations = WatchCache.of(api, watched.RESERVATIONS, on_change=poke)
+        self.configmaps = WatchCache.of(api, watched.config_map(namespace), on_change=self._config_changed)
         self.caches = [self.nodes, self.pods, self.podgroups, self.queues, self.priority_classes, self.reservations,
                        self.configmaps]
         self._pending_events: list[tuple[str, str, str]] = []
@@ -88,20 +80,19 @@ class Agent:
     def _poke(self, kind: str, obj: Any) -> None:
         self.changed.set()
 
-    def _config_changed(self, kind: str, configmap: dict | None) -> None:
-        if kind == "DELETED" or configmap is None:
-            self.config = ReservoirConfig()
+    def _config_changed(self, event: str, configmap: dict | None) -> None:
+        self.config, error = watched.config_from(event, configmap, self.config)
+        if error is not None:
+            self.metrics.config_errors.inc()
+            log.warning("config=rejected kept=last-good error=%s", error)
+            assert configmap is not None
+            self._pending_events.append(("InvalidConfig", f"config.yaml rejected, last good config kept: {error}",
+                                         configmap["metadata"]["name"]))
+        elif configmap is None or event == "DELETED":
             log.info("config=defaults reason=ConfigMap %s deleted", keys.CONFIGMAP_NAME)
         else:
-            try:
-                self.config = load_config((configmap.get("data") or {}).get(keys.CONFIG_KEY))
-                log.info("config=loaded resourceVersion=%s dryRun=%s windows=%d",
-                         configmap["metadata"].get("resourceVersion"), self.config.dry_run, len(self.config.windows))
-            except ConfigError as err:
-                self.metrics.config_errors.inc()
-                log.warning("config=rejected kept=last-good error=%s", err)
-                self._pending_events.append(("InvalidConfig", f"config.yaml rejected, last good config kept: {err}",
-                                             configmap["metadata"]["name"]))
+            log.info("config=loaded resourceVersion=%s dryRun=%s windows=%d",
+                     configmap["metadata"].get("resourceVersion"), self.config.dry_run, len(self.config.windows))
         self.changed.set()
 
     def snapshot(self) -> Snapshot:

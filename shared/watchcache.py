@@ -53,6 +53,12 @@ class WatchCache(Generic[V]):
         self.relists = 0
         self.version = 0  # bumped on every change, so readers can cache what they derive from the items
 
+    @classmethod
+    def of(cls, api: client.ApiClient, watched: Any, on_change: Callable[[str, Any], None] | None = None) -> WatchCache:
+        """A cache of one `shared.watched.Watched` kind."""
+        return cls(api, watched.name, watched.path, watched.convert, key=watched.key,
+                   field_selector=watched.field_selector, on_change=on_change)
+
     @property
     def items(self) -> Mapping[Any, V]:
         return MappingProxyType(self._items)

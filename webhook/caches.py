@@ -7,9 +7,8 @@ import logging
 
 from kubernetes_asyncio import client
 
-from shared import keys
-from shared.config import ConfigError, ReservoirConfig, load_config
-from shared.views import PodGroupView, PriorityClassView, QueueView, ReservationView
+from shared import keys, watched
+from shared.config import ReservoirConfig
 from shared.watchcache import WatchCache
 from webhook.mutate import Lookup
 
@@ -18,33 +17,24 @@ log = logging.getLogger("reservoir.webhook")
 
 class WebhookCaches:
     def __init__(self, api: client.ApiClient, namespace: str = keys.NAMESPACE) -> None:
-        volcano = f"/apis/{keys.VOLCANO_GROUP}/{keys.VOLCANO_VERSION}"
-        self.podgroups = WatchCache(api, "podgroups", f"{volcano}/{keys.PODGROUP_PLURAL}", PodGroupView.from_obj,
-                                    key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
-        self.queues = WatchCache(api, "queues", f"{volcano}/{keys.QUEUE_PLURAL}", QueueView.from_obj)
-        self.priority_classes = WatchCache(api, "priorityclasses", "/apis/scheduling.k8s.io/v1/priorityclasses",
-                                           PriorityClassView.from_obj)
-        self.reservations = WatchCache(
-            api, "reservations", f"/apis/{keys.RESERVATION_GROUP}/{keys.RESERVATION_VERSION}/{keys.RESERVATION_PLURAL}",
-            ReservationView.from_obj)
-        self.configmaps = WatchCache(api, "config", f"/api/v1/namespaces/{namespace}/configmaps", lambda o: o,
-                                     field_selector=f"metadata.name={keys.CONFIGMAP_NAME}",
-                                     on_change=lambda kind, obj: self._config_changed(kind, obj))
+        self.podgroups = WatchCache.of(api, watched.PODGROUPS)
+        self.queues = WatchCache.of(api, watched.QUEUES)
+        self.priority_classes = WatchCache.of(api, watched.PRIORITY_CLASSES)
+        self.reservations = WatchCache.of(api, watched.RESERVATIONS)
+        self.configmaps = WatchCache.of(api, watched.config_map(namespace), on_change=self._config_changed)
         self.all = [self.podgroups, self.queues, self.priority_classes, self.reservations, self.configmaps]
         self.config = ReservoirConfig()
         self._tasks: list[asyncio.Task[None]] = []
         self._lookup: tuple[tuple[int, ...], Lookup] | None = None
 
-    def _config_changed(self, kind: str, configmap: dict | None) -> None:
-        if kind == "DELETED" or configmap is None:
-            self.config = ReservoirConfig()
+    def _config_changed(self, event: str, configmap: dict | None) -> None:
+        self.config, error = watched.config_from(event, configmap, self.config)
+        if error is not None:
+            log.warning("config=kept-last-good error=%s", error)
+        elif configmap is None or event == "DELETED":
             log.info("config=defaults reason=ConfigMap %s deleted", keys.CONFIGMAP_NAME)
-            return
-        try:
-            self.config = load_config((configmap.get("data") or {}).get(keys.CONFIG_KEY))
+        else:
             log.info("config=reloaded resourceVersion=%s", configmap["metadata"].get("resourceVersion"))
-        except ConfigError as err:
-            log.warning("config=kept-last-good error=%s", err)
 
     def start(self) -> None:
         self._tasks = [asyncio.create_task(cache.run(), name=f"watch-{cache.name}") for cache in self.all]

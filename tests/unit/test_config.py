@@ -69,3 +69,17 @@ def test_errors_name_the_field_and_value(text: str, expected: str) -> None:
     with pytest.raises(ConfigError) as err:
         load_config(text)
     assert expected in str(err.value)
+
+
+def test_config_from_configmap_events() -> None:
+    from shared import keys
+    from shared.watched import config_from
+
+    good = load_config("dryRun: true")
+    configmap = {"metadata": {"name": keys.CONFIGMAP_NAME}, "data": {keys.CONFIG_KEY: "maxLockedNodePercent: 30"}}
+    config, error = config_from("MODIFIED", configmap, good)
+    assert error is None and config.max_locked_node_percent == 30 and not config.dry_run
+    bad = {"metadata": {"name": keys.CONFIGMAP_NAME}, "data": {keys.CONFIG_KEY: "maxLockedNodePercent: 300"}}
+    config, error = config_from("MODIFIED", bad, good)
+    assert config is good and error is not None and "maxLockedNodePercent" in str(error)
+    assert config_from("DELETED", configmap, good) == (ReservoirConfig(), None)

@@ -1,0 +1,58 @@
+"""The objects Reservoir watches, each defined once (API path, cache key, view), for the webhook's caches, the
+agent's caches and `reservoir status`; and the one rule for turning the Reservoir ConfigMap into a config."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from shared import keys
+from shared.config import ConfigError, ReservoirConfig, load_config
+from shared.views import NodeView, PodGroupView, PodView, PriorityClassView, QueueView, ReservationView
+
+
+def by_name(obj: Mapping[str, Any]) -> str:
+    return obj["metadata"]["name"]
+
+
+def by_namespace_and_name(obj: Mapping[str, Any]) -> tuple[str, str]:
+    return (obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
+
+
+@dataclass(frozen=True)
+class Watched:
+    name: str
+    path: str
+    convert: Callable[[Mapping[str, Any]], Any]
+    key: Callable[[Mapping[str, Any]], Any] = by_name
+    field_selector: str | None = None
+
+
+_VOLCANO = f"/apis/{keys.VOLCANO_GROUP}/{keys.VOLCANO_VERSION}"
+NODES = Watched("nodes", "/api/v1/nodes", NodeView.from_obj)
+PODS = Watched("pods", "/api/v1/pods", PodView.from_obj, by_namespace_and_name)
+PODGROUPS = Watched("podgroups", f"{_VOLCANO}/{keys.PODGROUP_PLURAL}", PodGroupView.from_obj, by_namespace_and_name)
+QUEUES = Watched("queues", f"{_VOLCANO}/{keys.QUEUE_PLURAL}", QueueView.from_obj)
+PRIORITY_CLASSES = Watched("priorityclasses", "/apis/scheduling.k8s.io/v1/priorityclasses", PriorityClassView.from_obj)
+RESERVATIONS = Watched(
+    "reservations", f"/apis/{keys.RESERVATION_GROUP}/{keys.RESERVATION_VERSION}/{keys.RESERVATION_PLURAL}",
+    ReservationView.from_obj)
+
+
+def config_map(namespace: str) -> Watched:
+    """The Reservoir ConfigMap alone, kept as its JSON."""
+    return Watched("config", f"/api/v1/namespaces/{namespace}/configmaps", lambda obj: obj,
+                   field_selector=f"metadata.name={keys.CONFIGMAP_NAME}")
+
+
+def config_from(event: str, configmap: Mapping[str, Any] | None,
+                last_good: ReservoirConfig) -> tuple[ReservoirConfig, ConfigError | None]:
+    """The config a ConfigMap event leaves in force: defaults when it is deleted, its parsed `config.yaml` when
+    valid, else `last_good` together with the error."""
+    if event == "DELETED" or configmap is None:
+        return ReservoirConfig(), None
+    try:
+        return load_config((configmap.get("data") or {}).get(keys.CONFIG_KEY)), None
+    except ConfigError as err:
+        return last_good, err
