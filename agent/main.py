@@ -25,6 +25,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from agent.applier import Applier, missing_tolerations
 from agent.planner.model import Plan, Snapshot
 from agent.planner.plan import current_locks, plan
+from webhook.mutate import toleration_ops
 from shared import keys, watched
 from shared.config import ReservoirConfig
 from shared.jobs import window_owner_id
@@ -165,10 +166,7 @@ class Agent:
             missing = missing_tolerations(list(pod.tolerations), sorted(owners))
             if not missing:
                 continue
-            if pod.tolerations:
-                ops = [{"op": "add", "path": "/spec/tolerations/-", "value": t} for t in missing]
-            else:
-                ops = [{"op": "add", "path": "/spec/tolerations", "value": missing}]
+            ops = toleration_ops(list(pod.tolerations) or None, missing)
             try:
                 await core.patch_namespaced_pod(name, namespace, ops, _content_type="application/json-patch+json")
                 log.info("pod=%s/%s decision=repair added=%s reason=lock held for its owner but not tolerated",

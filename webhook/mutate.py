@@ -165,12 +165,13 @@ def _has_toleration(tolerations: list[Mapping[str, Any]], wanted: Mapping[str, s
     return any(norm(t) == norm(wanted) for t in tolerations)
 
 
-def _add_tolerations(spec: Mapping[str, Any], wanted: list[dict[str, str]]) -> list[Op]:
-    existing = list(spec.get("tolerations") or [])
+def toleration_ops(tolerations: list[Mapping[str, Any]] | None, wanted: list[dict[str, str]]) -> list[Op]:
+    """JSON Patch adding to a pod's `tolerations` (None when the field is absent) those of `wanted` it lacks."""
+    existing = list(tolerations or [])
     missing = [t for t in wanted if not _has_toleration(existing, t)]
     if not missing:
         return []
-    if spec.get("tolerations") is None:
+    if tolerations is None:
         return [add("/spec/tolerations", missing)]
     return [add("/spec/tolerations/-", t) for t in missing]
 
@@ -261,7 +262,7 @@ def mutate_pod(pod: Mapping[str, Any], namespace: str, lookup: Lookup) -> Mutati
     if (webhook_config.tolerate_best_effort and is_best_effort(spec)) or (
         webhook_config.tolerate_daemonsets and _is_daemonset_pod(meta)
     ):
-        bypass = _add_tolerations(spec, [BYPASS_TOLERATION])
+        bypass = toleration_ops(spec.get("tolerations"), [BYPASS_TOLERATION])
         if bypass:
             reasons.append("tolerates every lock (BestEffort or DaemonSet pod)")
         return Mutation(ops + bypass, warnings, reasons)
@@ -292,10 +293,10 @@ def mutate_pod(pod: Mapping[str, Any], namespace: str, lookup: Lookup) -> Mutati
         owners += required or []
     owners = sorted(set(owners))
 
-    toleration_ops = _add_tolerations(spec, [lock_toleration(o) for o in owners])
-    if toleration_ops:
+    added_tolerations = toleration_ops(spec.get("tolerations"), [lock_toleration(o) for o in owners])
+    if added_tolerations:
         reasons.append(f"tolerations for {len(owners)} lock owners")
-    ops += toleration_ops
+    ops += added_tolerations
     affinity_ops = _affinity_ops(spec, owners, required)
     if affinity_ops:
         reasons.append("node affinity to its locked nodes" + (" (required: named reservation)" if required else ""))
