@@ -145,13 +145,13 @@ class Applier:
             await self.event(parts[2], reason, message, kind="PodGroup", namespace=parts[0],
                              api_version=f"{keys.VOLCANO_GROUP}/{keys.VOLCANO_VERSION}")
 
-    async def event(self, node: str, reason: str, message: str, kind: str = "Node", namespace: str = "default",
+    async def event(self, name: str, reason: str, message: str, kind: str = "Node", namespace: str = "default",
                     event_type: str = "Normal", api_version: str = "v1") -> None:
-        """A core/v1 Event (best effort: a failed event is logged, never fatal)."""
+        """A core/v1 Event on object `name` of `kind` (best effort: a failed event is logged, never fatal)."""
         now = datetime.now(timezone.utc)
         body = {
-            "metadata": {"generateName": f"{node}.", "namespace": namespace},
-            "involvedObject": {"kind": kind, "name": node, "namespace": namespace if kind != "Node" else "",
+            "metadata": {"generateName": f"{name}.", "namespace": namespace},
+            "involvedObject": {"kind": kind, "name": name, "namespace": namespace if kind != "Node" else "",
                                "apiVersion": api_version},
             "reason": reason, "message": message[:1000], "type": event_type,
             "source": {"component": self.component}, "reportingComponent": self.component,
@@ -161,7 +161,7 @@ class Applier:
         try:
             await self.core.create_namespaced_event(namespace, body)
         except ApiException as err:
-            log.warning("event=%s object=%s/%s not recorded: %s", reason, kind, node, err.reason)
+            log.warning("event=%s object=%s/%s not recorded: %s", reason, kind, name, err.reason)
 
 
 def missing_tolerations(pod_spec_tolerations: list[Mapping[str, Any]], owners: list[str]) -> list[dict[str, str]]:

@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 from localcluster import binaries
-from localcluster.cluster import KWOK_NODE_ANNOTATION, KWOK_NODE_VALUE, ClusterError, LocalCluster
+from localcluster.cluster import ClusterError, LocalCluster, kwok_node
 from localcluster.agent_process import AgentProcess
 from localcluster.webhook_process import WebhookProcess
 
@@ -24,16 +24,7 @@ def _log(line: str) -> None:
 
 
 def _demo_nodes(count: int) -> str:
-    docs = []
-    for i in range(count):
-        resources = {"cpu": "8", "memory": "32Gi", "pods": "110"}
-        docs.append({
-            "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": f"kwok-node-{i}", "annotations": {KWOK_NODE_ANNOTATION: KWOK_NODE_VALUE},
-                         "labels": {"type": "kwok", "kubernetes.io/hostname": f"kwok-node-{i}"}},
-            "status": {"allocatable": resources, "capacity": resources},
-        })
-    return yaml.safe_dump_all(docs)
+    return yaml.safe_dump_all([kwok_node(f"kwok-node-{i}", {"cpu": "8", "memory": "32Gi"}) for i in range(count)])
 
 
 def up(args: argparse.Namespace) -> int:

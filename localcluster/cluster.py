@@ -43,6 +43,17 @@ STAGES = Path(__file__).resolve().parent / "stages" / "stages.yaml"
 _PR_SET_PDEATHSIG = 1
 
 
+def kwok_node(name: str, allocatable: dict[str, str], labels: dict[str, str] | None = None) -> dict:
+    """A Node that kwok manages, with the given allocatable (and capacity), 110 pods unless given."""
+    resources = {"pods": "110", **allocatable}
+    return {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "annotations": {KWOK_NODE_ANNOTATION: KWOK_NODE_VALUE},
+                     "labels": {"kubernetes.io/hostname": name, "type": "kwok", **(labels or {})}},
+        "status": {"allocatable": resources, "capacity": resources},
+    }
+
+
 class ClusterError(RuntimeError):
     """The control plane could not start; the message names the component and the tail of its log."""
 

@@ -14,7 +14,7 @@ import yaml
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from localcluster.cluster import KWOK_NODE_ANNOTATION, KWOK_NODE_VALUE, LocalCluster
+from localcluster.cluster import KWOK_NODE_ANNOTATION, KWOK_NODE_VALUE, LocalCluster, kwok_node
 from shared.kube import new_api_client
 
 REPO = Path(__file__).resolve().parents[2]
@@ -84,17 +84,7 @@ class Kit:
         self, name: str, allocatable: Mapping[str, str], labels: Mapping[str, str] | None = None
     ) -> dict[str, Any]:
         """A kwok node with the given allocatable; waits until kwok has made it Ready."""
-        resources = {"pods": "110", **allocatable}
-        body = {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {
-                "name": name,
-                "annotations": {KWOK_NODE_ANNOTATION: KWOK_NODE_VALUE},
-                "labels": {"kubernetes.io/hostname": name, "type": "kwok", **(labels or {})},
-            },
-            "status": {"allocatable": resources, "capacity": resources},
-        }
+        body = kwok_node(name, dict(allocatable), dict(labels or {}))
         await self.core.create_node(body)
         self.nodes.append(name)
         return await self.wait_for(lambda: self._ready_node(name), what=f"node {name} Ready")

@@ -8,7 +8,7 @@ import subprocess
 from localcluster import binaries
 from localcluster.cluster import COMPLETE_AFTER
 from shared import keys
-from tests.e2e.kit import REPO, Kit
+from tests.e2e.kit import Kit, apply_setup
 
 CPU4 = {"cpu": "4", "memory": "8Gi"}
 
@@ -92,14 +92,8 @@ async def test_pod_with_run_duration_succeeds_after_it(kit: Kit) -> None:
 
 
 async def test_podgroup_and_queue_round_trip_through_the_crds(kit: Kit) -> None:
-    await kit.apply_manifest_file(REPO / "deploy/crds/scheduling.volcano.sh_queues.yaml")
-    await kit.apply_manifest_file(REPO / "deploy/crds/scheduling.volcano.sh_podgroups.yaml")
-    await kit.apply_manifest_file(REPO / "deploy/crds/reservoir.sh_reservations.yaml")
-    for crd in ("queues.scheduling.volcano.sh", "podgroups.scheduling.volcano.sh", "reservations.reservoir.sh"):
-        async def established(name: str = crd) -> bool:
-            obj = await kit.raw("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
-            return any(c["type"] == "Established" and c["status"] == "True" for c in obj["status"].get("conditions", []))
-        await kit.wait_for(established, what=f"CRD {crd} Established")
+    await apply_setup(kit, "deploy/crds/scheduling.volcano.sh_queues.yaml",
+                      "deploy/crds/scheduling.volcano.sh_podgroups.yaml", "deploy/crds/reservoir.sh_reservations.yaml")
 
     queue_name = f"q-{kit.namespace}"[:63]
     queue = {
