@@ -113,7 +113,7 @@ class Agent:
         snapshot = self.snapshot()
         current = current_locks(snapshot)
         now = datetime.now(timezone.utc)
-        result = plan(snapshot, self.config, now, current)
+        result = plan(snapshot, self.config, now, current, previous=self.last_plan)
         self.last_plan = result
         for note in result.notes:
             log.info("%s", note)

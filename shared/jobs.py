@@ -12,7 +12,7 @@ from typing import Any
 
 from shared import keys
 from shared.keys import LockKind, owner_id
-from shared.views import PodGroupView
+from shared.views import PodGroupView, job_identity
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,15 +36,8 @@ def _meta(pod: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def job_of(pod: Mapping[str, Any], namespace: str) -> JobRef | None:
     """The pod's job; None for a standalone pod whose name is not known yet (generateName at admission)."""
-    meta = _meta(pod)
-    group = (meta.get("annotations") or {}).get(keys.GROUP_NAME)
-    if group:
-        return JobRef(namespace, "PodGroup", group)
-    for ref in meta.get("ownerReferences") or ():
-        if ref.get("controller"):
-            return JobRef(namespace, ref.get("kind", ""), ref.get("name", ""))
-    name = meta.get("name")
-    return JobRef(namespace, "Pod", name) if name else None
+    identity = job_identity(_meta(pod))
+    return JobRef(namespace, *identity) if identity else None
 
 
 def podgroup_of(pod: Mapping[str, Any], namespace: str,

@@ -45,6 +45,28 @@ class Resources(Mapping[str, int]):
     def __len__(self) -> int:
         return len(self._amounts)
 
+    # the Mapping mixins go through __iter__/__getitem__ per entry; these are hot in the planner
+    def items(self):  # type: ignore[override]
+        return self._amounts.items()
+
+    def keys(self):  # type: ignore[override]
+        return self._amounts.keys()
+
+    def values(self):  # type: ignore[override]
+        return self._amounts.values()
+
+    def get(self, name: str, default: int | None = None) -> int | None:  # type: ignore[override]
+        return self._amounts.get(name, default)
+
+    @classmethod
+    def total(cls, vectors: Iterable[Resources]) -> Resources:
+        """The sum of many vectors, built once."""
+        sums: dict[str, int] = {}
+        for vector in vectors:
+            for name, value in vector._amounts.items():
+                sums[name] = sums.get(name, 0) + value
+        return cls(sums)
+
     def __hash__(self) -> int:
         return hash(frozenset(self._amounts.items()))
 

@@ -29,6 +29,20 @@ def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return obj.get("metadata") or {}
 
 
+def job_identity(meta: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(kind, name) of the job a pod with this metadata belongs to (DESIGN section 1): the Volcano PodGroup named
+    by `scheduling.k8s.io/group-name`; else the controlling ownerReference; else the pod alone. None for a
+    standalone pod whose name is not known yet (generateName at admission)."""
+    group = (meta.get("annotations") or {}).get(keys.GROUP_NAME)
+    if group:
+        return ("PodGroup", group)
+    for ref in meta.get("ownerReferences") or ():
+        if ref.get("controller"):
+            return (ref.get("kind", ""), ref.get("name", ""))
+    name = meta.get("name")
+    return ("Pod", name) if name else None
+
+
 @dataclass(frozen=True, slots=True)
 class Taint:
     key: str
@@ -115,6 +129,7 @@ class PodView:
     scheduler_name: str = "default-scheduler"
     node_selector: Mapping[str, str] = field(default_factory=dict)
     maximum_runtime: timedelta | None = None  # `volcano.sh/maximum-runtime`; None when absent or unreadable
+    job: tuple[str, str] = ("Pod", "")  # (kind, name) of its job, see job_identity
 
     @classmethod
     def from_obj(cls, obj: Mapping[str, Any]) -> PodView:
@@ -145,6 +160,7 @@ class PodView:
             scheduler_name=spec.get("schedulerName") or "default-scheduler",
             node_selector=dict(spec.get("nodeSelector") or {}),
             maximum_runtime=_runtime(meta.get("annotations") or {}),
+            job=job_identity(meta) or ("Pod", meta.get("name", "")),
         )
 
     @property

@@ -7,6 +7,7 @@ assumed to run forever (seed 004).
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -24,7 +25,7 @@ class NodeState:
     pods: list[PodView] = field(default_factory=list)  # pods holding resources on the node
     used: Resources = EMPTY
     _idle: Resources | None = None
-    _releases: list[tuple[datetime, Resources]] | None = None
+    _releases: Releases | None = None
     _idle_fraction: float | None = None
 
     @property
@@ -34,27 +35,66 @@ class NodeState:
         return self._idle
 
     @property
-    def releases(self) -> list[tuple[datetime, Resources]]:
-        """(end time, resources freed by then, cumulative) for pods with a maximum runtime, earliest first;
-        computed once per plan."""
+    def releases(self) -> Releases:
+        """When the node's pods with a maximum runtime end, and what they free by then; computed once per plan."""
         if self._releases is None:
-            ending = sorted(((end, pod) for pod in self.pods if (end := pod_end(pod)) is not None),
-                            key=lambda item: (item[0], item[1].key))
-            freed = EMPTY
-            self._releases = []
-            for end, pod in ending:
-                freed = freed + pod.requests
-                self._releases.append((end, freed))
+            self._releases = Releases.of(self.pods)
         return self._releases
 
 
-def node_states(nodes: Mapping[str, NodeView], pods: Sequence[PodView]) -> dict[str, NodeState]:
-    states = {name: NodeState(node) for name, node in nodes.items()}
+@dataclass(frozen=True)
+class Releases:
+    """The release curve of one node: `ends[i]` is the i-th earliest end of a pod with a maximum runtime, and
+    `freed[name][i]` the amount of `name` freed by all pods ended by then (cumulative, so non-decreasing)."""
+
+    ends: list[datetime]
+    freed: dict[str, list[int]]
+
+    @classmethod
+    def of(cls, pods: Sequence[PodView]) -> Releases:
+        ending = sorted(((end, pod) for pod in pods if (end := pod_end(pod)) is not None),
+                        key=lambda item: (item[0], item[1].key))
+        names = {name for _, pod in ending for name in pod.requests}
+        freed: dict[str, list[int]] = {name: [] for name in names}
+        totals = dict.fromkeys(names, 0)
+        for _, pod in ending:
+            for name in names:
+                totals[name] += pod.requests[name]
+                freed[name].append(totals[name])
+        return cls([end for end, _ in ending], freed)
+
+    def first_covering(self, need: Mapping[str, int]) -> int | None:
+        """The least i with freed[name][i] >= need[name] for every name, or None when even all of them fall short.
+        Each dimension's curve is non-decreasing, so it is the largest per-dimension first index (bisection)."""
+        index = 0
+        for name, amount in need.items():
+            curve = self.freed.get(name)
+            if not curve or curve[-1] < amount:
+                return None
+            index = max(index, bisect_left(curve, amount))
+        return index
+
+
+def node_states(nodes: Mapping[str, NodeView], pods: Sequence[PodView],
+                previous: Mapping[str, NodeState] | None = None) -> dict[str, NodeState]:
+    """Each node with the pods holding resources on it. A state from `previous` (the last plan's) is reused when
+    its node view and its pods are the very same objects (views are immutable and the watch caches keep a view
+    until its object changes): only nodes touched since the last plan are summed again."""
+    on_node: dict[str, list[PodView]] = {name: [] for name in nodes}
     for pod in pods:
-        if pod.holds_resources and pod.node_name in states:
-            state = states[pod.node_name]
-            state.pods.append(pod)
-            state.used = state.used + pod.requests
+        if pod.node_name in on_node and pod.holds_resources:
+            on_node[pod.node_name].append(pod)
+    states = {}
+    for name, node in nodes.items():
+        mine = on_node[name]
+        old = previous.get(name) if previous else None
+        if old is not None and old.node is node and len(old.pods) == len(mine) and all(
+                a is b for a, b in zip(old.pods, mine)):
+            states[name] = old
+            continue
+        state = states[name] = NodeState(node, mine)
+        if mine:
+            state.used = Resources.total(pod.requests for pod in mine)
     return states
 
 
@@ -70,12 +110,11 @@ def time_to_fit(state: NodeState, request: Resources, reserved: Resources, now: 
     wait until enough pods with a maximum runtime have ended (earliest end first) for it to; FOREVER when pods
     without one stand in the way."""
     free = state.idle - reserved if reserved else state.idle
-    if free.covers(request):
+    need = {name: amount - free[name] for name, amount in request.items() if amount > free[name]}
+    if not need:
         return timedelta(0)
-    for end, freed in state.releases:
-        if free.plus_covers(freed, request):
-            return max(end - now, timedelta(0))
-    return FOREVER
+    index = state.releases.first_covering(need)
+    return FOREVER if index is None else max(state.releases.ends[index] - now, timedelta(0))
 
 
 def future_idle(state: NodeState, at: datetime) -> Resources:

@@ -50,25 +50,25 @@ class Job:
 
 
 def pod_job(pod: PodView) -> JobRef:
-    if pod.group_name:
-        return JobRef(pod.namespace, "PodGroup", pod.group_name)
-    controller = pod.controller
-    if controller is not None:
-        return JobRef(pod.namespace, controller.kind, controller.name)
-    return JobRef(pod.namespace, "Pod", pod.name)
+    return JobRef(pod.namespace, *pod.job)
 
 
 def build_jobs(snapshot: Snapshot) -> list[Job]:
-    """Every job with a live pod. minMember: the PodGroup's; for any other job 1: without a gang constraint a
-    job makes progress as soon as one of its pods is bound (a ReplicaSet kept partly pending by a full cluster
-    is not starving; a lone pod that cannot be placed is)."""
-    grouped: dict[JobRef, list[PodView]] = defaultdict(list)
+    """Every job with a pending pod (a job with none cannot starve, and holds no lock). minMember: the PodGroup's;
+    for any other job 1: without a gang constraint a job makes progress as soon as one of its pods is bound (a
+    ReplicaSet kept partly pending by a full cluster is not starving; a lone pod that cannot be placed is)."""
+    grouped: dict[tuple[str, str, str], list[PodView]] = defaultdict(list)
+    waiting: set[tuple[str, str, str]] = set()
     for pod in snapshot.pods:
         if pod.is_terminal or pod.scheduler_name != "default-scheduler":
             continue
-        grouped[pod_job(pod)].append(pod)
+        key = (pod.namespace, *pod.job)
+        grouped[key].append(pod)
+        if not pod.node_name and not pod.deleting:
+            waiting.add(key)
     jobs = []
-    for ref, pods in grouped.items():
+    for key in waiting:
+        ref, pods = JobRef(*key), grouped[key]
         group = snapshot.podgroups.get((ref.namespace, ref.name)) if ref.kind == "PodGroup" else None
         if group is not None:
             queue, created, min_member = group.queue, group.created, group.min_member

@@ -116,3 +116,5 @@ class Plan:
     jobs: Sequence[JobStatus] = ()
     windows: Sequence[WindowStatus] = ()
     notes: Sequence[str] = ()  # one line per decision not to lock, with the reason
+    # the node states this plan computed, handed to the next plan to reuse what did not change
+    states: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)

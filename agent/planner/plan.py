@@ -23,12 +23,13 @@ def current_locks(snapshot: Snapshot) -> dict[str, Lock]:
 
 
 def plan(snapshot: Snapshot, config: ReservoirConfig, now: datetime,
-         current: Mapping[str, Lock] | None = None) -> Plan:
+         current: Mapping[str, Lock] | None = None, previous: Plan | None = None) -> Plan:
     """Desired locks. Precedence: reservation > queue guarantee > window > starvation (the first two arrive with
     their issue); all kinds together hold at most `maxLockedNodePercent` of schedulable nodes, starvation locks at
-    most `reservedNodePercent`. Jobs are ordered by priority, then creation time, then name."""
+    most `reservedNodePercent`. Jobs are ordered by priority, then creation time, then name. `previous`, the last
+    plan, only saves work: the result is the same without it."""
     current = dict(current) if current is not None else current_locks(snapshot)
-    states = node_states(snapshot.nodes, snapshot.pods)
+    states = node_states(snapshot.nodes, snapshot.pods, previous.states if previous is not None else None)
     schedulable_nodes = sum(1 for s in states.values() if schedulable(s.node))
     remaining = cap(config.max_locked_node_percent, schedulable_nodes)
     taken: set[str] = set()
@@ -51,4 +52,4 @@ def plan(snapshot: Snapshot, config: ReservoirConfig, now: datetime,
             jobs, states, current, taken, budget, config.starvation, now)
         locks.update(starvation_locks)
         notes += starvation_notes
-    return Plan(locks=locks, jobs=job_statuses, windows=window_statuses, notes=notes)
+    return Plan(locks=locks, jobs=job_statuses, windows=window_statuses, notes=notes, states=states)

@@ -95,6 +95,23 @@ def test_node_that_frees_soonest_is_chosen() -> None:
     assert list(result.locks) == ["n-b"]
 
 
+def test_a_plan_handed_the_previous_one_gives_the_same_result_and_resums_only_changed_nodes() -> None:
+    nodes = [node("n-a"), node("n-b")]
+    a = [pod(f"a-{i}", "1", node_name="n-a", runtime="10m", started_ago=timedelta(minutes=8)) for i in range(4)]
+    b = [pod(f"b-{i}", "1", node_name="n-b", runtime="1h", started_ago=timedelta(minutes=1)) for i in range(4)]
+    big = pod("big", "4")
+    first = plan(snap(nodes, a + b + [big]), CONFIG, NOW, current={})
+    assert list(first.locks) == ["n-a"]
+    # the pods on n-b finish, so it fits the big pod now; nothing on n-a changes
+    b = [pod(f"b-{i}", "1", node_name="n-b", phase="Succeeded") for i in range(4)]
+    later = snap(nodes, a + b + [big])
+    again = plan(later, CONFIG, NOW, current={}, previous=first)
+    assert again == plan(later, CONFIG, NOW, current={}) and list(again.locks) == ["n-b"]
+    untouched = plan(later, CONFIG, NOW, current={}, previous=again)
+    assert all(untouched.states[n] is again.states[n] for n in ("n-a", "n-b")), "unchanged nodes are reused"
+    assert again.states["n-a"] is first.states["n-a"] and again.states["n-b"] is not first.states["n-b"]
+
+
 def test_gang_job_reserves_every_pending_task_or_nothing() -> None:
     group = PodGroupView.from_obj({"metadata": {"name": "train", "namespace": "ns", "creationTimestamp": stamp(NOW - timedelta(hours=1))},
                                    "spec": {"minMember": 3}})
@@ -266,3 +283,36 @@ def test_a_partly_pending_replicaset_is_not_starving_but_a_lone_big_pod_is() -> 
     assert [l.subject for l in result.locks.values()] == ["ns/Pod/big"]
     rs = next(j for j in result.jobs if j.subject == "ns/ReplicaSet/rs")
     assert not rs.starving and rs.reason == "ready"
+
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agent.planner.capacity import FOREVER, NodeState
+
+
+def linear_time_to_fit(state: NodeState, request: Resources, now) -> object:
+    """The definition, scanned end by end: the first moment idle plus everything freed so far covers `request`."""
+    if state.idle.covers(request):
+        return timedelta(0)
+    ending = sorted((p.started + p.maximum_runtime, p.key, p.requests) for p in state.pods if p.maximum_runtime)
+    freed = Resources()
+    for end, _, requests in ending:
+        freed = freed + requests
+        if (state.idle + freed).covers(request):
+            return max(end - now, timedelta(0))
+    return FOREVER
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 8), st.one_of(st.none(), st.integers(1, 90))), max_size=12),
+       st.integers(0, 16), st.integers(0, 16))
+def test_time_to_fit_bisection_matches_a_linear_scan(running, want_cpu, want_mem) -> None:
+    """time_to_fit bisects per-dimension release curves; it must agree with scanning the pods' ends in order
+    (each pod also holds 1Gi of the node's 16Gi, so memory binds too when many run)."""
+    pods = [pod(f"r{i}", str(cpu), node_name="n1", started_ago=timedelta(minutes=30),
+                runtime=f"{minutes}m" if minutes else None)
+            for i, (cpu, minutes) in enumerate(running)]
+    state = node_states({"n1": node("n1", cpu="16")}, pods)["n1"]
+    request = Resources.parse({"cpu": str(want_cpu), "memory": f"{want_mem}Gi"})
+    assert time_to_fit(state, request, Resources(), NOW) == linear_time_to_fit(state, request, NOW)
