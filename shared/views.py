@@ -248,6 +248,13 @@ class QueueView:
     guarantee: Guarantee | None
     created: datetime
     raw_guarantee: Mapping[str, Any] = field(default_factory=dict)
+    deserved: Resources = EMPTY  # Volcano `spec.deserved`; empty when unset
+
+    @property
+    def class_name(self) -> str:
+        """Seed 001: the queue's PriorityClass is `spec.priorityClassName`, else the `reservoir.sh/priority-class`
+        annotation (for Queue CRDs without the field); "" when neither is set."""
+        return self.priority_class_name or self.annotations.get(keys.QUEUE_PRIORITY_CLASS, "")
 
     @classmethod
     def from_obj(cls, obj: Mapping[str, Any]) -> QueueView:
@@ -274,6 +281,7 @@ class QueueView:
             guarantee=guarantee,
             created=parse_time(meta.get("creationTimestamp")) or EPOCH,
             raw_guarantee=dict(raw),
+            deserved=Resources.parse(spec.get("deserved")),
         )
 
 

@@ -91,11 +91,10 @@ def lock_toleration(owner: str) -> dict[str, str]:
 
 
 def queue_priority_class(queue: QueueView | None, lookup: Lookup) -> PriorityClassView | None:
-    """Seed 001: the queue's class is `spec.priorityClassName`, else the `reservoir.sh/priority-class` annotation."""
-    if queue is None:
+    """Seed 001: the PriorityClass the queue names (QueueView.class_name), if it exists."""
+    if queue is None or not queue.class_name:
         return None
-    name = queue.priority_class_name or queue.annotations.get(keys.QUEUE_PRIORITY_CLASS, "")
-    return lookup.priority_classes.get(name) if name else None
+    return lookup.priority_classes.get(queue.class_name)
 
 
 def _inherit_priority(spec: Mapping[str, Any], queue_name: str, lookup: Lookup, with_value: bool) -> tuple[list[Op], str]:

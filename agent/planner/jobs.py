@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
@@ -10,7 +11,7 @@ from functools import cached_property
 from agent.planner.model import Snapshot
 from shared import keys
 from shared.jobs import JobRef
-from shared.views import PodView
+from shared.views import PodGroupView, PodView
 
 
 @dataclass
@@ -49,6 +50,14 @@ class Job:
         return self.bound >= self.min_member
 
 
+def pod_queue(pod: PodView, podgroups: Mapping[tuple[str, str], PodGroupView]) -> str:
+    """DESIGN section 1: the PodGroup's `spec.queue`, else `scheduling.volcano.sh/queue-name`, else `default`."""
+    group = podgroups.get((pod.namespace, pod.group_name)) if pod.group_name else None
+    if group is not None:
+        return group.queue
+    return pod.annotations.get(keys.QUEUE_NAME) or keys.DEFAULT_QUEUE
+
+
 def pod_job(pod: PodView) -> JobRef:
     return JobRef(pod.namespace, *pod.job)
 
@@ -71,10 +80,8 @@ def build_jobs(snapshot: Snapshot) -> list[Job]:
         ref, pods = JobRef(*key), grouped[key]
         group = snapshot.podgroups.get((ref.namespace, ref.name)) if ref.kind == "PodGroup" else None
         if group is not None:
-            queue, created, min_member = group.queue, group.created, group.min_member
+            created, min_member = group.created, group.min_member
         else:
-            queue = pods[0].annotations.get(keys.QUEUE_NAME) or keys.DEFAULT_QUEUE
-            created = min(p.created for p in pods)
-            min_member = 1
-        jobs.append(Job(ref, queue, created, min_member, pods))
+            created, min_member = min(p.created for p in pods), 1
+        jobs.append(Job(ref, pod_queue(pods[0], snapshot.podgroups), created, min_member, pods))
     return jobs

@@ -8,6 +8,7 @@ from datetime import datetime
 from agent.planner.capacity import node_states, schedulable
 from agent.planner.jobs import build_jobs
 from agent.planner.model import Lock, Plan, Snapshot, lock_on
+from agent.planner.queues import QueueScore, order_jobs, score_queues
 from agent.planner.starvation import plan_starvation
 from agent.planner.windows import plan_window
 from shared.config import ReservoirConfig
@@ -26,7 +27,7 @@ def plan(snapshot: Snapshot, config: ReservoirConfig, now: datetime,
          current: Mapping[str, Lock] | None = None, previous: Plan | None = None) -> Plan:
     """Desired locks. Precedence: reservation > queue guarantee > window > starvation (the first two arrive with
     their issue); all kinds together hold at most `maxLockedNodePercent` of schedulable nodes, starvation locks at
-    most `reservedNodePercent`. Jobs are ordered by priority, then creation time, then name. `previous`, the last
+    most `reservedNodePercent`. Jobs are ordered by QueueScoreOrder (queues.order_jobs). `previous`, the last
     plan, only saves work: the result is the same without it."""
     current = dict(current) if current is not None else current_locks(snapshot)
     states = node_states(snapshot.nodes, snapshot.pods, previous.states if previous is not None else None)
@@ -45,11 +46,16 @@ def plan(snapshot: Snapshot, config: ReservoirConfig, now: datetime,
         notes += window_notes
 
     job_statuses = []
+    scores: list[QueueScore] = []
     if config.starvation.enabled:
-        jobs = sorted(build_jobs(snapshot), key=lambda j: (-j.priority, j.created, j.subject))
+        waiting = build_jobs(snapshot)
+        named = {j.queue for j in waiting}
+        if len(named) > 1:  # with one queue among the contenders, the queue order decides nothing
+            scores = score_queues(snapshot, states, named, config.queue_order)
+        jobs = order_jobs(waiting, scores, config.queue_order.ordering)
         budget = min(remaining, cap(config.starvation.reserved_node_percent, schedulable_nodes))
         starvation_locks, job_statuses, starvation_notes = plan_starvation(
             jobs, states, current, taken, budget, config.starvation, now)
         locks.update(starvation_locks)
         notes += starvation_notes
-    return Plan(locks=locks, jobs=job_statuses, windows=window_statuses, notes=notes, states=states)
+    return Plan(locks=locks, jobs=job_statuses, windows=window_statuses, notes=notes, queues=scores, states=states)

@@ -1,0 +1,131 @@
+"""Seed 001, QueueScoreOrder (DESIGN 4.5): which queue, and which job, comes first when locks compete for the caps.
+
+For each queue q, with weights w_p, w_d, w_r from config `queueOrder`:
+
+    priority score   = (P(q) - P_min) / (P_max - P_min)        0 when P_max == P_min
+    DRF score        = 1 - dominant_share(q) / weight(q)
+    proportion score = 1 - proportion_share(q)
+    total            = w_p * priority + w_d * DRF + w_r * proportion
+
+P(q) is the value of the PriorityClass the queue names (QueueView.class_name), else its `spec.priority`, else 0;
+P_min / P_max range over the queues' priorities and every user-definable PriorityClass (value <= 1e9: the
+system classes would squash every user queue to 0). dominant_share = max over resources (pods excluded) of
+allocated / cluster allocatable; proportion_share = max over resources of allocated / deserved, where deserved is
+`spec.deserved` when set, else the cluster's allocatable split by weight among the queues, capped by
+`spec.capability`. allocated = requests of the queue's pods holding resources on a node. Higher total first;
+ties by creation time, then uid. A queue that pods name without a Queue object counts as weight 1, no priority,
+created at the epoch.
+
+Jobs: `queue-first` orders by queue, then job priority, creation time, name; `job-first` (the seed's
+"reflection") by job priority across queues, then queue, creation time, name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from agent.planner.capacity import NodeState, schedulable
+from agent.planner.jobs import Job, pod_queue
+from agent.planner.model import Snapshot
+from shared.config import QueueOrderConfig
+from shared.resources import PODS, Resources
+from shared.views import EPOCH, PriorityClassView, QueueView
+
+HIGHEST_USER_DEFINABLE_PRIORITY = 1_000_000_000
+
+
+@dataclass(frozen=True)
+class QueueScore:
+    name: str
+    priority: int
+    priority_score: float
+    drf_share: float
+    drf_score: float
+    proportion_share: float
+    proportion_score: float
+    total: float
+    allocated: Resources
+    deserved: Resources
+
+
+def score(priority: int, lowest: int, highest: int, drf_share: float, weight: int, proportion_share: float,
+          config: QueueOrderConfig) -> tuple[float, float, float, float]:
+    """(priority score, DRF score, proportion score, total), each part already times its weight."""
+    p = (priority - lowest) / (highest - lowest) if highest > lowest else 0.0
+    d = 1 - drf_share / weight
+    r = 1 - proportion_share
+    parts = (config.priority_weight * p, config.drf_weight * d, config.proportion_weight * r)
+    return (*parts, sum(parts))
+
+
+def share(allocated: Resources, of: Resources) -> float:
+    """max over resources (pods excluded) of allocated / of, counting only resources `of` has."""
+    return max((amount / of[name] for name, amount in allocated.items() if name != PODS and of[name] > 0), default=0.0)
+
+
+def queue_priority(queue: QueueView, classes: Mapping[str, PriorityClassView]) -> int:
+    pc = classes.get(queue.class_name) if queue.class_name else None
+    return pc.value if pc is not None else int(queue.priority or 0)
+
+
+def deserved(queues: Sequence[QueueView], cluster: Resources) -> dict[str, Resources]:
+    total_weight = sum(q.weight for q in queues) or 1
+    out = {}
+    for q in queues:
+        if q.deserved:
+            out[q.name] = q.deserved
+            continue
+        fair = Resources({n: v * q.weight // total_weight for n, v in cluster.items()})
+        if q.capability:
+            fair = Resources({n: min(v, q.capability[n]) if n in q.capability else v for n, v in fair.items()})
+        out[q.name] = fair
+    return out
+
+
+def queue_scores(queues: Mapping[str, QueueView], named: Iterable[str], classes: Mapping[str, PriorityClassView],
+                 allocated: Mapping[str, Resources], cluster: Resources, config: QueueOrderConfig) -> list[QueueScore]:
+    """Every Queue object and every queue in `named` (queues pods name), best first."""
+    everyone = dict(queues)
+    for name in named:
+        everyone.setdefault(name, QueueView(name=name, uid="", annotations={}, weight=1, priority=None,
+                                            priority_class_name="", capability=Resources(), guarantee=None,
+                                            created=EPOCH))
+    ordered = list(everyone.values())
+    priorities = {q.name: queue_priority(q, classes) for q in ordered}
+    range_of = list(priorities.values()) + [c.value for c in classes.values() if c.value <= HIGHEST_USER_DEFINABLE_PRIORITY]
+    lowest, highest = (min(range_of), max(range_of)) if range_of else (0, 0)
+    fair = deserved(ordered, cluster)
+    scored = []
+    for q in ordered:
+        used = allocated.get(q.name, Resources())
+        drf_share, proportion_share = share(used, cluster), share(used, fair[q.name])
+        p, d, r, total = score(priorities[q.name], lowest, highest, drf_share, q.weight, proportion_share, config)
+        scored.append((QueueScore(q.name, priorities[q.name], p, drf_share, d, proportion_share, r, total, used,
+                                  fair[q.name]), q.created, q.uid))
+    scored.sort(key=lambda item: (-item[0].total, item[1], item[2], item[0].name))
+    return [item[0] for item in scored]
+
+
+def score_queues(snapshot: Snapshot, states: Mapping[str, NodeState], named: Iterable[str],
+                 config: QueueOrderConfig) -> list[QueueScore]:
+    """queue_scores over a snapshot: allocation summed from the pods holding resources, the cluster from the
+    allocatable of schedulable nodes."""
+    allocated: dict[str, list[Resources]] = {}
+    cluster = []
+    for state in states.values():
+        if schedulable(state.node):
+            cluster.append(state.node.allocatable)
+        for pod in state.pods:
+            allocated.setdefault(pod_queue(pod, snapshot.podgroups), []).append(pod.requests)
+    return queue_scores(snapshot.queues, named, snapshot.priority_classes,
+                        {q: Resources.total(r) for q, r in allocated.items()}, Resources.total(cluster), config)
+
+
+def order_jobs(jobs: Iterable[Job], scores: Sequence[QueueScore], ordering: str) -> list[Job]:
+    """Jobs in the order they get locks (module docstring). Without scores every queue ranks alike."""
+    rank = {s.name: i for i, s in enumerate(scores)}
+    last = len(rank)
+    if ordering == "job-first":
+        return sorted(jobs, key=lambda j: (-j.priority, rank.get(j.queue, last), j.created, j.subject))
+    return sorted(jobs, key=lambda j: (rank.get(j.queue, last), -j.priority, j.created, j.subject))
