@@ -23,6 +23,7 @@ from kubernetes_asyncio.leaderelection.resourcelock.leaselock import LeaseLock
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from agent.applier import Applier, missing_tolerations
+from agent.gcpause import collector_paused
 from agent.planner.model import Plan, Snapshot
 from agent.planner.plan import current_locks, plan
 from webhook.mutate import toleration_ops
@@ -113,7 +114,8 @@ class Agent:
         snapshot = self.snapshot()
         current = current_locks(snapshot)
         now = datetime.now(timezone.utc)
-        result = plan(snapshot, self.config, now, current, previous=self.last_plan)
+        with collector_paused():
+            result = plan(snapshot, self.config, now, current, previous=self.last_plan)
         self.last_plan = result
         for note in result.notes:
             log.info("%s", note)

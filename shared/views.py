@@ -16,6 +16,7 @@ from shared.duration import parse_duration
 from shared.resources import EMPTY, Resources, is_best_effort, pod_requests
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+TERMINAL = frozenset(("Succeeded", "Failed"))  # pod phases that hold nothing
 
 
 def parse_time(value: str | None) -> datetime | None:
@@ -129,7 +130,7 @@ class PodView:
     scheduler_name: str = "default-scheduler"
     node_selector: Mapping[str, str] = field(default_factory=dict)
     maximum_runtime: timedelta | None = None  # `volcano.sh/maximum-runtime`; None when absent or unreadable
-    job: tuple[str, str] = ("Pod", "")  # (kind, name) of its job, see job_identity
+    job: tuple[str, str, str] = ("", "Pod", "")  # (namespace, kind, name) of its job, see job_identity
 
     @classmethod
     def from_obj(cls, obj: Mapping[str, Any]) -> PodView:
@@ -160,7 +161,7 @@ class PodView:
             scheduler_name=spec.get("schedulerName") or "default-scheduler",
             node_selector=dict(spec.get("nodeSelector") or {}),
             maximum_runtime=_runtime(meta.get("annotations") or {}),
-            job=job_identity(meta) or ("Pod", meta.get("name", "")),
+            job=(meta.get("namespace", ""), *(job_identity(meta) or ("Pod", meta.get("name", "")))),
         )
 
     @property
@@ -173,7 +174,7 @@ class PodView:
 
     @property
     def is_terminal(self) -> bool:
-        return self.phase in ("Succeeded", "Failed")
+        return self.phase in TERMINAL
 
     @property
     def holds_resources(self) -> bool:

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 
 from shared import keys
 from shared.resources import EMPTY, Resources
-from shared.views import NodeView, PodView
+from shared.views import TERMINAL, NodeView, PodView
 
 FOREVER = timedelta.max
 
@@ -52,16 +52,17 @@ class Releases:
 
     @classmethod
     def of(cls, pods: Sequence[PodView]) -> Releases:
-        ending = sorted(((end, pod) for pod in pods if (end := pod_end(pod)) is not None),
-                        key=lambda item: (item[0], item[1].key))
-        names = {name for _, pod in ending for name in pod.requests}
+        ending = sorted((end, pod.namespace, pod.name, index) for index, pod in enumerate(pods)
+                        if (end := pod_end(pod)) is not None)
+        names = {name for *_, index in ending for name in pods[index].requests}
         freed: dict[str, list[int]] = {name: [] for name in names}
         totals = dict.fromkeys(names, 0)
-        for _, pod in ending:
+        for *_, index in ending:
+            requests = pods[index].requests
             for name in names:
-                totals[name] += pod.requests[name]
+                totals[name] += requests.get(name, 0)
                 freed[name].append(totals[name])
-        return cls([end for end, _ in ending], freed)
+        return cls([end for end, *_ in ending], freed)
 
     def first_covering(self, need: Mapping[str, int]) -> int | None:
         """The least i with freed[name][i] >= need[name] for every name, or None when even all of them fall short.
@@ -82,8 +83,9 @@ def node_states(nodes: Mapping[str, NodeView], pods: Sequence[PodView],
     until its object changes): only nodes touched since the last plan are summed again."""
     on_node: dict[str, list[PodView]] = {name: [] for name in nodes}
     for pod in pods:
-        if pod.node_name in on_node and pod.holds_resources:
-            on_node[pod.node_name].append(pod)
+        mine = on_node.get(pod.node_name)  # holds_resources, spelled out: this loop sees every pod
+        if mine is not None and pod.phase not in TERMINAL:
+            mine.append(pod)
     states = {}
     for name, node in nodes.items():
         mine = on_node[name]
@@ -110,7 +112,11 @@ def time_to_fit(state: NodeState, request: Resources, reserved: Resources, now: 
     wait until enough pods with a maximum runtime have ended (earliest end first) for it to; FOREVER when pods
     without one stand in the way."""
     free = state.idle - reserved if reserved else state.idle
-    need = {name: amount - free[name] for name, amount in request.items() if amount > free[name]}
+    need = {}
+    for name, amount in request.items():
+        short = amount - free.get(name, 0)
+        if short > 0:
+            need[name] = short
     if not need:
         return timedelta(0)
     index = state.releases.first_covering(need)

@@ -59,25 +59,21 @@ def pod_queue(pod: PodView, podgroups: Mapping[tuple[str, str], PodGroupView]) -
 
 
 def pod_job(pod: PodView) -> JobRef:
-    return JobRef(pod.namespace, *pod.job)
+    return JobRef(*pod.job)
 
 
 def build_jobs(snapshot: Snapshot) -> list[Job]:
     """Every job with a pending pod (a job with none cannot starve, and holds no lock). minMember: the PodGroup's;
     for any other job 1: without a gang constraint a job makes progress as soon as one of its pods is bound (a
     ReplicaSet kept partly pending by a full cluster is not starving; a lone pod that cannot be placed is)."""
+    waiting = {pod.job for pod in snapshot.pods if not pod.node_name and not pod.deleting and not pod.is_terminal}
     grouped: dict[tuple[str, str, str], list[PodView]] = defaultdict(list)
-    waiting: set[tuple[str, str, str]] = set()
     for pod in snapshot.pods:
-        if pod.is_terminal or pod.scheduler_name != "default-scheduler":
-            continue
-        key = (pod.namespace, *pod.job)
-        grouped[key].append(pod)
-        if not pod.node_name and not pod.deleting:
-            waiting.add(key)
+        if pod.job in waiting and not pod.is_terminal and pod.scheduler_name == "default-scheduler":
+            grouped[pod.job].append(pod)
     jobs = []
-    for key in waiting:
-        ref, pods = JobRef(*key), grouped[key]
+    for key, pods in grouped.items():
+        ref = JobRef(*key)
         group = snapshot.podgroups.get((ref.namespace, ref.name)) if ref.kind == "PodGroup" else None
         if group is not None:
             created, min_member = group.created, group.min_member

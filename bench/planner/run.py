@@ -2,7 +2,7 @@
 
 Each cluster: N nodes (32 cpu, 128 Gi), 30 pods per node (1% of them pending, the rest running, half of those
 with a maximum runtime), jobs of 1-8 pods, a tenth in PodGroups. Reported per size: snapshot build time, one
-full plan's time (no earlier plan to reuse), the peak memory one plan allocates (tracemalloc, measured on a
+full plan's time (no earlier plan to reuse; collector paused, as the agent plans), the peak memory one plan allocates (tracemalloc, measured on a
 separate run), and the time to re-plan after one pod event as the agent does it: a full plan over the updated
 snapshot, handed the previous plan so node states whose node and pods did not change are reused. Each size runs
 in its own process so peak memory is not shared.
@@ -79,6 +79,7 @@ def build(nodes: int, seed: int = 7):
 
 
 def measure(nodes: int) -> dict:
+    from agent.gcpause import collector_paused
     from agent.planner.plan import plan
     from shared.config import load_config
 
@@ -87,7 +88,8 @@ def measure(nodes: int) -> dict:
     snapshot = build(nodes)
     built = time.perf_counter() - began
     began = time.perf_counter()
-    result = plan(snapshot, config, NOW)
+    with collector_paused():  # as the agent plans
+        result = plan(snapshot, config, NOW)
     full = time.perf_counter() - began
     tracemalloc.start()  # a second plan, for memory only: tracemalloc slows allocation-heavy code
     plan(snapshot, config, NOW)
@@ -100,7 +102,8 @@ def measure(nodes: int) -> dict:
     pods[victim] = replace(pods[victim], node_name="node-00000", phase="Running", started=NOW)
     updated = replace(snapshot, pods=pods)
     began = time.perf_counter()
-    plan(updated, config, NOW + timedelta(seconds=1), result.locks, previous=result)
+    with collector_paused():
+        plan(updated, config, NOW + timedelta(seconds=1), result.locks, previous=result)
     replan = time.perf_counter() - began
     return {"nodes": nodes, "pods": len(snapshot.pods), "snapshot_s": built, "plan_s": full,
             "peak_mib": peak / 2**20, "replan_ms": replan * 1000, "locks": len(result.locks),
