@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -75,11 +76,35 @@ class ApplyResult:
     errors: list[str] = field(default_factory=list)
 
 
+# Failpoint for crash tests: `RESERVOIR_FAILPOINT=exit-after-node-patches:N` makes the process die (exit 137, as
+# SIGKILL would) right after its N-th successful node patch, in the middle of a reconcile.
+FAILPOINT = "RESERVOIR_FAILPOINT"
+_EXIT_AFTER = "exit-after-node-patches:"
+
+
+def _exit_after_from_env() -> int | None:
+    value = os.environ.get(FAILPOINT, "")
+    if not value:
+        return None
+    if not value.startswith(_EXIT_AFTER) or not value[len(_EXIT_AFTER):].isdigit():
+        raise ValueError(f"{FAILPOINT}={value!r}: expected {_EXIT_AFTER}N with N a whole number")
+    return int(value[len(_EXIT_AFTER):])
+
+
 class Applier:
     def __init__(self, api: client.ApiClient, component: str = "reservoir-agent") -> None:
         self.api = api
         self.core = client.CoreV1Api(api)
         self.component = component
+        self.node_patches = 0
+        self.exit_after = _exit_after_from_env()
+
+    def _patched(self, name: str) -> None:
+        self.node_patches += 1
+        if self.exit_after is not None and self.node_patches >= self.exit_after:
+            log.warning("node=%s failpoint=%s%d: exiting now, mid-reconcile", name, _EXIT_AFTER, self.exit_after)
+            logging.shutdown()
+            os._exit(137)
 
     async def _read_node(self, name: str) -> dict[str, Any] | None:
         try:
@@ -102,6 +127,7 @@ class Applier:
                 return before, False
             try:
                 await self.core.patch_node(name, ops, _content_type="application/json-patch+json")
+                self._patched(name)
                 return before, True
             except ApiException as err:
                 if err.status in (409, 422) and attempt < MAX_ATTEMPTS:

@@ -18,6 +18,6 @@ class AgentProcess(ReservoirProcess):
         self.identity = identity
         self.metrics_port = metrics_port  # 0: no metrics server
 
-    def start(self) -> None:
+    def start(self, env: dict[str, str] | None = None) -> None:
         self.spawn(["agent", f"--kubeconfig={self.cluster.kubeconfig}", f"--as={AGENT_USER}",
-                    f"--metrics-port={self.metrics_port}", f"--identity={self.identity}"])
+                    f"--metrics-port={self.metrics_port}", f"--identity={self.identity}"], env=env)

@@ -26,11 +26,11 @@ class ReservoirProcess:
     def log_path(self) -> Path:
         return self.dir / f"{self.name}.log"
 
-    def spawn(self, args: list[str]) -> None:
+    def spawn(self, args: list[str], env: dict[str, str] | None = None) -> None:
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen([sys.executable, "-m", "shared.cli", *args], stdout=log,
                                             stderr=subprocess.STDOUT, cwd=REPO,
-                                            env={**os.environ, "PYTHONPATH": str(REPO)})
+                                            env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})})
 
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None

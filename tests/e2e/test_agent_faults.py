@@ -1,19 +1,23 @@
 """The agent under faults, on the real control plane: two replicas (only the leader writes, the standby takes
-over), a crash and restart (no duplicate or orphan taint, same lock), an invalid config edit (last good kept,
+over), a crash and restart (no duplicate or orphan taint, same lock), a crash between two node patches of one
+reconcile (failpoint; the restart finishes it), an invalid config edit (last good kept,
 Warning Event), and `reservoir release --all` (removes Reservoir's locks and nothing else)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
 from collections.abc import AsyncIterator
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from agent.applier import FAILPOINT
 from localcluster.agent_process import AgentProcess
 from shared import keys
-from shared.jobs import JobRef
+from shared.jobs import JobRef, window_owner_id
 from tests.e2e.kit import REPO, Kit, apply_setup
 from tests.e2e.test_starvation import CONFIG, SETUP, configure
 
@@ -121,6 +125,76 @@ async def test_invalid_config_edit_keeps_the_last_good_config(kit: Kit, held_nod
         await kit.wait_for(lambda: _log_has(agent, "dryRun=True"), what="the dry-run config loaded")
     finally:
         agent.stop()
+
+
+async def test_killed_between_two_node_patches_then_restarted(kit: Kit) -> None:
+    """A window wants three of four nodes. The agent dies (failpoint: exit 137 right after its first node patch,
+    before its Events) in the middle of that reconcile; one node is locked, two are not. Started again, it
+    finishes the job: the same three nodes an uninterrupted run picks, one lock taint each, the first lock's
+    `since` kept, the fourth node untouched."""
+    await apply_setup(kit, *SETUP)
+    start = (datetime.now(timezone.utc) + timedelta(minutes=1)).replace(second=0, microsecond=0)
+    await configure(kit, f"""
+starvation: {{enabled: false}}
+maxLockedNodePercent: 100
+resyncPeriod: 2s
+debounce: 200ms
+windows:
+- name: crash
+  nodeSelector: {{pool: crash}}
+  resources: {{cpu: "12"}}
+  schedule: "{start.minute} {start.hour} * * *"
+  duration: 10m
+  startReserveAgo: 3m
+""")
+    names = [f"crash-{i}" for i in range(1, 5)]
+    for name in names:
+        await kit.create_node(name, {"cpu": "4", "memory": "16Gi"}, labels={"pool": "crash"})
+    owner = window_owner_id("crash")
+
+    async def locked() -> dict[str, list[dict]]:
+        out = {}
+        for name in names:
+            node = await kit.read_node(name)
+            ours = [t for t in node["spec"].get("taints") or [] if t["key"] == keys.LOCK]
+            if ours:
+                out[name] = ours
+        return out
+
+    crashing = AgentProcess(kit.cluster, identity="agent-a")
+    again = AgentProcess(kit.cluster, identity="agent-a")
+    try:
+        crashing.start(env={FAILPOINT: "exit-after-node-patches:1"})
+        assert crashing.process is not None
+        assert await asyncio.to_thread(crashing.process.wait, 60) == 137, crashing.log_text()
+        assert "failpoint=exit-after-node-patches:1" in crashing.log_text()
+        half = await locked()
+        assert list(half) == ["crash-1"], f"one node patched before the crash: {half}"
+        first_since = json.loads((await kit.read_node("crash-1"))["metadata"]["annotations"][keys.LOCK_INFO])["since"]
+
+        again.start()
+        async def three() -> dict | None:
+            now = await locked()
+            return now if len(now) == 3 else None
+        final = await kit.wait_for(three, what="three nodes locked after the restart", timeout=30)
+        assert sorted(final) == names[:3]
+        assert all(len(taints) == 1 and taints[0]["value"] == owner for taints in final.values())
+        for name in names[:3]:
+            node = await kit.read_node(name)
+            assert node["metadata"]["labels"][keys.LOCK] == owner
+            info = json.loads(node["metadata"]["annotations"][keys.LOCK_INFO])
+            assert info["owner"] == owner
+        assert json.loads((await kit.read_node("crash-1"))["metadata"]["annotations"][keys.LOCK_INFO])["since"] == first_since
+        untouched = await kit.read_node("crash-4")
+        assert keys.LOCK not in untouched["metadata"].get("labels", {})
+        assert keys.LOCK_INFO not in untouched["metadata"].get("annotations", {})
+        await asyncio.sleep(3)  # a resync later nothing moves
+        assert await locked() == final and again.log_text().count("decision=lock") == 2
+    finally:
+        crashing.stop()
+        again.stop()
+        await kit.raw("DELETE", f"/api/v1/namespaces/{keys.NAMESPACE}/configmaps/{keys.CONFIGMAP_NAME}")
+        await kit.raw("DELETE", f"/apis/coordination.k8s.io/v1/namespaces/{keys.NAMESPACE}/leases/reservoir-agent")
 
 
 async def _holder_is(kit: Kit, identity: str) -> bool:
