@@ -26,6 +26,7 @@ from webhook.jsonpatch import Op, add, pointer
 from webhook.mutate import lock_toleration
 
 log = logging.getLogger("reservoir.agent")
+CLUSTER_SCOPED = frozenset(("Node", "Queue", "Reservation"))
 MAX_ATTEMPTS = 5
 
 
@@ -177,17 +178,40 @@ class Applier:
         now = datetime.now(timezone.utc)
         body = {
             "metadata": {"generateName": f"{name}.", "namespace": namespace},
-            "involvedObject": {"kind": kind, "name": name, "namespace": namespace if kind != "Node" else "",
-                               "apiVersion": api_version},
+            "involvedObject": {"kind": kind, "name": name, "namespace": namespace, "apiVersion": api_version},
             "reason": reason, "message": message[:1000], "type": event_type,
             "source": {"component": self.component}, "reportingComponent": self.component,
             "firstTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"), "lastTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
             "count": 1,
         }
+        if kind in CLUSTER_SCOPED:
+            body["involvedObject"]["namespace"] = ""
         try:
             await self.core.create_namespaced_event(namespace, body)
         except ApiException as err:
             log.warning("event=%s object=%s/%s not recorded: %s", reason, kind, name, err.reason)
+
+
+async def patch_status(api: client.ApiClient, group: str, version: str, plural: str, name: str,
+                       status: Mapping[str, Any]) -> None:
+    """Merge `status` into a cluster-scoped custom object's status subresource."""
+    await client.CustomObjectsApi(api).patch_cluster_custom_object_status(
+        group, version, plural, name, {"status": status}, _content_type="application/merge-patch+json")
+
+
+async def evict(api: client.ApiClient, namespace: str, name: str) -> str:
+    """Ask the Eviction API to evict a pod (PodDisruptionBudgets apply). Returns "evicted", "gone", or "blocked"
+    (429: a budget forbids it now; the caller tries again on a later reconcile)."""
+    body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
+    try:
+        await client.CoreV1Api(api).create_namespaced_pod_eviction(name, namespace, body)
+        return "evicted"
+    except ApiException as err:
+        if err.status == 404:
+            return "gone"
+        if err.status == 429:
+            return "blocked"
+        raise
 
 
 def missing_tolerations(pod_spec_tolerations: list[Mapping[str, Any]], owners: list[str]) -> list[dict[str, str]]:

@@ -10,7 +10,10 @@ from kubernetes_asyncio import client
 
 from agent.applier import Applier
 from agent.planner.model import Snapshot
+from agent.planner.capacity import node_states
+from agent.planner.jobs import pod_queue
 from agent.planner.plan import current_locks, plan
+from agent.planner.queues import QueueScore, score_queues
 from shared import watched
 from shared.config import ReservoirConfig
 from shared.duration import format_duration
@@ -52,13 +55,34 @@ def _age(since: datetime, now: datetime) -> str:
     return format_duration(now - since)
 
 
-async def status(kubeconfig: str | None, namespace: str, output: str) -> str:
+def queue_table(snapshot: Snapshot, config: ReservoirConfig) -> tuple[list[QueueScore], list[str]]:
+    """Every queue (Queue objects and queues pods name), best first, with its score parts (seed 001)."""
+    states = node_states(snapshot.nodes, snapshot.pods)
+    named = {pod_queue(p, snapshot.podgroups) for p in snapshot.pods if not p.is_terminal}
+    scores = score_queues(snapshot, states, named, config.queue_order)
+    weights = config.queue_order
+    lines = [f"{'QUEUE':<24}{'SCORE':>8}{'PRIORITY':>10}{'DRF':>8}{'PROPORTION':>12}   "
+             f"(weights {weights.priority_weight:g}/{weights.drf_weight:g}/{weights.proportion_weight:g}, "
+             f"{weights.ordering})"]
+    for s in scores:
+        lines.append(f"{s.name:<24}{s.total:>8.3f}{s.priority_score:>10.3f}{s.drf_score:>8.3f}{s.proportion_score:>12.3f}"
+                     f"   priority {s.priority}, dominant share {s.drf_share:.3f}, share of deserved {s.proportion_share:.3f}")
+    return scores, lines or ["(no queues)"]
+
+
+async def status(kubeconfig: str | None, namespace: str, output: str, queues: bool = False) -> str:
     api = await new_api_client(kubeconfig)
     try:
         snapshot, config = await read_snapshot(api, namespace)
     finally:
         await api.close()
     now = datetime.now(timezone.utc)
+    if queues:
+        scores, lines = queue_table(snapshot, config)
+        if output == "json":
+            return json.dumps([{**s.__dict__, "allocated": s.allocated.to_quantities(),
+                                "deserved": s.deserved.to_quantities()} for s in scores], indent=2)
+        return "\n".join(lines)
     locks = current_locks(snapshot)
     planned = plan(snapshot, config, now, locks)
     starving = [j for j in planned.jobs if j.starving]

@@ -22,7 +22,7 @@ from kubernetes_asyncio.leaderelection import electionconfig, leaderelection
 from kubernetes_asyncio.leaderelection.resourcelock.leaselock import LeaseLock
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from agent.applier import Applier, missing_tolerations
+from agent.applier import Applier, evict, missing_tolerations, patch_status
 from agent.gcpause import collector_paused
 from agent.planner.model import Plan, Snapshot
 from agent.planner.plan import current_locks, plan
@@ -76,6 +76,7 @@ class Agent:
         self.caches = [self.nodes, self.pods, self.podgroups, self.queues, self.priority_classes, self.reservations,
                        self.configmaps]
         self._pending_events: list[tuple[str, str, str]] = []
+        self._queue_warnings: dict[str, str | None] = {}
 
     # --- inputs ---
 
@@ -136,8 +137,47 @@ class Agent:
             for error in applied.errors:
                 self.metrics.patch_errors.inc()
             await self.repair(result, snapshot)
+            await self.queue_outputs(result, snapshot)
         self.metrics.reconcile.observe(time.perf_counter() - began)
         return result
+
+    async def queue_outputs(self, result: Plan, snapshot: Snapshot) -> None:
+        """Seed 002 outputs: each Queue's `status.reservation` (written when it changes, cleared when its guarantee
+        goes), a Warning Event for a refused guarantee (once per change of its text), and, for `Guaranteed`,
+        evictions of other pods on the locked nodes through the Eviction API (blocked ones are retried on the next
+        reconcile and reported)."""
+        statuses = {s.queue: s for s in result.guarantees}
+        for name, queue in sorted(snapshot.queues.items()):
+            status = statuses.get(name)
+            want = ({"nodes": list(status.nodes), "resource": status.resource.to_quantities()}
+                    if status is not None and status.nodes else None)
+            if want != (queue.reservation or None):
+                try:
+                    await patch_status(self.api, "scheduling.volcano.sh", "v1beta1", "queues", name, {"reservation": want})
+                    log.info("queue=%s decision=status reservation=%s", name, want)
+                except ApiException as err:
+                    self.metrics.patch_errors.inc()
+                    log.warning("queue=%s decision=status-failed status=%s reason=%s", name, err.status, err.reason)
+            warning = status.warning if status is not None else None
+            if warning and self._queue_warnings.get(name) != warning:
+                log.warning("queue=%s decision=refused reason=%s", name, warning)
+                await self.applier.event(name, "GuaranteeRefused", f"guarantee ignored: {warning}", kind="Queue",
+                                         event_type="Warning", api_version="scheduling.volcano.sh/v1beta1")
+            self._queue_warnings[name] = warning
+            for key in status.evict if status is not None else ():
+                namespace, pod = key.split("/", 1)
+                try:
+                    outcome = await evict(self.api, namespace, pod)
+                except ApiException as err:
+                    self.metrics.patch_errors.inc()
+                    log.warning("pod=%s decision=evict-failed queue=%s status=%s", key, name, err.status)
+                    continue
+                log.info("pod=%s decision=evict outcome=%s queue=%s reason=Guaranteed guarantee holds its node",
+                         key, outcome, name)
+                if outcome == "blocked":
+                    await self.applier.event(name, "EvictionBlocked", f"evicting {key} is blocked by a "
+                                             "PodDisruptionBudget; retrying", kind="Queue", event_type="Warning",
+                                             api_version="scheduling.volcano.sh/v1beta1")
 
     def _drain_events(self) -> list[tuple[str, str, str]]:
         events, self._pending_events = self._pending_events, []

@@ -52,7 +52,7 @@ def _agent(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     from agent.cli import status
 
-    print(asyncio.run(status(args.kubeconfig, args.namespace, args.output)))
+    print(asyncio.run(status(args.kubeconfig, args.namespace, args.output, queues=args.queues)))
     return 0
 
 
@@ -111,6 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--kubeconfig", default=None)
     status.add_argument("--namespace", default=keys.NAMESPACE)
     status.add_argument("--output", "-o", choices=("table", "json"), default="table")
+    status.add_argument("--queues", action="store_true", help="each queue's QueueScoreOrder score and its parts")
     status.set_defaults(run=_status)
 
     release = commands.add_parser("release", help="remove Reservoir's locks from nodes (and nothing else)")

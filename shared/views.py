@@ -186,6 +186,11 @@ class PodView:
         return next((o for o in self.owners if o.controller), None)
 
     @property
+    def daemon(self) -> bool:
+        """Owned by a DaemonSet: evicting it is pointless, its controller puts it back."""
+        return self.controller is not None and self.controller.kind == "DaemonSet"
+
+    @property
     def group_name(self) -> str:
         return self.annotations.get(keys.GROUP_NAME, "")
 
@@ -250,6 +255,7 @@ class QueueView:
     created: datetime
     raw_guarantee: Mapping[str, Any] = field(default_factory=dict)
     deserved: Resources = EMPTY  # Volcano `spec.deserved`; empty when unset
+    reservation: Mapping[str, Any] | None = None  # `status.reservation` as last written (seed 002)
 
     @property
     def class_name(self) -> str:
@@ -283,6 +289,7 @@ class QueueView:
             created=parse_time(meta.get("creationTimestamp")) or EPOCH,
             raw_guarantee=dict(raw),
             deserved=Resources.parse(spec.get("deserved")),
+            reservation=(obj.get("status") or {}).get("reservation"),
         )
 
 

@@ -117,5 +117,6 @@ class Plan:
     windows: Sequence[WindowStatus] = ()
     notes: Sequence[str] = ()  # one line per decision not to lock, with the reason
     queues: Sequence[Any] = ()  # QueueScore, best first, when queues competed in this plan
+    guarantees: Sequence[Any] = ()  # QueueGuaranteeStatus per queue with a guarantee
     # the node states this plan computed, handed to the next plan to reuse what did not change
     states: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
