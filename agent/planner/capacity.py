@@ -159,12 +159,18 @@ def schedulable(node: NodeView) -> bool:
 def tolerates(pod: PodView, node: NodeView, lock_owner: str | None = None, ignore_lock: bool = False) -> bool:
     """The pod tolerates the node's NoSchedule/NoExecute taints. Reservoir's own lock taint is skipped when
     `ignore_lock` (the planner is choosing who holds it) or when its value is `lock_owner`."""
+    return tolerations_allow(pod.tolerations, node, lock_owner, ignore_lock)
+
+
+def tolerations_allow(tolerations: Sequence[Mapping], node: NodeView, lock_owner: str | None = None,
+                      ignore_lock: bool = False) -> bool:
+    """`tolerates` for a bare list of tolerations (a Reservation's template)."""
     for taint in node.taints:
         if taint.effect not in ("NoSchedule", "NoExecute"):
             continue
         if taint.key == keys.LOCK and (ignore_lock or (lock_owner is not None and taint.value == lock_owner)):
             continue
-        if not any(_tolerates(t, taint.key, taint.value, taint.effect) for t in pod.tolerations):
+        if not any(_tolerates(t, taint.key, taint.value, taint.effect) for t in tolerations):
             return False
     return True
 

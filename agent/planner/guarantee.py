@@ -19,7 +19,8 @@ by what all candidates hold keeps the term finite and comparable between queues.
 
 Search (bounded, deterministic): nodes are grouped by allocatable; within a group only the best few (most used by
 the queue, then most idle, then name) can matter, as many as the group would need alone plus one. Nodes alike in
-allocatable, idle and queue use are interchangeable, so the search runs over how many of each kind it takes. Two
+allocatable, idle and queue use are interchangeable, so the search runs over how many of each kind it takes: every
+such count when there are at most `budget` of them (exact; the usual case on clusters of alike nodes), else two
 beam searches (one ranking partial combinations by progress towards the request, one by the score they could
 reach) add one node per level, as wide as lets `budget` evaluations reach the depth the request may need; every
 covering combination met is scored, and the best few are improved by hill climbing (add, drop, swap one for one or
@@ -33,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from itertools import combinations
+from itertools import combinations, product
 
 from agent.planner.capacity import NodeState, schedulable
 from agent.planner.jobs import pod_queue
@@ -140,6 +141,15 @@ def search(problem: Problem, budget: int) -> tuple[float, tuple[int, ...]] | Non
              for d in problem.request), default=1) for i in candidates))
     width = max(2, budget // (2 * len(kinds) * max(1, depth)))
     found: dict[tuple[int, ...], float] = {}  # covering combinations (sorted indexes) -> score
+    multisets = 1
+    for members in kinds:
+        multisets *= len(members) + 1
+    if multisets <= budget:  # few kinds (a homogeneous cluster): every count of every kind, exactly
+        for counts in product(*(range(len(members) + 1) for members in kinds)):
+            combo = tuple(sorted(j for n, members in zip(counts, kinds) for j in members[:n]))
+            if combo and problem.covers(combo):
+                found[combo] = problem.score(combo)
+        return max(((score, combo) for combo, score in found.items()), key=lambda item: (item[0], [-i for i in item[1]]))
     for progress in (1.0, 0.0):  # two beams: one ranks progress towards the request first, one the score alone
         _beam(problem, kinds, width, budget // 2, progress, found)
     if not found:  # the budget ran out before any combination covered: fill greedily, most used then largest first

@@ -118,5 +118,6 @@ class Plan:
     notes: Sequence[str] = ()  # one line per decision not to lock, with the reason
     queues: Sequence[Any] = ()  # QueueScore, best first, when queues competed in this plan
     guarantees: Sequence[Any] = ()  # QueueGuaranteeStatus per queue with a guarantee
+    reservations: Sequence[Any] = ()  # ReservationStatus per Reservation
     # the node states this plan computed, handed to the next plan to reuse what did not change
     states: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)

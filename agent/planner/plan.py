@@ -10,6 +10,7 @@ from agent.planner.guarantee import Cluster, plan_guarantee, usage_by_queue
 from agent.planner.jobs import build_jobs
 from agent.planner.model import Lock, Plan, Snapshot, lock_on
 from agent.planner.queues import QueueScore, order_jobs, score_queues
+from agent.planner.reservations import plan_reservations
 from agent.planner.starvation import plan_starvation
 from agent.planner.windows import plan_window
 from shared.config import ReservoirConfig
@@ -46,6 +47,15 @@ def plan(snapshot: Snapshot, config: ReservoirConfig, now: datetime,
         scores = score_queues(snapshot, states, named, config.queue_order)
     rank = {s.name: i for i, s in enumerate(scores)}
 
+    reservation_statuses = []
+    if config.reservations.enabled and snapshot.reservations:
+        reservation_locks, reservation_statuses, reservation_notes = plan_reservations(
+            list(snapshot.reservations.values()), states, snapshot.pods, current, taken, remaining,
+            config.reservations.gc_grace_period, now)
+        locks.update(reservation_locks)
+        remaining -= len(reservation_locks)
+        notes += reservation_notes
+
     guarantee_statuses = []
     if guaranteed:
         usage = usage_by_queue(states, snapshot.podgroups)
@@ -76,4 +86,4 @@ def plan(snapshot: Snapshot, config: ReservoirConfig, now: datetime,
         locks.update(starvation_locks)
         notes += starvation_notes
     return Plan(locks=locks, jobs=job_statuses, windows=window_statuses, notes=notes, queues=scores,
-                guarantees=guarantee_statuses, states=states)
+                guarantees=guarantee_statuses, reservations=reservation_statuses, states=states)
