@@ -26,10 +26,11 @@ from agent.applier import Applier, evict, missing_tolerations, patch_status
 from agent.gcpause import collector_paused
 from agent.planner.model import Plan, Snapshot
 from agent.planner.plan import current_locks, plan
+from agent.planner.reservations import is_owner
 from webhook.mutate import toleration_ops
 from shared import keys, watched
 from shared.config import ReservoirConfig
-from shared.jobs import window_owner_id
+from shared.jobs import reservation_owner_id, window_owner_id
 from shared.keys import LockKind
 from shared.kube import new_api_client
 from shared.watchcache import WatchCache
@@ -138,6 +139,7 @@ class Agent:
                 self.metrics.patch_errors.inc()
             await self.repair(result, snapshot)
             await self.queue_outputs(result, snapshot)
+            await self.reservation_outputs(result, snapshot)
         self.metrics.reconcile.observe(time.perf_counter() - began)
         return result
 
@@ -179,6 +181,54 @@ class Agent:
                                              "PodDisruptionBudget; retrying", kind="Queue", event_type="Warning",
                                              api_version="scheduling.volcano.sh/v1beta1")
 
+    async def reservation_outputs(self, result: Plan, snapshot: Snapshot) -> None:
+        """Seed 003 outputs: each Reservation's status (written when it changes, with an Event on a phase change),
+        the `reservoir.sh/reservation-allocated` annotation on its current owners, and the deletion of one that
+        ended longer than `gcGracePeriod` ago."""
+        group, version, plural = keys.RESERVATION_GROUP, keys.RESERVATION_VERSION, keys.RESERVATION_PLURAL
+        custom = client.CustomObjectsApi(self.api)
+        core = client.CoreV1Api(self.api)
+        for status in result.reservations:
+            reservation = snapshot.reservations.get(status.name)
+            if reservation is None:
+                continue
+            if status.delete:
+                try:
+                    await custom.delete_cluster_custom_object(group, version, plural, status.name)
+                    log.info("reservation=%s decision=delete reason=%s for longer than gcGracePeriod", status.name,
+                             status.phase)
+                except ApiException as err:
+                    if err.status != 404:
+                        log.warning("reservation=%s decision=delete-failed status=%s", status.name, err.status)
+                continue
+            if status.final:
+                continue
+            want = {k: v for k, v in status.status().items() if v is not None}
+            have = {k: v for k, v in reservation.status.items() if k in want or k == "nodeName"}
+            if want != have:
+                body = {**want, "nodeName": want.get("nodeName")}
+                try:
+                    await patch_status(self.api, group, version, plural, status.name, body)
+                except ApiException as err:
+                    self.metrics.patch_errors.inc()
+                    log.warning("reservation=%s decision=status-failed status=%s reason=%s", status.name, err.status,
+                                err.reason)
+                    continue
+                if reservation.phase != status.phase or not reservation.status:
+                    await self.applier.event(status.name, status.phase, status.message, kind="Reservation",
+                                             event_type="Warning" if status.phase == "Failed" else "Normal",
+                                             api_version=f"{group}/{version}")
+            for key in status.annotate:
+                namespace, name = key.split("/", 1)
+                try:
+                    await core.patch_namespaced_pod(name, namespace, {"metadata": {"annotations": {
+                        keys.RESERVATION_ALLOCATED: status.name}}}, _content_type="application/merge-patch+json")
+                    log.info("pod=%s decision=allocated reservation=%s node=%s", key, status.name, status.node)
+                except ApiException as err:
+                    if err.status != 404:
+                        self.metrics.patch_errors.inc()
+                        log.warning("pod=%s decision=annotate-failed status=%s", key, err.status)
+
     def _drain_events(self) -> list[tuple[str, str, str]]:
         events, self._pending_events = self._pending_events, []
         return events
@@ -195,6 +245,12 @@ class Agent:
                 for task in lock.tasks:
                     namespace, name = task.split("/", 1)
                     wanted.setdefault((namespace, name), set()).add(lock.owner)
+        for status in result.reservations:
+            reservation = snapshot.reservations.get(status.name)
+            if status.node and reservation is not None and not reservation.unschedulable:
+                for pod in snapshot.pods:
+                    if not pod.is_bound and not pod.is_terminal and is_owner(reservation, pod):
+                        wanted.setdefault((pod.namespace, pod.name), set()).add(reservation_owner_id(status.name))
         if locked_windows:
             for pod in snapshot.pods:
                 if pod.reserveable and not pod.is_bound and not pod.is_terminal:

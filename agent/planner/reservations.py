@@ -48,6 +48,7 @@ class ReservationStatus:
     owners: tuple[PodView, ...] = ()  # current owners
     annotate: tuple[str, ...] = ()  # owner pods ("namespace/name") still lacking the allocated annotation
     delete: bool = False  # terminal for longer than the grace period: garbage-collect the object
+    final: bool = False  # ended in an earlier plan: its status stays as written then
     conditions: tuple[dict[str, Any], ...] = field(default=())
 
     def status(self) -> dict[str, Any]:
@@ -151,20 +152,24 @@ def plan_reservations(
         owner = reservation_owner_id(r.name)
         previous = r.status
 
-        def done(phase: str, reason: str, message: str, node: str = r.node_name) -> None:
+        def done(phase: str, reason: str, message: str, node: str = r.node_name, owners: Sequence[PodView] = (),
+                 final: bool = False) -> None:
             scheduled = _condition("Scheduled", bool(node), "Scheduled" if node else "Unschedulable",
                                    f"on node {node}" if node else message, previous, now)
             ready = _condition("Ready", False, reason, message, previous, now)
             since = parse_time(ready["lastTransitionTime"]) or now
-            statuses.append(ReservationStatus(r.name, phase, node, reason, message, r.requests, Resources(),
+            live = tuple(sorted(owners, key=lambda p: p.key))
+            statuses.append(ReservationStatus(r.name, phase, node, reason, message, r.requests,
+                                              Resources.total(p.requests for p in live), live,
+                                              annotate=tuple(p.key for p in live if allocated_to.get(p.key) != r.name),
                                               delete=phase in TERMINAL_PHASES and now - since >= gc_grace,
-                                              conditions=(scheduled, ready)))
+                                              final=final, conditions=(scheduled, ready)))
             if phase != r.phase:
                 notes.append(f"reservation={r.name} decision={phase} reason={reason}: {message}")
 
         if r.phase in TERMINAL_PHASES:
             ready = next((c for c in previous.get("conditions") or () if c.get("type") == "Ready"), {})
-            done(r.phase, ready.get("reason") or r.phase, ready.get("message") or "")
+            done(r.phase, ready.get("reason") or r.phase, ready.get("message") or "", final=True)
             continue
         ends = expiry(r)
         if ends is not None and now >= ends:
@@ -178,7 +183,7 @@ def plan_reservations(
             bound = [p for p in on_node.get(node, ()) if not p.is_terminal and not p.deleting and is_owner(r, p)]
             bound += [p for p in on_node.get(node, ()) if p.is_terminal and allocated_to.get(p.key) == r.name]
             if r.allocate_once and bound:
-                done("Succeeded", "Allocated", f"allocated once, to {bound[0].key}")
+                done("Succeeded", "Allocated", f"allocated once, to {bound[0].key}", owners=bound)
                 continue
         else:
             node = _place(r, states, current, taken, owner, now)
