@@ -22,7 +22,8 @@ class WebhookCaches:
         self.priority_classes = WatchCache.of(api, watched.PRIORITY_CLASSES)
         self.reservations = WatchCache.of(api, watched.RESERVATIONS)
         self.configmaps = WatchCache.of(api, watched.config_map(namespace), on_change=self._config_changed)
-        self.all = [self.podgroups, self.queues, self.priority_classes, self.reservations, self.configmaps]
+        self.nodes = WatchCache.of(api, watched.NODES)  # only to refuse a Queue guarantee larger than the cluster
+        self.all = [self.podgroups, self.queues, self.priority_classes, self.reservations, self.configmaps, self.nodes]
         self.config = ReservoirConfig()
         self._tasks: list[asyncio.Task[None]] = []
         self._lookup: tuple[tuple[int, ...], Lookup] | None = None
@@ -60,5 +61,6 @@ class WebhookCaches:
                 priority_classes=dict(self.priority_classes.items),
                 reservations=dict(self.reservations.items),
                 config=self.config,
+                nodes=dict(self.nodes.items),
             ))
         return self._lookup[1]

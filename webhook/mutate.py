@@ -18,8 +18,8 @@ from shared import keys
 from shared.config import ReservoirConfig
 from shared.jobs import job_of, podgroup_of, queue_of, queue_owner_id, reservation_owner_id, window_owner_id
 from shared.matching import label_selector_matches, reservation_matches
-from shared.resources import is_best_effort
-from shared.views import PodGroupView, PriorityClassView, QueueView, ReservationView
+from shared.resources import Resources, is_best_effort
+from shared.views import NodeView, PodGroupView, PriorityClassView, QueueView, ReservationView
 from webhook.jsonpatch import Op, add, pointer
 
 MIRROR_POD = "kubernetes.io/config.mirror"
@@ -37,6 +37,12 @@ class Lookup:
     priority_classes: Mapping[str, PriorityClassView] = field(default_factory=dict)
     reservations: Mapping[str, ReservationView] = field(default_factory=dict)
     config: ReservoirConfig = field(default_factory=ReservoirConfig)
+    nodes: Mapping[str, NodeView] = field(default_factory=dict)
+
+    @cached_property
+    def schedulable_allocatable(self) -> Resources:
+        """What the schedulable nodes hold together (a Queue guarantee above it can never be met)."""
+        return Resources.total(n.allocatable for n in self.nodes.values() if not n.unschedulable)
 
     @cached_property
     def global_default_class(self) -> str:

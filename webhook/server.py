@@ -54,11 +54,11 @@ def _route_mutate_podgroup(request: Request, lookup: Lookup) -> dict:
     return admission.response(request.uid, patch=result.patch)
 
 
-def _validating(check: Callable[[dict], validate.Verdict]) -> Callable[[Request, Lookup], dict]:
+def _validating(check: Callable[[dict, Lookup], validate.Verdict]) -> Callable[[Request, Lookup], dict]:
     def route(request: Request, lookup: Lookup) -> dict:
         if request.operation == "DELETE":
             return admission.response(request.uid)
-        verdict = check(request.obj)  # type: ignore[arg-type]
+        verdict = check(request.obj, lookup)  # type: ignore[arg-type]
         if not verdict.allowed:
             log.info("decision=deny kind=%s name=%s reason=%r", request.kind, request.name, verdict.message)
         return admission.response(request.uid, allowed=verdict.allowed, message=verdict.message,
@@ -73,11 +73,11 @@ def _noop(request: Request, lookup: Lookup) -> dict:
 ROUTES: dict[str, Callable[[Request, Lookup], dict]] = {
     "/mutate/pods": _route_mutate_pod,
     "/mutate/podgroups": _route_mutate_podgroup,
-    "/validate/pods": _validating(validate.validate_pod),
-    "/validate/podgroups": _validating(validate.validate_podgroup),
-    "/validate/queues": _validating(validate.validate_queue),
-    "/validate/reservations": _validating(validate.validate_reservation),
-    "/validate/configmaps": _validating(validate.validate_configmap),
+    "/validate/pods": _validating(lambda obj, _: validate.validate_pod(obj)),
+    "/validate/podgroups": _validating(lambda obj, _: validate.validate_podgroup(obj)),
+    "/validate/queues": _validating(lambda obj, lookup: validate.validate_queue(obj, lookup.schedulable_allocatable)),
+    "/validate/reservations": _validating(lambda obj, _: validate.validate_reservation(obj)),
+    "/validate/configmaps": _validating(lambda obj, _: validate.validate_configmap(obj)),
     "/noop": _noop,  # the ceiling of the stack, for the benchmark
 }
 

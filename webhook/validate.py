@@ -12,7 +12,7 @@ from typing import Any
 from shared import keys
 from shared.config import ConfigError, load_config
 from shared.duration import DurationError, parse_duration
-from shared.quantity import QuantityError
+from shared.quantity import QuantityError, format_quantity
 from shared.resources import PODS, Resources, pod_requests
 from shared.views import parse_time
 from webhook.mutate import parse_reservation_affinity
@@ -114,8 +114,9 @@ def _resource_problems(what: str, path: str, quantities: Any) -> tuple[Resources
     return resources, problems
 
 
-def validate_queue(queue: Mapping[str, Any]) -> Verdict:
-    """Seed 002: guarantee policy, percentage {dimensions, value in [0,1]}, resource <= capability."""
+def validate_queue(queue: Mapping[str, Any], cluster: Resources | None = None) -> Verdict:
+    """Seed 002: guarantee policy, percentage {dimensions, value in [0,1]}, resource <= capability, and resource
+    <= `cluster` (the schedulable nodes' allocatable, when the webhook knows any node)."""
     what = _name(queue, "Queue")
     spec = queue.get("spec") or {}
     guarantee = spec.get("guarantee")
@@ -153,6 +154,13 @@ def validate_queue(queue: Mapping[str, Any]) -> Verdict:
                 problems.append(
                     f"{what}: spec.guarantee.resource.{name} ({guarantee['resource'][name]}) exceeds "
                     f"spec.capability.{name} ({spec['capability'][name]}): lower the guarantee or raise the capability")
+    if resource and cluster:
+        for name, amount in sorted(resource.items()):
+            if amount > cluster[name]:
+                problems.append(
+                    f"{what}: spec.guarantee.resource.{name} ({guarantee['resource'][name]}) is more than the "
+                    f"cluster's schedulable nodes hold ({format_quantity(name, cluster[name])}): it would lock every "
+                    "node and still not be met; lower it or add nodes")
     return _deny(problems)
 
 

@@ -19,12 +19,13 @@ by what all candidates hold keeps the term finite and comparable between queues.
 
 Search (bounded, deterministic): nodes are grouped by allocatable; within a group only the best few (most used by
 the queue, then most idle, then name) can matter, as many as the group would need alone plus one. Nodes alike in
-allocatable, idle and queue use are interchangeable, so the search runs over how many of each kind it takes: every
-such count when there are at most `budget` of them (exact; the usual case on clusters of alike nodes), else two
-beam searches (one ranking partial combinations by progress towards the request, one by the score they could
-reach) add one node per level, as wide as lets `budget` evaluations reach the depth the request may need; every
-covering combination met is scored, and the best few are improved by hill climbing (add, drop, swap one for one or
-one for two, while still covering) within another `budget` moves. A property test checks the result scores within
+allocatable and queue use differ only in idle, so a kind's most idle nodes (by mean idle share) are taken first and
+the search runs over how many of each kind it takes: every such count when there are at most 2 x `budget` of them
+(exact but for that idle order; the usual case on clusters of alike nodes), else two beam searches (one ranking
+partial combinations by progress towards the request, one by the score they could reach) that add one node per
+level, as wide as lets `budget` evaluations reach the depth the request may need; every covering combination met
+is scored, and the best few are improved by hill climbing (add, drop, swap one for one or one for two, while still
+covering) within another `budget` moves. A property test checks the result scores within
 5% of brute force on clusters of up to 12 nodes. A queue already holding a covering combination keeps it unless a
 fresh search scores more than 5% better (no churn as idle moves).
 """
@@ -132,7 +133,10 @@ def search(problem: Problem, budget: int) -> tuple[float, tuple[int, ...]] | Non
     # nodes alike in allocatable, idle and queue use are interchangeable: the search runs over how many of each kind
     groups: dict[tuple, list[int]] = {}
     for i in candidates:
-        groups.setdefault((problem.alloc[i], problem.idle[i], problem.used[i]), []).append(i)
+        groups.setdefault((problem.alloc[i], problem.used[i]), []).append(i)
+    for members in groups.values():  # for a count taken from one kind, its most idle nodes score best
+        members.sort(key=lambda i: (-sum(problem.idle[i][d] / problem.alloc[i][d] for d in problem.request
+                                         if problem.alloc[i][d]), problem.names[i]))
     kinds = list(groups.values())
     # up to `depth` levels may be needed (the nodes the smallest kind would need alone), so the beams are as wide as
     # lets the budget reach that depth
@@ -144,7 +148,7 @@ def search(problem: Problem, budget: int) -> tuple[float, tuple[int, ...]] | Non
     multisets = 1
     for members in kinds:
         multisets *= len(members) + 1
-    if multisets <= budget:  # few kinds (a homogeneous cluster): every count of every kind, exactly
+    if multisets <= 2 * budget:  # few kinds (a homogeneous cluster): every count of every kind, exactly
         for counts in product(*(range(len(members) + 1) for members in kinds)):
             combo = tuple(sorted(j for n, members in zip(counts, kinds) for j in members[:n]))
             if combo and problem.covers(combo):

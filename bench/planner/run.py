@@ -5,7 +5,8 @@ with a maximum runtime), jobs of 1-8 pods, a tenth in PodGroups. Reported per si
 full plan's time (no earlier plan to reuse; collector paused, as the agent plans), the peak memory one plan allocates (tracemalloc, measured on a
 separate run), and the time to re-plan after one pod event as the agent does it: a full plan over the updated
 snapshot, handed the previous plan so node states whose node and pods did not change are reused. Each size runs
-in its own process so peak memory is not shared.
+in its own process so peak memory is not shared. Then the queue-guarantee search: its quality against brute force
+on small random clusters, and, at each size, a plan with 100 guaranteed queues beside one without.
 """
 
 from __future__ import annotations
@@ -110,9 +111,71 @@ def measure(nodes: int) -> dict:
             "starving": sum(1 for j in result.jobs if j.starving)}
 
 
+QUEUES = 100
+
+
+def measure_guarantees(nodes: int) -> dict:
+    """The same cluster with QUEUES queues each guaranteed 64 cpu / 128Gi (two nodes' worth): one full plan
+    with the guarantees beside one without, in the same process."""
+    from dataclasses import replace
+
+    from agent.gcpause import collector_paused
+    from agent.planner.plan import plan
+    from shared.config import load_config
+    from shared.views import QueueView
+
+    config = load_config("starvation: {starvingJobTimeThreshold: 10m}")
+    snapshot = build(nodes)
+    queues = {f"q{i:03d}": QueueView.from_obj({
+        "metadata": {"name": f"q{i:03d}", "uid": f"q{i}", "creationTimestamp": stamp(NOW - timedelta(days=1, minutes=i))},
+        "spec": {"weight": 1, "guarantee": {"resource": {"cpu": "64", "memory": "128Gi"}}}}) for i in range(QUEUES)}
+    with collector_paused():
+        began = time.perf_counter()
+        plan(snapshot, config, NOW)
+        without = time.perf_counter() - began
+        began = time.perf_counter()
+        result = plan(replace(snapshot, queues=queues), config, NOW)
+        with_queues = time.perf_counter() - began
+    return {"nodes": nodes, "without_s": without, "with_s": with_queues,
+            "queue_nodes": sum(len(g.nodes) for g in result.guarantees)}
+
+
+def search_quality(samples: int = 300, budget: int = 2000, seed: int = 11) -> dict:
+    """Chosen score / brute-force optimum on random clusters of 1-12 nodes (queue use and idle random)."""
+    from agent.planner.guarantee import Problem, brute_force, search
+    from shared.resources import Resources
+
+    rng = random.Random(seed)
+    ratios, search_s, brute_s = [], 0.0, 0.0
+    while len(ratios) < samples:
+        n = rng.randint(1, 12)
+        spec = [(rng.choice([2, 4, 8, 16]), rng.choice([4, 8, 16, 32, 64]), rng.randint(0, 100), rng.randint(0, 3))
+                for _ in range(n)]
+        alloc = [Resources({"cpu": c * 1000, "memory": m * 2**30}) for c, m, _, _ in spec]
+        idle = [Resources({"cpu": c * 10 * p, "memory": m * 2**30 * p // 100}) for c, m, p, _ in spec]
+        used = [Resources({"cpu": u * 1000, "memory": u * 2**30}) for *_, u in spec]
+        problem = Problem([f"n{i}" for i in range(n)], alloc, idle, used,
+                          Resources({"cpu": rng.randint(1, 64) * 1000, "memory": rng.randint(1, 200) * 2**30}),
+                          Resources.total(alloc), Resources.total(used))
+        began = time.perf_counter()
+        best = brute_force(problem)
+        brute_s += time.perf_counter() - began
+        if best is None:
+            continue
+        began = time.perf_counter()
+        found = search(problem, budget)
+        search_s += time.perf_counter() - began
+        ratios.append(found[0] / best[0])
+    return {"samples": samples, "min": min(ratios), "mean": sum(ratios) / len(ratios),
+            "search_ms": search_s / samples * 1000, "brute_ms": brute_s / samples * 1000}
+
+
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--one":
         print(json.dumps(measure(int(sys.argv[2]))))
+        return 0
+    if len(sys.argv) > 1 and sys.argv[1] == "--guarantees":
+        print(json.dumps(measure_guarantees(int(sys.argv[2]))))
         return 0
     sizes = [int(s) for s in (sys.argv[1:] or ["500", "5000", "10000"])]
     rows = []
@@ -128,6 +191,17 @@ def main() -> int:
         a, b = rows[0], rows[-1]
         growth = (b["plan_s"] / a["plan_s"]) / (b["nodes"] / a["nodes"])
         print(f"plan time growth per node-count growth, {a['nodes']} -> {b['nodes']}: {growth:.2f} (1.0 = linear)")
+    quality = search_quality()
+    print(f"guarantee search quality on {quality['samples']} random clusters of <= 12 nodes (score / brute-force "
+          f"optimum): min {quality['min']:.3f}, mean {quality['mean']:.4f}; search {quality['search_ms']:.1f} ms, "
+          f"brute force {quality['brute_ms']:.1f} ms per cluster", flush=True)
+    for size in sizes:
+        out = subprocess.run([sys.executable, "-m", "bench.planner.run", "--guarantees", str(size)],
+                             capture_output=True, text=True, check=True)
+        g = json.loads(out.stdout.strip().splitlines()[-1])
+        print(f"{g['nodes']:>6} nodes, {QUEUES} guaranteed queues: plan {g['with_s']:.3f}s vs {g['without_s']:.3f}s "
+              f"without (placement {1000 * (g['with_s'] - g['without_s']) / QUEUES:.1f} ms per queue), "
+              f"{g['queue_nodes']} nodes locked for queues", flush=True)
     five = next((r for r in rows if r["nodes"] == 5000), rows[-1])
     print(f"planner: {five['nodes']} nodes full plan {five['plan_s']:.2f} s, peak {five['peak_mib']:.0f} MiB, "
           f"replan after one event {five['replan_ms']:.0f} ms")

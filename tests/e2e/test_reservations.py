@@ -1,7 +1,8 @@
 """Reservations on the real control plane (seed 003), with the webhook and the agent as their ServiceAccounts:
 a Reservation with owners by label becomes Available on a node; a non-owner pod pinned there waits; an owner pod
 lands there, is annotated and listed as current owner; allocateOnce makes the Reservation Succeeded and frees
-the node, so the waiting pod binds; a Reservation with ttl 5s expires to Failed; preAllocation on a full node
+the node, so the waiting pod binds; a Reservation with ttl 5s expires to Failed; ended Reservations are deleted
+after gcGracePeriod; preAllocation on a full node
 waits (Waiting) until the running pods finish, then is Available. Without the agent nothing is reserved."""
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ RESERVATIONS = f"/apis/{keys.RESERVATION_GROUP}/{keys.RESERVATION_VERSION}/reser
 async def running(kit: Kit) -> AsyncIterator[tuple[list[str], AgentProcess]]:
     """Webhook and agent running; yields the list the test appends its Reservation names to (deleted after)."""
     await apply_setup(kit, *SETUP, "deploy/webhook-rbac.yaml")
-    await configure(kit, CONFIG)
+    await configure(kit, CONFIG + "reservations: {gcGracePeriod: 4s}\n")
     webhook = WebhookProcess(kit.cluster)
     webhook.start()
     webhook.register(kit.cluster.kubectl)
@@ -104,6 +105,11 @@ async def test_owner_only_allocate_once_and_ttl_expiry(kit: Kit, running: tuple[
     events = await kit.raw("GET", "/api/v1/namespaces/default/events?fieldSelector=involvedObject.kind=Reservation")
     assert any(e["involvedObject"]["name"] == f"brief-{tag}" and e["reason"] == "Failed" for e in events["items"])
     assert f"reservation=train-{tag} decision=Succeeded" in agent.log_text()
+    # both ended: garbage-collected gcGracePeriod (4s here) after
+    async def collected() -> bool:
+        names = {r["metadata"]["name"] for r in (await kit.raw("GET", RESERVATIONS))["items"]}
+        return not names & {f"train-{tag}", f"brief-{tag}"}
+    await kit.wait_for(collected, what="ended Reservations deleted after gcGracePeriod", timeout=30)
 
 
 async def test_pre_allocation_waits_for_a_full_node_to_drain(kit: Kit, running: tuple[list[str], AgentProcess]) -> None:

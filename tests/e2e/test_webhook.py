@@ -109,6 +109,21 @@ async def test_invalid_queue_guarantee_is_refused_with_the_webhook_message(kit: 
     assert "spec.guarantee.resource.cpu (8) exceeds spec.capability.cpu (4)" in answer["message"]
 
 
+async def test_queue_guarantee_larger_than_the_cluster_is_refused(kit: Kit, webhook: WebhookProcess) -> None:
+    await kit.create_node("wh-1", {"cpu": "4", "memory": "16Gi"})
+    body = {"apiVersion": f"{keys.VOLCANO_GROUP}/{keys.VOLCANO_VERSION}", "kind": "Queue",
+            "metadata": {"name": f"huge-{kit.namespace}"[:60]}, "spec": {"guarantee": {"resource": {"cpu": "100"}}}}
+    # the webhook's node cache sees the new node within moments; until then it cannot judge and lets it pass
+    async def refused() -> dict | None:
+        answer = await kit.raw("POST", f"{VOLCANO}/queues", body=body)
+        if answer.get("kind") == "Queue":
+            await kit.raw("DELETE", f"{VOLCANO}/queues/{body['metadata']['name']}")
+            return None
+        return answer
+    answer = await kit.wait_for(refused, what="the oversize guarantee refused", timeout=20)
+    assert answer["status"] == "Failure" and "spec.guarantee.resource.cpu (100) is more than the cluster" in answer["message"]
+
+
 async def test_invalid_reservoir_configmap_is_refused(kit: Kit, webhook: WebhookProcess) -> None:
     body = {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": keys.CONFIGMAP_NAME, "namespace": keys.NAMESPACE},

@@ -9,7 +9,7 @@ from datetime import timedelta
 from agent.planner.plan import plan
 from shared.config import load_config
 from shared.jobs import reservation_owner_id
-from shared.views import ReservationView
+from shared.views import NodeView, ReservationView
 from tests.unit.test_planner import NOW, node, pod, snap, stamp
 
 CONFIG = load_config("maxLockedNodePercent: 100\nstarvation: {enabled: false}\nreservations: {gcGracePeriod: 1h}")
@@ -63,6 +63,14 @@ def test_template_constraints_are_honoured() -> None:
     result = plan(with_reservations(snap(nodes, []), by_selector, by_affinity, named), CONFIG, NOW)
     assert placed(result, "sel").node == "b" and placed(result, "aff").node == "a"
     assert placed(result, "named").phase == "Pending" and placed(result, "named").reason == "Unschedulable"
+    # a tainted node only for a template that tolerates the taint
+    tainted = NodeView.from_obj({"metadata": {"name": "t", "creationTimestamp": stamp(NOW - timedelta(days=1))},
+                                 "spec": {"taints": [{"key": "gpu", "value": "yes", "effect": "NoSchedule"}]},
+                                 "status": {"allocatable": {"cpu": "4", "memory": "16Gi", "pods": "110"}}})
+    plain = reservation("plain")
+    tolerant = reservation("tolerant", template_spec={"tolerations": [{"key": "gpu", "operator": "Exists"}]})
+    assert placed(plan(with_reservations(snap([tainted], []), plain), CONFIG, NOW), "plain").phase == "Pending"
+    assert placed(plan(with_reservations(snap([tainted], []), tolerant), CONFIG, NOW), "tolerant").node == "t"
 
 
 def test_allocate_once_succeeds_when_an_owner_is_bound_and_frees_the_node() -> None:

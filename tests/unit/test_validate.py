@@ -49,6 +49,16 @@ def test_queue_guarantee_denied(spec: dict, message: str) -> None:
     assert not verdict.allowed and message in verdict.message and "Queue q1" in verdict.message
 
 
+def test_queue_guarantee_larger_than_the_cluster_denied() -> None:
+    from shared.resources import Resources
+    cluster = Resources.parse({"cpu": "12", "memory": "48Gi"})
+    verdict = validate_queue(queue({"guarantee": {"resource": {"cpu": "16"}}}), cluster)
+    assert not verdict.allowed and "spec.guarantee.resource.cpu (16) is more than the cluster's schedulable nodes " \
+        "hold (12)" in verdict.message
+    assert validate_queue(queue({"guarantee": {"resource": {"cpu": "12"}}}), cluster).allowed
+    assert validate_queue(queue({"guarantee": {"resource": {"cpu": "16"}}}), Resources()).allowed, "no node known yet"
+
+
 def test_queue_guarantee_accepted() -> None:
     assert validate_queue(queue({"guarantee": {"policy": "Guaranteed", "resource": {"cpu": "2", "nvidia.com/gpu": 1},
                                                "percentage": {"dimensions": ["cpu", "memory"], "value": 0.2}},
