@@ -118,9 +118,11 @@ class Agent:
         now = datetime.now(timezone.utc)
         with collector_paused():
             result = plan(snapshot, self.config, now, current, previous=self.last_plan)
+        logged = set(self.last_plan.notes) if self.last_plan is not None else set()
         self.last_plan = result
         for note in result.notes:
-            log.info("%s", note)
+            if note not in logged:  # a decision is logged when it is new, not again on every resync
+                log.info("%s", note)
         for kind in LockKind:
             self.metrics.locks.labels(kind.value).set(sum(1 for l in result.locks.values() if l.kind is kind))
         self.metrics.starving.set(sum(1 for j in result.jobs if j.starving))

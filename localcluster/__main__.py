@@ -67,6 +67,10 @@ agent: running as ServiceAccount reservoir-agent (log {agent.log_path})
   .venv/bin/reservoir status                              # every lock, starving jobs, windows
   kubectl apply -f examples/seed-000-starvation.yaml      # seed 000, step 1: small pods fill kwok-node-0
   kubectl apply -f examples/seed-000-big-pod.yaml         # step 2: a big pod; watch the node locked for it
+  kubectl apply -f examples/seed-002-queue-guarantee.yaml # seed 002: a queue guaranteed a node's worth of cpu
+  .venv/bin/reservoir status --queues                     # seed 001: each queue's score and its parts
+  kubectl apply -f examples/seed-003-reservation.yaml     # seed 003: a Reservation; then seed-003-owner.yaml
+  kubectl get reservations -w
 
 Ctrl-C stops every process this started and removes {cluster.workdir}.
 """, flush=True)

@@ -125,8 +125,9 @@ def pool(problem: Problem) -> list[int]:
     return sorted(chosen, key=lambda i: problem.names[i])
 
 
-def search(problem: Problem, budget: int) -> tuple[float, tuple[int, ...]] | None:
-    """The bounded search of the module docstring: (score, chosen indexes) or None when nothing covers."""
+def search(problem: Problem, budget: int, exact_when_small: bool = True) -> tuple[float, tuple[int, ...]] | None:
+    """The bounded search of the module docstring: (score, chosen indexes) or None when nothing covers.
+    `exact_when_small=False` skips the exact enumeration, so tests and the benchmark can judge the beams alone."""
     candidates = pool(problem)
     if not problem.covers(range(len(problem.names))):
         return None
@@ -148,7 +149,7 @@ def search(problem: Problem, budget: int) -> tuple[float, tuple[int, ...]] | Non
     multisets = 1
     for members in kinds:
         multisets *= len(members) + 1
-    if multisets <= 2 * budget:  # few kinds (a homogeneous cluster): every count of every kind, exactly
+    if exact_when_small and multisets <= 2 * budget:  # few kinds (a homogeneous cluster): every count of every kind, exactly
         for counts in product(*(range(len(members) + 1) for members in kinds)):
             combo = tuple(sorted(j for n, members in zip(counts, kinds) for j in members[:n]))
             if combo and problem.covers(combo):
@@ -193,7 +194,7 @@ def _beam(problem: Problem, kinds: list[list[int]], width: int, budget: int, pro
                 more = (*counts[:k], counts[k] + 1, *counts[k + 1:])
                 if more in grown:
                     continue
-                i = members[0]
+                i = members[counts[k]]  # the next most idle of its kind
                 entry = (more, alloc + problem.alloc[i], idle + problem.idle[i], used + problem.used[i])
                 evaluated += 1
                 size = sum(more)
