@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 
 import pytest
 
@@ -144,6 +145,19 @@ def test_reservation_owner_by_label_only_when_available() -> None:
     assert reservation_owner_id("r1") in owners and reservation_owner_id("r-pending") not in owners
     other, _ = mutated(pod("api-1", labels={"app": "api"}, requests={"cpu": "1"}))
     assert reservation_owner_id("r1") not in tolerated_owners(other)
+
+
+def test_unschedulable_reservation_takes_no_new_owners() -> None:
+    closed = ReservationView.from_obj({"metadata": {"name": "closed"}, "spec": {
+        "owners": [{"labelSelector": {"matchLabels": {"app": "web"}}}], "unschedulable": True,
+        "template": {"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}}},
+        "status": {"phase": "Available"}})
+    out, _ = mutated(pod("web-1", labels={"app": "web"}, requests={"cpu": "1"}),
+                     replace(LOOKUP, reservations={"closed": closed}))
+    assert reservation_owner_id("closed") not in tolerated_owners(out)
+    opened, _ = mutated(pod("web-1", labels={"app": "web"}, requests={"cpu": "1"}),
+                        replace(LOOKUP, reservations={"closed": replace(closed, unschedulable=False)}))
+    assert reservation_owner_id("closed") in tolerated_owners(opened)
 
 
 def test_koordinator_reservation_affinity_json_selector() -> None:
