@@ -78,6 +78,7 @@ class Agent:
                        self.configmaps]
         self._pending_events: list[tuple[str, str, str]] = []
         self._queue_warnings: dict[str, str | None] = {}
+        self._blocked_evictions: set[str] = set()
 
     # --- inputs ---
 
@@ -178,10 +179,13 @@ class Agent:
                     continue
                 log.info("pod=%s decision=evict outcome=%s queue=%s reason=Guaranteed guarantee holds its node",
                          key, outcome, name)
-                if outcome == "blocked":
+                if outcome == "blocked" and key not in self._blocked_evictions:  # reported once, retried always
+                    self._blocked_evictions.add(key)
                     await self.applier.event(name, "EvictionBlocked", f"evicting {key} is blocked by a "
                                              "PodDisruptionBudget; retrying", kind="Queue", event_type="Warning",
                                              api_version="scheduling.volcano.sh/v1beta1")
+                elif outcome != "blocked":
+                    self._blocked_evictions.discard(key)
 
     async def reservation_outputs(self, result: Plan, snapshot: Snapshot) -> None:
         """Seed 003 outputs: each Reservation's status (written when it changes, with an Event on a phase change),
@@ -249,7 +253,7 @@ class Agent:
                     wanted.setdefault((namespace, name), set()).add(lock.owner)
         for status in result.reservations:
             reservation = snapshot.reservations.get(status.name)
-            if status.node and reservation is not None and not reservation.unschedulable:
+            if status.phase in ("Available", "Waiting") and reservation is not None and not reservation.unschedulable:
                 for pod in snapshot.pods:
                     if not pod.is_bound and not pod.is_terminal and is_owner(reservation, pod):
                         wanted.setdefault((pod.namespace, pod.name), set()).add(reservation_owner_id(status.name))

@@ -6,7 +6,8 @@ import asyncio
 import re
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -15,6 +16,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from localcluster.cluster import KWOK_NODE_ANNOTATION, KWOK_NODE_VALUE, LocalCluster, kwok_node
+from localcluster.webhook_process import WebhookProcess
 from shared.kube import new_api_client
 
 REPO = Path(__file__).resolve().parents[2]
@@ -195,6 +197,20 @@ def object_path(obj: Mapping[str, Any]) -> str:
     namespace = meta.get("namespace")
     middle = f"/namespaces/{namespace}" if namespace else ""
     return f"{prefix}{middle}/{plural}/{meta['name']}"
+
+
+@asynccontextmanager
+async def running_webhook(kit: Kit) -> AsyncIterator[WebhookProcess]:
+    """`reservoir webhook` running as its ServiceAccount and registered through the real webhook
+    configurations; unregistered and stopped on exit."""
+    process = WebhookProcess(kit.cluster)
+    process.start()
+    process.register(kit.cluster.kubectl)
+    try:
+        yield process
+    finally:
+        WebhookProcess.unregister(kit.cluster.kubectl)
+        process.stop()
 
 
 async def apply_setup(kit: Kit, *files: str) -> None:

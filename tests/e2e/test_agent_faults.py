@@ -10,7 +10,6 @@ import json
 import subprocess
 import sys
 from collections.abc import AsyncIterator
-from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -20,6 +19,7 @@ from shared import keys
 from shared.jobs import JobRef, window_owner_id
 from tests.e2e.kit import REPO, Kit, apply_setup
 from tests.e2e.test_starvation import CONFIG, SETUP, configure
+from tests.e2e.test_windows import window_config
 
 FOREIGN = {"key": "example.com/dedicated", "value": "batch", "effect": "NoSchedule"}
 
@@ -133,20 +133,7 @@ async def test_killed_between_two_node_patches_then_restarted(kit: Kit) -> None:
     finishes the job: the same three nodes an uninterrupted run picks, one lock taint each, the first lock's
     `since` kept, the fourth node untouched."""
     await apply_setup(kit, *SETUP)
-    start = (datetime.now(timezone.utc) + timedelta(minutes=1)).replace(second=0, microsecond=0)
-    await configure(kit, f"""
-starvation: {{enabled: false}}
-maxLockedNodePercent: 100
-resyncPeriod: 2s
-debounce: 200ms
-windows:
-- name: crash
-  nodeSelector: {{pool: crash}}
-  resources: {{cpu: "12"}}
-  schedule: "{start.minute} {start.hour} * * *"
-  duration: 10m
-  startReserveAgo: 3m
-""")
+    await configure(kit, window_config("crash", "{pool: crash}", cpu="12", pod_num_to_reserve=None))
     names = [f"crash-{i}" for i in range(1, 5)]
     for name in names:
         await kit.create_node(name, {"cpu": "4", "memory": "16Gi"}, labels={"pool": "crash"})

@@ -6,6 +6,7 @@ kube-scheduler preempt a lower queue's pod. The agent and the webhook run as the
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from localcluster.agent_process import AgentProcess
 from localcluster.webhook_process import WebhookProcess
 from shared import keys
 from shared.jobs import queue_owner_id
-from tests.e2e.kit import REPO, Kit, apply_setup
+from tests.e2e.kit import REPO, Kit, apply_setup, running_webhook
 from tests.e2e.test_starvation import SETUP, configure
 
 VOLCANO = f"/apis/{keys.VOLCANO_GROUP}/{keys.VOLCANO_VERSION}"
@@ -45,14 +46,8 @@ async def queues(kit: Kit) -> AsyncIterator[list[str]]:
 
 @pytest.fixture
 async def webhook(kit: Kit, queues: list[str]) -> AsyncIterator[WebhookProcess]:
-    process = WebhookProcess(kit.cluster)
-    process.start()
-    process.register(kit.cluster.kubectl)
-    try:
+    async with running_webhook(kit) as process:
         yield process
-    finally:
-        WebhookProcess.unregister(kit.cluster.kubectl)
-        process.stop()
 
 
 async def apply_queue(kit: Kit, created: list[str], name: str, spec: dict) -> None:
@@ -209,6 +204,9 @@ async def test_guaranteed_policy_evicts_other_pods_and_respects_disruption_budge
             return [e for e in await queue_events(kit, "EvictionBlocked") if e["involvedObject"]["name"] == queue]
         events = await kit.wait_for(blocked, what="an EvictionBlocked Warning Event", timeout=30)
         assert f"{kit.namespace}/protected" in events[0]["message"]
+        await asyncio.sleep(5)  # retried on every reconcile (resync 2s), reported once
+        assert len(await blocked()) == 1 and agent.log_text().count(
+            f"pod={kit.namespace}/protected decision=evict outcome=blocked") >= 2
         assert (await kit.read_pod("protected"))["status"]["phase"] == "Running", "the budget held"
         assert f"pod={kit.namespace}/free decision=evict outcome=evicted" in agent.log_text()
     finally:

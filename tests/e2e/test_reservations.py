@@ -13,10 +13,9 @@ import pytest
 
 from localcluster.agent_process import AgentProcess
 from localcluster.cluster import COMPLETE_AFTER
-from localcluster.webhook_process import WebhookProcess
 from shared import keys
 from shared.jobs import reservation_owner_id
-from tests.e2e.kit import Kit, apply_setup
+from tests.e2e.kit import Kit, apply_setup, running_webhook
 from tests.e2e.test_queues import CONFIG, locked_nodes
 from tests.e2e.test_starvation import SETUP, configure
 
@@ -28,18 +27,16 @@ async def running(kit: Kit) -> AsyncIterator[tuple[list[str], AgentProcess]]:
     """Webhook and agent running; yields the list the test appends its Reservation names to (deleted after)."""
     await apply_setup(kit, *SETUP, "deploy/webhook-rbac.yaml")
     await configure(kit, CONFIG + "reservations: {gcGracePeriod: 4s}\n")
-    webhook = WebhookProcess(kit.cluster)
-    webhook.start()
-    webhook.register(kit.cluster.kubectl)
     agent = AgentProcess(kit.cluster)
-    agent.start()
     created: list[str] = []
     try:
-        yield created, agent
+        async with running_webhook(kit):
+            agent.start()
+            try:
+                yield created, agent
+            finally:
+                agent.stop()
     finally:
-        agent.stop()
-        WebhookProcess.unregister(kit.cluster.kubectl)
-        webhook.stop()
         for name in created:
             await kit.raw("DELETE", f"{RESERVATIONS}/{name}")
         await kit.raw("DELETE", f"/api/v1/namespaces/{keys.NAMESPACE}/configmaps/{keys.CONFIGMAP_NAME}")

@@ -10,7 +10,7 @@ import pytest
 
 from shared import keys
 from shared.jobs import JobRef, queue_owner_id
-from tests.e2e.kit import Kit, apply_setup
+from tests.e2e.kit import Kit, apply_setup, running_webhook
 from localcluster.webhook_process import WebhookProcess
 
 SETUP = ("deploy/crds/scheduling.volcano.sh_queues.yaml", "deploy/crds/scheduling.volcano.sh_podgroups.yaml",
@@ -21,14 +21,8 @@ VOLCANO = f"/apis/{keys.VOLCANO_GROUP}/{keys.VOLCANO_VERSION}"
 @pytest.fixture
 async def webhook(kit: Kit) -> AsyncIterator[WebhookProcess]:
     await apply_setup(kit, *SETUP)
-    process = WebhookProcess(kit.cluster)
-    process.start()
-    process.register(kit.cluster.kubectl)
-    try:
+    async with running_webhook(kit) as process:
         yield process
-    finally:
-        WebhookProcess.unregister(kit.cluster.kubectl)
-        process.stop()
 
 
 async def _priority_class(kit: Kit, name: str, value: int, global_default: bool = False) -> None:

@@ -20,21 +20,23 @@ from tests.e2e.test_starvation import SETUP, configure, scheduled_at
 LABELS = {"business": "ebook"}
 
 
-def window_config() -> str:
+def window_config(name: str = "ebook", selector: str = "{business: ebook}", cpu: str = "8",
+                  pod_num_to_reserve: int | None = 2) -> str:
+    """A config whose window opens within the minute, its lock already due (startReserveAgo 3m)."""
     start = (datetime.now(timezone.utc) + timedelta(minutes=1)).replace(second=0, microsecond=0)
+    cap = f"\n  podNumToReserve: {pod_num_to_reserve}" if pod_num_to_reserve else ""
     return f"""
 starvation: {{enabled: false}}
 maxLockedNodePercent: 100
 resyncPeriod: 2s
 debounce: 200ms
 windows:
-- name: ebook
-  nodeSelector: {{business: ebook}}
-  resources: {{cpu: "8"}}
+- name: {name}
+  nodeSelector: {selector}
+  resources: {{cpu: "{cpu}"}}
   schedule: "{start.minute} {start.hour} * * *"
   duration: 10m
-  startReserveAgo: 3m
-  podNumToReserve: 2
+  startReserveAgo: 3m{cap}
 """
 
 

@@ -12,7 +12,7 @@ from shared.config import load_config
 from shared.jobs import JobRef, queue_owner_id, reservation_owner_id, window_owner_id
 from shared.views import PodGroupView, PriorityClassView, QueueView, ReservationView
 from webhook.jsonpatch import apply, pointer
-from webhook.mutate import Lookup, lock_toleration, mutate_pod, mutate_podgroup
+from webhook.mutate import Lookup, mutate_pod, mutate_podgroup
 
 NS = "team-a"
 
