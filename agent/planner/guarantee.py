@@ -234,16 +234,6 @@ def improve(problem: Problem, candidates: list[int], combo: tuple[int, ...], sco
     return (value, tuple(sorted(current))), spent
 
 
-def usage_by_queue(states: Mapping[str, NodeState],
-                   podgroups: Mapping[tuple[str, str], PodGroupView]) -> dict[str, dict[str, Resources]]:
-    """queue -> node -> the queue's requests on that node, in one pass over the pods holding resources."""
-    sums: dict[str, dict[str, list[Resources]]] = {}
-    for name, state in states.items():
-        for pod in state.pods:
-            sums.setdefault(pod_queue(pod, podgroups), {}).setdefault(name, []).append(pod.requests)
-    return {q: {n: Resources.total(r) for n, r in nodes.items()} for q, nodes in sums.items()}
-
-
 @dataclass
 class Cluster:
     """What every queue's placement shares within one plan: computed once, not per queue."""

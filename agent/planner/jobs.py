@@ -8,9 +8,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
 
+from agent.planner.capacity import NodeState
 from agent.planner.model import Snapshot
 from shared import keys
 from shared.jobs import JobRef
+from shared.resources import Resources
 from shared.views import PodGroupView, PodView
 
 
@@ -56,6 +58,16 @@ def pod_queue(pod: PodView, podgroups: Mapping[tuple[str, str], PodGroupView]) -
     if group is not None:
         return group.queue
     return pod.annotations.get(keys.QUEUE_NAME) or keys.DEFAULT_QUEUE
+
+
+def usage_by_queue(states: Mapping[str, NodeState],
+                   podgroups: Mapping[tuple[str, str], PodGroupView]) -> dict[str, dict[str, Resources]]:
+    """queue -> node -> the queue's requests on that node, in one pass over the pods holding resources."""
+    sums: dict[str, dict[str, list[Resources]]] = {}
+    for name, state in states.items():
+        for pod in state.pods:
+            sums.setdefault(pod_queue(pod, podgroups), {}).setdefault(name, []).append(pod.requests)
+    return {q: {n: Resources.total(r) for n, r in nodes.items()} for q, nodes in sums.items()}
 
 
 def pod_job(pod: PodView) -> JobRef:

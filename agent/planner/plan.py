@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from datetime import datetime
 
 from agent.planner.capacity import node_states, schedulable
-from agent.planner.guarantee import Cluster, plan_guarantee, usage_by_queue
-from agent.planner.jobs import build_jobs
+from agent.planner.guarantee import Cluster, plan_guarantee
+from agent.planner.jobs import build_jobs, usage_by_queue
 from agent.planner.model import Lock, Plan, Snapshot, lock_on
 from agent.planner.queues import QueueScore, order_jobs, score_queues
 from agent.planner.reservations import plan_reservations
@@ -42,9 +42,10 @@ def plan(snapshot: Snapshot, config: ReservoirConfig, now: datetime,
     waiting = build_jobs(snapshot) if config.starvation.enabled or config.guarantee.enabled else []
     named = {j.queue for j in waiting}
     guaranteed = [q for q in snapshot.queues.values() if q.guarantee is not None] if config.guarantee.enabled else []
+    usage = usage_by_queue(states, snapshot.podgroups) if len(named) > 1 or guaranteed else {}
     scores: list[QueueScore] = []
     if len(named) > 1 or guaranteed:  # with one queue among the contenders, the queue order decides nothing
-        scores = score_queues(snapshot, states, named, config.queue_order)
+        scores = score_queues(snapshot, states, named, config.queue_order, usage)
     rank = {s.name: i for i, s in enumerate(scores)}
 
     reservation_statuses = []
@@ -58,7 +59,6 @@ def plan(snapshot: Snapshot, config: ReservoirConfig, now: datetime,
 
     guarantee_statuses = []
     if guaranteed:
-        usage = usage_by_queue(states, snapshot.podgroups)
         cluster = Cluster.of(states)
         live_jobs = {j.owner for j in waiting if not j.ready}
         for queue in sorted(guaranteed, key=lambda q: (rank.get(q.name, len(rank)), q.name)):

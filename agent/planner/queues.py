@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from agent.planner.capacity import NodeState, schedulable
-from agent.planner.jobs import Job, pod_queue
+from agent.planner.jobs import Job, usage_by_queue
 from agent.planner.model import Snapshot
 from shared.config import QueueOrderConfig
 from shared.resources import PODS, Resources
@@ -107,19 +107,14 @@ def queue_scores(queues: Mapping[str, QueueView], named: Iterable[str], classes:
     return [item[0] for item in scored]
 
 
-def score_queues(snapshot: Snapshot, states: Mapping[str, NodeState], named: Iterable[str],
-                 config: QueueOrderConfig) -> list[QueueScore]:
-    """queue_scores over a snapshot: allocation summed from the pods holding resources, the cluster from the
-    allocatable of schedulable nodes."""
-    allocated: dict[str, list[Resources]] = {}
-    cluster = []
-    for state in states.values():
-        if schedulable(state.node):
-            cluster.append(state.node.allocatable)
-        for pod in state.pods:
-            allocated.setdefault(pod_queue(pod, snapshot.podgroups), []).append(pod.requests)
-    return queue_scores(snapshot.queues, named, snapshot.priority_classes,
-                        {q: Resources.total(r) for q, r in allocated.items()}, Resources.total(cluster), config)
+def score_queues(snapshot: Snapshot, states: Mapping[str, NodeState], named: Iterable[str], config: QueueOrderConfig,
+                 usage: Mapping[str, Mapping[str, Resources]] | None = None) -> list[QueueScore]:
+    """queue_scores over a snapshot: allocation from `usage` (queue -> node -> requests, guarantee.usage_by_queue;
+    computed here when not given), the cluster from the allocatable of schedulable nodes."""
+    usage = usage if usage is not None else usage_by_queue(states, snapshot.podgroups)
+    cluster = Resources.total(s.node.allocatable for s in states.values() if schedulable(s.node))
+    allocated = {q: Resources.total(by_node.values()) for q, by_node in usage.items()}
+    return queue_scores(snapshot.queues, named, snapshot.priority_classes, allocated, cluster, config)
 
 
 def order_jobs(jobs: Iterable[Job], scores: Sequence[QueueScore], ordering: str) -> list[Job]:
