@@ -14,21 +14,28 @@ def label_selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[s
     for key, value in (selector.get("matchLabels") or {}).items():
         if labels.get(key) != value:
             return False
-    for expression in selector.get("matchExpressions") or ():
-        key = expression.get("key", "")
-        operator = expression.get("operator")
-        values = expression.get("values") or ()
-        if operator == "In" and labels.get(key) not in values:
+    return all(expression_holds(e, labels) for e in selector.get("matchExpressions") or ())
+
+
+def expression_holds(expression: Mapping[str, Any], labels: Mapping[str, str], numeric: bool = False) -> bool:
+    """One selector requirement: In, NotIn (an absent label is not in), Exists, DoesNotExist; with `numeric`
+    (node selector terms) also Gt and Lt, comparing integers. An unknown operator matches nothing."""
+    key, operator, values = expression.get("key", ""), expression.get("operator"), expression.get("values") or ()
+    if operator == "In":
+        return labels.get(key) in values
+    if operator == "NotIn":
+        return not (key in labels and labels[key] in values)
+    if operator == "Exists":
+        return key in labels
+    if operator == "DoesNotExist":
+        return key not in labels
+    if numeric and operator in ("Gt", "Lt") and key in labels and values:
+        try:
+            have, bound = int(labels[key]), int(values[0])
+        except ValueError:
             return False
-        if operator == "NotIn" and key in labels and labels[key] in values:
-            return False
-        if operator == "Exists" and key not in labels:
-            return False
-        if operator == "DoesNotExist" and key in labels:
-            return False
-        if operator not in ("In", "NotIn", "Exists", "DoesNotExist"):
-            return False
-    return True
+        return have > bound if operator == "Gt" else have < bound
+    return False
 
 
 def _object_matches(ref: Mapping[str, Any], meta: Mapping[str, Any], namespace: str) -> bool:

@@ -110,6 +110,12 @@ def brute_force(problem: Problem) -> tuple[float, tuple[int, ...]] | None:
     return best
 
 
+def nodes_needed(request: Resources, alloc: Resources, otherwise: int) -> int:
+    """How many nodes of allocatable `alloc` cover `request` alone (per resource rounded up, the largest);
+    `otherwise` when `alloc` lacks a requested resource, as no count of such nodes covers it."""
+    return max((-(-request[d] // alloc[d]) if alloc[d] else otherwise for d in request), default=1)
+
+
 def pool(problem: Problem) -> list[int]:
     """Indexes worth searching: per allocatable shape, the nodes the group would need alone plus one, best first."""
     groups: dict[Resources, list[int]] = {}
@@ -118,7 +124,7 @@ def pool(problem: Problem) -> list[int]:
     dims = list(problem.request)
     chosen: list[int] = []
     for alloc, members in groups.items():
-        need = max((-(-problem.request[d] // alloc[d]) if alloc[d] else len(members) for d in dims), default=1)
+        need = nodes_needed(problem.request, alloc, len(members))
         members.sort(key=lambda i: (tuple(-problem.used[i][d] for d in dims), tuple(-problem.idle[i][d] for d in dims),
                                     problem.names[i]))
         chosen += members[:need + 1]
@@ -131,7 +137,7 @@ def search(problem: Problem, budget: int, exact_when_small: bool = True) -> tupl
     candidates = pool(problem)
     if not problem.covers(range(len(problem.names))):
         return None
-    # nodes alike in allocatable, idle and queue use are interchangeable: the search runs over how many of each kind
+    # nodes alike in allocatable and queue use differ only in idle: the search runs over how many of each kind
     groups: dict[tuple, list[int]] = {}
     for i in candidates:
         groups.setdefault((problem.alloc[i], problem.used[i]), []).append(i)
@@ -141,9 +147,8 @@ def search(problem: Problem, budget: int, exact_when_small: bool = True) -> tupl
     kinds = list(groups.values())
     # up to `depth` levels may be needed (the nodes the smallest kind would need alone), so the beams are as wide as
     # lets the budget reach that depth
-    depth = min(len(candidates), max(
-        max((-(-problem.request[d] // problem.alloc[i][d]) if problem.alloc[i][d] else len(candidates)
-             for d in problem.request), default=1) for i in candidates))
+    depth = min(len(candidates), max(nodes_needed(problem.request, problem.alloc[i], len(candidates))
+                                     for i in candidates))
     width = max(2, budget // (2 * len(kinds) * max(1, depth)))
     found: dict[tuple[int, ...], float] = {}  # covering combinations (sorted indexes) -> score
     multisets = 1
@@ -300,7 +305,7 @@ def plan_guarantee(
         # the search pool (see pool()): the queue's own nodes, then per allocatable group the most idle free nodes
         names = {n for n in usage if n in states and schedulable(states[n].node) and available(n)} | set(held)
         for alloc, members in cluster.groups.items():
-            need = max((-(-request[d] // alloc[d]) if alloc[d] else len(members) for d in request), default=1)
+            need = nodes_needed(request, alloc, len(members))
             picked = 0
             for n in members:
                 if picked > need:

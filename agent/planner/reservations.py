@@ -29,7 +29,7 @@ from agent.planner.model import Lock
 from shared import keys
 from shared.jobs import reservation_owner_id
 from shared.keys import LockKind
-from shared.matching import reservation_matches
+from shared.matching import expression_holds, reservation_matches
 from shared.resources import Resources
 from shared.views import NodeView, PodView, ReservationView, parse_time
 
@@ -83,25 +83,6 @@ def _affinity_terms(template_spec: Mapping[str, Any]) -> list[Mapping[str, Any]]
     return list(required.get("nodeSelectorTerms") or ())
 
 
-def _expression_holds(expression: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    key, operator, values = expression.get("key", ""), expression.get("operator"), expression.get("values") or ()
-    if operator == "In":
-        return labels.get(key) in values
-    if operator == "NotIn":
-        return labels.get(key) not in values
-    if operator == "Exists":
-        return key in labels
-    if operator == "DoesNotExist":
-        return key not in labels
-    if operator in ("Gt", "Lt") and key in labels and values:
-        try:
-            have, bound = int(labels[key]), int(values[0])
-        except ValueError:
-            return False
-        return have > bound if operator == "Gt" else have < bound
-    return False
-
-
 def node_allowed(reservation: ReservationView, node: NodeView) -> bool:
     """The template's nodeName, nodeSelector, required node affinity (terms ORed, expressions ANDed) and
     tolerations allow this node."""
@@ -111,7 +92,7 @@ def node_allowed(reservation: ReservationView, node: NodeView) -> bool:
     if not selects(spec.get("nodeSelector") or {}, node):
         return False
     terms = _affinity_terms(spec)
-    if terms and not any(all(_expression_holds(e, node.labels) for e in term.get("matchExpressions") or ())
+    if terms and not any(all(expression_holds(e, node.labels, numeric=True) for e in term.get("matchExpressions") or ())
                          for term in terms):
         return False
     return tolerations_allow(spec.get("tolerations") or (), node, ignore_lock=True)
@@ -125,6 +106,24 @@ def _condition(kind: str, status: bool, reason: str, message: str, previous: Map
     since = old.get("lastTransitionTime") if old and old.get("status") == value and old.get("reason") == reason else None
     return {"type": kind, "status": value, "reason": reason, "message": message,
             "lastTransitionTime": since or now.strftime("%Y-%m-%dT%H:%M:%SZ")}
+
+
+def _status(r: ReservationView, phase: str, node: str, reason: str, message: str, owners: Sequence[PodView],
+            allocated_to: Mapping[str, str | None], gc_grace: timedelta, now: datetime,
+            final: bool = False) -> ReservationStatus:
+    """One Reservation's status: conditions Scheduled (on its node, or Unschedulable with `message`) and Ready
+    (True only when Available, with `reason`); `owners` become current owners and allocated, those lacking the
+    allocated annotation are to be annotated; an ended one is due for deletion `gc_grace` after it ended."""
+    scheduled = _condition("Scheduled", bool(node), "Scheduled" if node else "Unschedulable",
+                           f"on node {node}" if node else message, r.status, now)
+    ready = _condition("Ready", phase == "Available", reason, message, r.status, now)
+    ended = parse_time(ready["lastTransitionTime"]) or now
+    live = tuple(sorted(owners, key=lambda p: p.key))
+    return ReservationStatus(r.name, phase, node, reason, message, r.requests,
+                             Resources.total(p.requests for p in live), live,
+                             annotate=tuple(p.key for p in live if allocated_to.get(p.key) != r.name),
+                             delete=phase in TERMINAL_PHASES and now - ended >= gc_grace, final=final,
+                             conditions=(scheduled, ready))
 
 
 def plan_reservations(
@@ -150,25 +149,15 @@ def plan_reservations(
 
     for r in sorted(reservations, key=lambda r: (r.created, r.name)):
         owner = reservation_owner_id(r.name)
-        previous = r.status
 
         def done(phase: str, reason: str, message: str, node: str = r.node_name, owners: Sequence[PodView] = (),
                  final: bool = False) -> None:
-            scheduled = _condition("Scheduled", bool(node), "Scheduled" if node else "Unschedulable",
-                                   f"on node {node}" if node else message, previous, now)
-            ready = _condition("Ready", False, reason, message, previous, now)
-            since = parse_time(ready["lastTransitionTime"]) or now
-            live = tuple(sorted(owners, key=lambda p: p.key))
-            statuses.append(ReservationStatus(r.name, phase, node, reason, message, r.requests,
-                                              Resources.total(p.requests for p in live), live,
-                                              annotate=tuple(p.key for p in live if allocated_to.get(p.key) != r.name),
-                                              delete=phase in TERMINAL_PHASES and now - since >= gc_grace,
-                                              final=final, conditions=(scheduled, ready)))
+            statuses.append(_status(r, phase, node, reason, message, owners, allocated_to, gc_grace, now, final))
             if phase != r.phase:
                 notes.append(f"reservation={r.name} decision={phase} reason={reason}: {message}")
 
         if r.phase in TERMINAL_PHASES:
-            ready = next((c for c in previous.get("conditions") or () if c.get("type") == "Ready"), {})
+            ready = next((c for c in r.status.get("conditions") or () if c.get("type") == "Ready"), {})
             done(r.phase, ready.get("reason") or r.phase, ready.get("message") or "", final=True)
             continue
         ends = expiry(r)
@@ -189,19 +178,14 @@ def plan_reservations(
             node = _place(r, states, current, taken, owner, now)
             if node is None:
                 why = "no node matches the template and has allocatable for " + str(r.requests.to_quantities())
-                statuses.append(ReservationStatus(
-                    r.name, "Pending", "", "Unschedulable", why, r.requests, Resources(),
-                    conditions=(_condition("Scheduled", False, "Unschedulable", why, previous, now),
-                                _condition("Ready", False, "Unschedulable", why, previous, now))))
-                if r.phase != "Pending" or not previous.get("conditions"):
+                statuses.append(_status(r, "Pending", "", "Unschedulable", why, (), allocated_to, gc_grace, now))
+                if r.phase != "Pending" or not r.status.get("conditions"):
                     notes.append(f"reservation={r.name} decision=pending reason={why}")
                 continue
             bound = []
         if budget <= 0:
             why = "maxLockedNodePercent leaves no node to lock"
-            statuses.append(ReservationStatus(r.name, "Pending", "", "Unschedulable", why, r.requests, Resources(),
-                                              conditions=(_condition("Scheduled", False, "Unschedulable", why, previous, now),
-                                                          _condition("Ready", False, "Unschedulable", why, previous, now))))
+            statuses.append(_status(r, "Pending", "", "Unschedulable", why, (), allocated_to, gc_grace, now))
             notes.append(f"reservation={r.name} decision=pending reason={why}")
             continue
         state = states[node]
@@ -219,12 +203,8 @@ def plan_reservations(
                            since=since, expires=ends, reserved=r.requests)
         taken.add(node)
         budget -= 1
-        live = tuple(sorted((p for p in bound if not p.is_terminal), key=lambda p: p.key))
-        statuses.append(ReservationStatus(
-            r.name, phase, node, reason, message, r.requests, Resources.total(p.requests for p in live), live,
-            annotate=tuple(p.key for p in live if allocated_to.get(p.key) != r.name),
-            conditions=(_condition("Scheduled", True, "Scheduled", f"on node {node}", previous, now),
-                        _condition("Ready", phase == "Available", reason, message, previous, now))))
+        live = [p for p in bound if not p.is_terminal]
+        statuses.append(_status(r, phase, node, reason, message, live, allocated_to, gc_grace, now))
         if phase != r.phase or node != r.node_name:
             notes.append(f"reservation={r.name} decision={phase} node={node} reason={message}")
     return locks, statuses, notes
