@@ -35,6 +35,7 @@ from shared.keys import LockKind
 from shared.kube import new_api_client
 from shared.watchcache import WatchCache
 
+QUEUE_API_VERSION = f"{keys.VOLCANO_GROUP}/{keys.VOLCANO_VERSION}"
 log = logging.getLogger("reservoir.agent")
 LEASE_NAME = "reservoir-agent"
 # Whole seconds: kubernetes_asyncio's LeaseLock converts the duration with int(str(value)).
@@ -158,7 +159,8 @@ class Agent:
                     if status is not None and status.nodes else None)
             if want != (queue.reservation or None):
                 try:
-                    await patch_status(self.api, "scheduling.volcano.sh", "v1beta1", "queues", name, {"reservation": want})
+                    await patch_status(self.api, keys.VOLCANO_GROUP, keys.VOLCANO_VERSION, "queues", name,
+                                       {"reservation": want})
                     log.info("queue=%s decision=status reservation=%s", name, want)
                 except ApiException as err:
                     self.metrics.patch_errors.inc()
@@ -167,7 +169,7 @@ class Agent:
             if warning and self._queue_warnings.get(name) != warning:
                 log.warning("queue=%s decision=refused reason=%s", name, warning)
                 await self.applier.event(name, "GuaranteeRefused", f"guarantee ignored: {warning}", kind="Queue",
-                                         event_type="Warning", api_version="scheduling.volcano.sh/v1beta1")
+                                         event_type="Warning", api_version=QUEUE_API_VERSION)
             self._queue_warnings[name] = warning
             for key in status.evict if status is not None else ():
                 namespace, pod = key.split("/", 1)
@@ -183,7 +185,7 @@ class Agent:
                     self._blocked_evictions.add(key)
                     await self.applier.event(name, "EvictionBlocked", f"evicting {key} is blocked by a "
                                              "PodDisruptionBudget; retrying", kind="Queue", event_type="Warning",
-                                             api_version="scheduling.volcano.sh/v1beta1")
+                                             api_version=QUEUE_API_VERSION)
                 elif outcome != "blocked":
                     self._blocked_evictions.discard(key)
 
