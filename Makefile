@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: up test unit e2e cluster-bin bench-webhook bench-planner clean
+.PHONY: up test lint unit e2e cluster-bin bench-webhook bench-planner clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -16,9 +16,13 @@ $(STAMP): pyproject.toml
 cluster-bin:
 	@./localcluster/build.sh >/dev/null
 
-## test: the whole suite (unit, webhook over HTTPS, end to end on a local control plane)
-test: $(STAMP) cluster-bin
+## test: the whole suite (layers, types and lint; unit, webhook over HTTPS, end to end on a local control plane)
+test: lint $(STAMP) cluster-bin
 	$(PY) -m pytest -q
+
+## lint: the import contracts (pyproject [tool.importlinter])
+lint: $(STAMP)
+	$(VENV)/bin/lint-imports
 
 unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit

@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 class ReservoirProcess:
-    """`python -m shared.cli <args>` with its log in a temporary directory; stop() removes the directory."""
+    """`python -m reservoir <args>` with its log in a temporary directory; stop() removes the directory."""
 
     name = "reservoir"
 
@@ -28,7 +28,7 @@ class ReservoirProcess:
 
     def spawn(self, args: list[str], env: dict[str, str] | None = None) -> None:
         with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen([sys.executable, "-m", "shared.cli", *args], stdout=log,
+            self.process = subprocess.Popen([sys.executable, "-m", "reservoir", *args], stdout=log,
                                             stderr=subprocess.STDOUT, cwd=REPO,
                                             env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})})
 

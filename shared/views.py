@@ -13,35 +13,16 @@ from typing import Any
 
 from shared import keys
 from shared.duration import parse_duration
+from shared.ownership import is_daemonset_pod, job_identity
 from shared.resources import EMPTY, Resources, is_best_effort, pod_requests
+from shared.timestamps import parse_time
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 TERMINAL = frozenset(("Succeeded", "Failed"))  # pod phases that hold nothing
 
 
-def parse_time(value: str | None) -> datetime | None:
-    """An RFC 3339 timestamp as the API writes it (`2026-11-22T10:17:00Z`)."""
-    if not value:
-        return None
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
-
-
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return obj.get("metadata") or {}
-
-
-def job_identity(meta: Mapping[str, Any]) -> tuple[str, str] | None:
-    """(kind, name) of the job a pod with this metadata belongs to (DESIGN section 1): the Volcano PodGroup named
-    by `scheduling.k8s.io/group-name`; else the controlling ownerReference; else the pod alone. None for a
-    standalone pod whose name is not known yet (generateName at admission)."""
-    group = (meta.get("annotations") or {}).get(keys.GROUP_NAME)
-    if group:
-        return ("PodGroup", group)
-    for ref in meta.get("ownerReferences") or ():
-        if ref.get("controller"):
-            return (ref.get("kind", ""), ref.get("name", ""))
-    name = meta.get("name")
-    return ("Pod", name) if name else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +41,6 @@ class NodeView:
     allocatable: Resources
     unschedulable: bool
     created: datetime
-    resource_version: str = ""
 
     @classmethod
     def from_obj(cls, obj: Mapping[str, Any]) -> NodeView:
@@ -77,7 +57,6 @@ class NodeView:
             allocatable=Resources.parse(status.get("allocatable")),
             unschedulable=bool(spec.get("unschedulable")),
             created=parse_time(meta.get("creationTimestamp")) or EPOCH,
-            resource_version=meta.get("resourceVersion", ""),
         )
 
     @property
@@ -130,7 +109,8 @@ class PodView:
     scheduler_name: str = "default-scheduler"
     node_selector: Mapping[str, str] = field(default_factory=dict)
     maximum_runtime: timedelta | None = None  # `volcano.sh/maximum-runtime`; None when absent or unreadable
-    job: tuple[str, str, str] = ("", "Pod", "")  # (namespace, kind, name) of its job, see job_identity
+    job: tuple[str, str, str] = ("", "Pod", "")  # (namespace, kind, name) of its job, see ownership.job_identity
+    daemon: bool = False  # controlled by a DaemonSet (ownership.is_daemonset_pod)
 
     @classmethod
     def from_obj(cls, obj: Mapping[str, Any]) -> PodView:
@@ -162,6 +142,7 @@ class PodView:
             node_selector=dict(spec.get("nodeSelector") or {}),
             maximum_runtime=_runtime(meta.get("annotations") or {}),
             job=(meta.get("namespace", ""), *(job_identity(meta) or ("Pod", meta.get("name", "")))),
+            daemon=is_daemonset_pod(meta),
         )
 
     @property
@@ -186,11 +167,6 @@ class PodView:
         return next((o for o in self.owners if o.controller), None)
 
     @property
-    def daemon(self) -> bool:
-        """Owned by a DaemonSet: evicting it is pointless, its controller puts it back."""
-        return self.controller is not None and self.controller.kind == "DaemonSet"
-
-    @property
     def group_name(self) -> str:
         return self.annotations.get(keys.GROUP_NAME, "")
 
@@ -209,7 +185,6 @@ class PodGroupView:
     queue: str
     priority_class_name: str
     created: datetime
-    min_resources: Resources = EMPTY
 
     @classmethod
     def from_obj(cls, obj: Mapping[str, Any]) -> PodGroupView:
@@ -224,7 +199,6 @@ class PodGroupView:
             queue=spec.get("queue") or keys.DEFAULT_QUEUE,
             priority_class_name=spec.get("priorityClassName") or "",
             created=parse_time(meta.get("creationTimestamp")) or EPOCH,
-            min_resources=Resources.parse(spec.get("minResources")),
         )
 
     @property
@@ -253,7 +227,6 @@ class QueueView:
     capability: Resources
     guarantee: Guarantee | None
     created: datetime
-    raw_guarantee: Mapping[str, Any] = field(default_factory=dict)
     deserved: Resources = EMPTY  # Volcano `spec.deserved`; empty when unset
     reservation: Mapping[str, Any] | None = None  # `status.reservation` as last written (seed 002)
 
@@ -287,7 +260,6 @@ class QueueView:
             capability=Resources.parse(spec.get("capability")),
             guarantee=guarantee,
             created=parse_time(meta.get("creationTimestamp")) or EPOCH,
-            raw_guarantee=dict(raw),
             deserved=Resources.parse(spec.get("deserved")),
             reservation=(obj.get("status") or {}).get("reservation"),
         )

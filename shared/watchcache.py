@@ -50,12 +50,11 @@ class WatchCache(Generic[V]):
         self.resource_version = ""
         self.synced = asyncio.Event()
         self.absent = False
-        self.relists = 0
         self.version = 0  # bumped on every change, so readers can cache what they derive from the items
 
     @classmethod
     def of(cls, api: client.ApiClient, watched: Any, on_change: Callable[[str, Any], None] | None = None) -> WatchCache:
-        """A cache of one `shared.watched.Watched` kind."""
+        """A cache of one `shared.kinds.Watched` kind."""
         return cls(api, watched.name, watched.path, watched.convert, key=watched.key,
                    field_selector=watched.field_selector, on_change=on_change)
 
@@ -96,7 +95,6 @@ class WatchCache(Generic[V]):
         self.absent = False
         self._replace({self.key(obj): obj for obj in data.get("items", [])})
         self.resource_version = data["metadata"].get("resourceVersion", "")
-        self.relists += 1
         self.synced.set()
 
     def _replace(self, objects: Mapping[Any, Mapping[str, Any]]) -> None:

@@ -23,7 +23,6 @@ class Request:
     namespace: str
     name: str
     obj: Mapping[str, Any]
-    dry_run: bool
 
 
 def parse_review(body: bytes) -> Request:
@@ -55,7 +54,6 @@ def parse_review(body: bytes) -> Request:
         namespace=str(request.get("namespace") or ""),
         name=str(request.get("name") or ""),
         obj=obj,
-        dry_run=bool(request.get("dryRun")),
     )
 
 

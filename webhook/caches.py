@@ -7,29 +7,29 @@ import logging
 
 from kubernetes_asyncio import client
 
-from shared import keys, watched
+from shared import keys, kinds
 from shared.config import ReservoirConfig
 from shared.watchcache import WatchCache
-from webhook.mutate import Lookup
+from webhook.lookup import Lookup
 
 log = logging.getLogger("reservoir.webhook")
 
 
 class WebhookCaches:
     def __init__(self, api: client.ApiClient, namespace: str = keys.NAMESPACE) -> None:
-        self.podgroups = WatchCache.of(api, watched.PODGROUPS)
-        self.queues = WatchCache.of(api, watched.QUEUES)
-        self.priority_classes = WatchCache.of(api, watched.PRIORITY_CLASSES)
-        self.reservations = WatchCache.of(api, watched.RESERVATIONS)
-        self.configmaps = WatchCache.of(api, watched.config_map(namespace), on_change=self._config_changed)
-        self.nodes = WatchCache.of(api, watched.NODES)  # only to refuse a Queue guarantee larger than the cluster
+        self.podgroups = WatchCache.of(api, kinds.PODGROUPS)
+        self.queues = WatchCache.of(api, kinds.QUEUES)
+        self.priority_classes = WatchCache.of(api, kinds.PRIORITY_CLASSES)
+        self.reservations = WatchCache.of(api, kinds.RESERVATIONS)
+        self.configmaps = WatchCache.of(api, kinds.config_map(namespace), on_change=self._config_changed)
+        self.nodes = WatchCache.of(api, kinds.NODES)  # only to refuse a Queue guarantee larger than the cluster
         self.all = [self.podgroups, self.queues, self.priority_classes, self.reservations, self.configmaps, self.nodes]
         self.config = ReservoirConfig()
         self._tasks: list[asyncio.Task[None]] = []
         self._lookup: tuple[tuple[int, ...], Lookup] | None = None
 
     def _config_changed(self, event: str, configmap: dict | None) -> None:
-        self.config, error = watched.config_from(event, configmap, self.config)
+        self.config, error = kinds.config_from(event, configmap, self.config)
         if error is not None:
             log.warning("config=kept-last-good error=%s", error)
         elif configmap is None or event == "DELETED":
@@ -47,9 +47,6 @@ class WebhookCaches:
 
     def synced(self) -> dict[str, bool]:
         return {cache.name: cache.synced.is_set() for cache in self.all}
-
-    def ready(self) -> bool:
-        return all(self.synced().values())
 
     def lookup(self) -> Lookup:
         """One Lookup per cache state: what it derives (indexes) is computed once, not per request."""

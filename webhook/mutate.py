@@ -8,81 +8,30 @@ watch caches.
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any
 
 from shared import keys
-from shared.config import ReservoirConfig
-from shared.jobs import job_of, podgroup_of, queue_of, queue_owner_id, reservation_owner_id, window_owner_id
+from shared.jsonpatch import Op, add, pointer
 from shared.matching import label_selector_matches, reservation_matches
-from shared.resources import Resources, is_best_effort
-from shared.views import NodeView, PodGroupView, PriorityClassView, QueueView, ReservationView
-from webhook.jsonpatch import Op, add, pointer
+from shared.ownership import (
+    is_daemonset_pod,
+    job_of,
+    podgroup_of,
+    queue_of,
+    queue_owner_id,
+    reservation_owner_id,
+    window_owner_id,
+)
+from shared.resources import is_best_effort
+from shared.tolerations import BYPASS_TOLERATION, lock_toleration, toleration_ops
+from shared.views import PodGroupView, PriorityClassView, QueueView
+from webhook.lookup import Lookup
 
 MIRROR_POD = "kubernetes.io/config.mirror"
 PREFERRED_WEIGHT = 100
 COPIED_FROM_PODGROUP = (keys.RESERVEABLE, keys.MAXIMUM_RUNTIME)
-BYPASS_TOLERATION = {"key": keys.LOCK, "operator": "Exists"}
-
-
-@dataclass(frozen=True)
-class Lookup:
-    """What the request path may read: snapshots of the watch caches."""
-
-    podgroups: Mapping[tuple[str, str], PodGroupView] = field(default_factory=dict)
-    queues: Mapping[str, QueueView] = field(default_factory=dict)
-    priority_classes: Mapping[str, PriorityClassView] = field(default_factory=dict)
-    reservations: Mapping[str, ReservationView] = field(default_factory=dict)
-    config: ReservoirConfig = field(default_factory=ReservoirConfig)
-    nodes: Mapping[str, NodeView] = field(default_factory=dict)
-
-    @cached_property
-    def schedulable_allocatable(self) -> Resources:
-        """What the schedulable nodes hold together (a Queue guarantee above it can never be met)."""
-        return Resources.total(n.allocatable for n in self.nodes.values() if not n.unschedulable)
-
-    @cached_property
-    def global_default_class(self) -> str:
-        return next((pc.name for pc in self.priority_classes.values() if pc.global_default), "")
-
-    @cached_property
-    def _reservation_index(self) -> tuple[dict[tuple[str, str], list[ReservationView]], dict[str, list[ReservationView]],
-                                          list[ReservationView]]:
-        """Usable reservations (Available, schedulable) bucketed so a pod is checked against few of them: an
-        owner that needs a label value goes under one (key, value) it needs, an owner naming a pod under that
-        name, any other owner in `always`."""
-        by_label: dict[tuple[str, str], list[ReservationView]] = defaultdict(list)
-        by_name: dict[str, list[ReservationView]] = defaultdict(list)
-        always: list[ReservationView] = []
-        for reservation in self.reservations.values():
-            if reservation.phase != "Available" or reservation.unschedulable:
-                continue
-            for owner in reservation.owners:
-                selector = owner.get("labelSelector") if isinstance(owner, Mapping) else None
-                obj = owner.get("object") if isinstance(owner, Mapping) else None
-                match_labels = (selector or {}).get("matchLabels") if isinstance(selector, Mapping) else None
-                if isinstance(obj, Mapping) and obj.get("name"):
-                    by_name[obj["name"]].append(reservation)
-                elif isinstance(match_labels, Mapping) and match_labels:
-                    key = min(match_labels)
-                    by_label[(key, str(match_labels[key]))].append(reservation)
-                else:
-                    always.append(reservation)
-        return by_label, by_name, always
-
-    def reservation_candidates(self, labels: Mapping[str, str], name: str) -> list[ReservationView]:
-        """Reservations that may match a pod with these labels and name (a superset; check each)."""
-        by_label, by_name, always = self._reservation_index
-        seen: dict[str, ReservationView] = {r.name: r for r in always}
-        for item in labels.items():
-            for reservation in by_label.get(item, ()):
-                seen[reservation.name] = reservation
-        for reservation in by_name.get(name, ()):
-            seen[reservation.name] = reservation
-        return list(seen.values())
 
 
 @dataclass(frozen=True)
@@ -90,10 +39,6 @@ class Mutation:
     patch: list[Op]
     warnings: list[str] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)  # what was changed and why, for the log line
-
-
-def lock_toleration(owner: str) -> dict[str, str]:
-    return {"key": keys.LOCK, "operator": "Equal", "value": owner, "effect": keys.LOCK_EFFECT}
 
 
 def queue_priority_class(queue: QueueView | None, lookup: Lookup) -> PriorityClassView | None:
@@ -164,23 +109,6 @@ def parse_reservation_affinity(text: str) -> dict[str, Any]:
     )
 
 
-def _has_toleration(tolerations: list[Mapping[str, Any]], wanted: Mapping[str, str]) -> bool:
-    def norm(t: Mapping[str, Any]) -> tuple:
-        return (t.get("key", ""), t.get("operator") or "Equal", t.get("value", ""), t.get("effect", ""))
-    return any(norm(t) == norm(wanted) for t in tolerations)
-
-
-def toleration_ops(tolerations: list[Mapping[str, Any]] | None, wanted: list[dict[str, str]]) -> list[Op]:
-    """JSON Patch adding to a pod's `tolerations` (None when the field is absent) those of `wanted` it lacks."""
-    existing = list(tolerations or [])
-    missing = [t for t in wanted if not _has_toleration(existing, t)]
-    if not missing:
-        return []
-    if tolerations is None:
-        return [add("/spec/tolerations", missing)]
-    return [add("/spec/tolerations/-", t) for t in missing]
-
-
 def _lock_expression(owners: list[str]) -> dict[str, Any]:
     return {"key": keys.LOCK, "operator": "In", "values": owners}
 
@@ -231,48 +159,28 @@ def _affinity_ops(spec: Mapping[str, Any], preferred: list[str], required: list[
     return ops
 
 
-def _is_daemonset_pod(meta: Mapping[str, Any]) -> bool:
-    return any(r.get("controller") and r.get("kind") == "DaemonSet" for r in meta.get("ownerReferences") or ())
-
-
-def mutate_pod(pod: Mapping[str, Any], namespace: str, lookup: Lookup) -> Mutation:
-    """DESIGN section 3, mutating pod CREATE, steps 1-5."""
-    meta = pod.get("metadata") or {}
-    spec = pod.get("spec") or {}
-    annotations = dict(meta.get("annotations") or {})
-    if MIRROR_POD in annotations:
-        return Mutation([], reasons=["mirror pod: left alone"])
-    ops: list[Op] = []
-    reasons: list[str] = []
-    warnings: list[str] = []
-
-    # 1. reserve annotations from the PodGroup
-    podgroup = podgroup_of(pod, namespace, lookup.podgroups)
+def copy_reserve_annotations(meta: Mapping[str, Any], podgroup: PodGroupView | None) -> tuple[list[Op], dict[str, str]]:
+    """Step 1, seed 004: `volcano.sh/reserveable` and `volcano.sh/maximum-runtime` copied from the PodGroup when the
+    pod lacks them. Returns the patch and what was copied."""
+    annotations = meta.get("annotations") or {}
     copied = {k: podgroup.annotations[k] for k in COPIED_FROM_PODGROUP
               if podgroup is not None and k not in annotations and k in podgroup.annotations}
-    ops += _add_annotations(meta, copied)
-    if copied:
-        reasons.append(f"copied {', '.join(sorted(copied))} from PodGroup {podgroup.name}")  # type: ignore[union-attr]
-    annotations.update(copied)
+    return _add_annotations(meta, copied), copied
 
-    # 2. queue priority inheritance
-    queue = queue_of(pod, podgroup)
-    priority_ops, why = _inherit_priority(spec, queue, lookup, with_value=True)
-    ops += priority_ops
-    if why:
-        reasons.append(why)
 
-    # 5. BestEffort and DaemonSet pods may use every locked node
+def exempt_from_locks(meta: Mapping[str, Any], spec: Mapping[str, Any], lookup: Lookup) -> bool:
+    """Step 5's condition: BestEffort pods (seed 000 lets them use reserved nodes) and DaemonSet pods (per-node
+    system pods), each switchable in config."""
     webhook_config = lookup.config.webhook
-    if (webhook_config.tolerate_best_effort and is_best_effort(spec)) or (
-        webhook_config.tolerate_daemonsets and _is_daemonset_pod(meta)
-    ):
-        bypass = toleration_ops(spec.get("tolerations"), [BYPASS_TOLERATION])
-        if bypass:
-            reasons.append("tolerates every lock (BestEffort or DaemonSet pod)")
-        return Mutation(ops + bypass, warnings, reasons)
+    return ((webhook_config.tolerate_best_effort and is_best_effort(spec))
+            or (webhook_config.tolerate_daemonsets and is_daemonset_pod(meta)))
 
-    # 3. tolerations for the locks the pod may use
+
+def entitled_owners(pod: Mapping[str, Any], namespace: str, queue: str, annotations: Mapping[str, str],
+                    lookup: Lookup) -> list[str]:
+    """Step 3: the lock owners a pod may use: its job's, its queue's, every window's if it is a reserve pod
+    (seed 004), every Available Reservation whose owners match it (seed 003)."""
+    meta = pod.get("metadata") or {}
     owners: list[str] = []
     job = job_of(pod, namespace)
     if job is not None:
@@ -281,23 +189,58 @@ def mutate_pod(pod: Mapping[str, Any], namespace: str, lookup: Lookup) -> Mutati
     if annotations.get(keys.RESERVEABLE) == "true":
         owners += [window_owner_id(w.name) for w in lookup.config.windows]
     candidates = lookup.reservation_candidates(meta.get("labels") or {}, meta.get("name") or "")
-    usable = [r.name for r in candidates if reservation_matches(r.owners, pod, namespace)]
-    owners += [reservation_owner_id(name) for name in usable]
+    owners += [reservation_owner_id(r.name) for r in candidates if reservation_matches(r.owners, pod, namespace)]
+    return owners
 
-    # 4. reservation affinity: required for the reservations the pod names
-    required: list[str] | None = None
+
+def required_reservations(annotations: Mapping[str, str], lookup: Lookup,
+                          warnings: list[str]) -> list[str] | None:
+    """Step 4, seed 003: owner ids of the Reservations the pod names (required affinity), None when it names none;
+    an unreadable or empty affinity is a warning, not a refusal (the validating webhook refuses malformed ones)."""
     try:
         named = named_reservations(annotations, lookup)
     except ValueError as err:
-        named = None
         warnings.append(str(err))
-    if named is not None:
-        required = sorted(reservation_owner_id(name) for name in named) or None
-        if not named:
-            warnings.append("the reservation affinity selects no Reservation: the pod is not restricted")
-        owners += required or []
-    owners = sorted(set(owners))
+        return None
+    if named is None:
+        return None
+    if not named:
+        warnings.append("the reservation affinity selects no Reservation: the pod is not restricted")
+    return sorted(reservation_owner_id(name) for name in named) or None
 
+
+def mutate_pod(pod: Mapping[str, Any], namespace: str, lookup: Lookup) -> Mutation:
+    """DESIGN section 3, mutating pod CREATE, steps 1-5 in order: 1 and 2 for every pod; then 3 and 4 (the locks
+    the pod is entitled to), or 5 instead for a pod exempt from locks."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    annotations = dict(meta.get("annotations") or {})
+    if MIRROR_POD in annotations:
+        return Mutation([], reasons=["mirror pod: left alone"])
+    reasons: list[str] = []
+    warnings: list[str] = []
+
+    podgroup = podgroup_of(pod, namespace, lookup.podgroups)
+    ops, copied = copy_reserve_annotations(meta, podgroup)  # 1
+    if copied and podgroup is not None:
+        reasons.append(f"copied {', '.join(sorted(copied))} from PodGroup {podgroup.name}")
+    annotations.update(copied)
+
+    queue = queue_of(pod, podgroup)
+    priority_ops, why = _inherit_priority(spec, queue, lookup, with_value=True)  # 2
+    ops += priority_ops
+    if why:
+        reasons.append(why)
+
+    if exempt_from_locks(meta, spec, lookup):  # 5
+        bypass = toleration_ops(spec.get("tolerations"), [BYPASS_TOLERATION])
+        if bypass:
+            reasons.append("tolerates every lock (BestEffort or DaemonSet pod)")
+        return Mutation(ops + bypass, warnings, reasons)
+
+    owners = entitled_owners(pod, namespace, queue, annotations, lookup)  # 3
+    required = required_reservations(annotations, lookup, warnings)  # 4
+    owners = sorted(set(owners + (required or [])))
     added_tolerations = toleration_ops(spec.get("tolerations"), [lock_toleration(o) for o in owners])
     if added_tolerations:
         reasons.append(f"tolerations for {len(owners)} lock owners")

@@ -16,7 +16,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 
 from webhook import admission, mutate, validate
 from webhook.admission import BadReview, Request
-from webhook.mutate import Lookup
+from webhook.lookup import Lookup
 
 log = logging.getLogger("reservoir.webhook")
 CERT_CHECK_INTERVAL = 2.0

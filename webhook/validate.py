@@ -14,7 +14,7 @@ from shared.config import ConfigError, load_config
 from shared.duration import DurationError, parse_duration
 from shared.quantity import QuantityError, format_quantity
 from shared.resources import PODS, Resources, pod_requests
-from shared.views import parse_time
+from shared.timestamps import parse_time
 from webhook.mutate import parse_reservation_affinity
 
 GUARANTEE_POLICIES = ("Best-Effort", "Guaranteed")

@@ -12,7 +12,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from shared import keys
 from shared.resources import EMPTY, Resources
 from shared.views import TERMINAL, NodeView, PodView
 
@@ -154,34 +153,3 @@ def idle_fraction(state: NodeState) -> float:
 
 def schedulable(node: NodeView) -> bool:
     return not node.unschedulable
-
-
-def tolerates(pod: PodView, node: NodeView, lock_owner: str | None = None, ignore_lock: bool = False) -> bool:
-    """The pod tolerates the node's NoSchedule/NoExecute taints. Reservoir's own lock taint is skipped when
-    `ignore_lock` (the planner is choosing who holds it) or when its value is `lock_owner`."""
-    return tolerations_allow(pod.tolerations, node, lock_owner, ignore_lock)
-
-
-def tolerations_allow(tolerations: Sequence[Mapping], node: NodeView, lock_owner: str | None = None,
-                      ignore_lock: bool = False) -> bool:
-    """`tolerates` for a bare list of tolerations (a Reservation's template)."""
-    for taint in node.taints:
-        if taint.effect not in ("NoSchedule", "NoExecute"):
-            continue
-        if taint.key == keys.LOCK and (ignore_lock or (lock_owner is not None and taint.value == lock_owner)):
-            continue
-        if not any(_tolerates(t, taint.key, taint.value, taint.effect) for t in tolerations):
-            return False
-    return True
-
-
-def _tolerates(toleration: Mapping, key: str, value: str, effect: str) -> bool:
-    if toleration.get("effect") and toleration["effect"] != effect:
-        return False
-    if toleration.get("operator") == "Exists":
-        return not toleration.get("key") or toleration["key"] == key
-    return toleration.get("key") == key and (toleration.get("value") or "") == value
-
-
-def selects(pod_node_selector: Mapping[str, str], node: NodeView) -> bool:
-    return all(node.labels.get(k) == v for k, v in pod_node_selector.items())

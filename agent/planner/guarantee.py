@@ -38,9 +38,9 @@ from datetime import datetime
 from itertools import combinations, product
 
 from agent.planner.capacity import NodeState, schedulable
-from agent.planner.jobs import pod_queue
+from shared.ownership import pod_queue
 from agent.planner.model import Lock
-from shared.jobs import queue_owner_id
+from shared.ownership import queue_owner_id
 from shared.keys import LockKind
 from shared.resources import EMPTY, Resources
 from shared.views import PodGroupView, QueueView

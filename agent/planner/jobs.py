@@ -10,8 +10,7 @@ from functools import cached_property
 
 from agent.planner.capacity import NodeState
 from agent.planner.model import Snapshot
-from shared import keys
-from shared.jobs import JobRef
+from shared.ownership import JobRef, pod_queue
 from shared.resources import Resources
 from shared.views import PodGroupView, PodView
 
@@ -52,14 +51,6 @@ class Job:
         return self.bound >= self.min_member
 
 
-def pod_queue(pod: PodView, podgroups: Mapping[tuple[str, str], PodGroupView]) -> str:
-    """DESIGN section 1: the PodGroup's `spec.queue`, else `scheduling.volcano.sh/queue-name`, else `default`."""
-    group = podgroups.get((pod.namespace, pod.group_name)) if pod.group_name else None
-    if group is not None:
-        return group.queue
-    return pod.annotations.get(keys.QUEUE_NAME) or keys.DEFAULT_QUEUE
-
-
 def usage_by_queue(states: Mapping[str, NodeState],
                    podgroups: Mapping[tuple[str, str], PodGroupView]) -> dict[str, dict[str, Resources]]:
     """queue -> node -> the queue's requests on that node, in one pass over the pods holding resources."""
@@ -68,10 +59,6 @@ def usage_by_queue(states: Mapping[str, NodeState],
         for pod in state.pods:
             sums.setdefault(pod_queue(pod, podgroups), {}).setdefault(name, []).append(pod.requests)
     return {q: {n: Resources.total(r) for n, r in nodes.items()} for q, nodes in sums.items()}
-
-
-def pod_job(pod: PodView) -> JobRef:
-    return JobRef(*pod.job)
 
 
 def build_jobs(snapshot: Snapshot) -> list[Job]:

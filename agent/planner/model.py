@@ -11,7 +11,8 @@ from typing import Any
 from shared import keys
 from shared.keys import LockKind
 from shared.resources import EMPTY, Resources
-from shared.views import NodeView, PodGroupView, PodView, PriorityClassView, QueueView, ReservationView, parse_time
+from shared.timestamps import parse_time, stamp
+from shared.views import NodeView, PodGroupView, PodView, PriorityClassView, QueueView, ReservationView
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ class Lock:
         """The `reservoir.sh/lock-info` annotation's JSON."""
         return {
             "owner": self.owner, "kind": self.kind.value, "subject": self.subject, "reason": self.reason,
-            "since": _stamp(self.since), "expires": _stamp(self.expires) if self.expires else None,
+            "since": stamp(self.since), "expires": stamp(self.expires) if self.expires else None,
             "reserved": self.reserved.to_quantities(), "tasks": list(self.tasks),
         }
 
@@ -54,10 +55,6 @@ class Lock:
     def same_hold(self, other: Lock | None) -> bool:
         """True when `other` holds the node for the same owner with the same annotation (nothing to patch)."""
         return other is not None and self.owner == other.owner and self.info_json() == other.info_json()
-
-
-def _stamp(moment: datetime) -> str:
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def lock_on(node: NodeView) -> Lock | None:
@@ -106,7 +103,6 @@ class WindowStatus:
     active: bool
     start: datetime
     end: datetime
-    lock_from: datetime
     reason: str
 
 

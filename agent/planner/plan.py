@@ -9,7 +9,7 @@ from agent.planner.capacity import node_states, schedulable
 from agent.planner.guarantee import Cluster, plan_guarantee
 from agent.planner.jobs import build_jobs, usage_by_queue
 from agent.planner.model import Lock, Plan, Snapshot, lock_on
-from agent.planner.queues import QueueScore, order_jobs, score_queues
+from agent.planner.ordering import QueueScore, order_jobs, score_queues
 from agent.planner.reservations import plan_reservations
 from agent.planner.starvation import plan_starvation
 from agent.planner.windows import plan_window

@@ -24,14 +24,16 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from agent.planner.capacity import FOREVER, NodeState, schedulable, selects, time_to_fit, tolerations_allow
+from agent.planner.capacity import FOREVER, NodeState, schedulable, time_to_fit
 from agent.planner.model import Lock
 from shared import keys
-from shared.jobs import reservation_owner_id
+from shared.ownership import reservation_owner_id
 from shared.keys import LockKind
-from shared.matching import expression_holds, reservation_matches
+from shared.matching import reservation_matches
+from shared.predicates import node_affinity_allows, required_node_affinity_terms, selects, tolerations_allow
 from shared.resources import Resources
-from shared.views import NodeView, PodView, ReservationView, parse_time
+from shared.timestamps import parse_time, stamp
+from shared.views import NodeView, PodView, ReservationView
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
@@ -77,12 +79,6 @@ def is_owner(reservation: ReservationView, pod: PodView) -> bool:
     return reservation_matches(reservation.owners, _pod_meta(pod), pod.namespace)
 
 
-def _affinity_terms(template_spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    affinity = ((template_spec.get("affinity") or {}).get("nodeAffinity") or {})
-    required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
-    return list(required.get("nodeSelectorTerms") or ())
-
-
 def node_allowed(reservation: ReservationView, node: NodeView) -> bool:
     """The template's nodeName, nodeSelector, required node affinity (terms ORed, expressions ANDed) and
     tolerations allow this node."""
@@ -91,9 +87,7 @@ def node_allowed(reservation: ReservationView, node: NodeView) -> bool:
         return False
     if not selects(spec.get("nodeSelector") or {}, node):
         return False
-    terms = _affinity_terms(spec)
-    if terms and not any(all(expression_holds(e, node.labels, numeric=True) for e in term.get("matchExpressions") or ())
-                         for term in terms):
+    if not node_affinity_allows(required_node_affinity_terms(spec), node):
         return False
     return tolerations_allow(spec.get("tolerations") or (), node, ignore_lock=True)
 
@@ -105,7 +99,7 @@ def _condition(kind: str, status: bool, reason: str, message: str, previous: Map
     value = "True" if status else "False"
     since = old.get("lastTransitionTime") if old and old.get("status") == value and old.get("reason") == reason else None
     return {"type": kind, "status": value, "reason": reason, "message": message,
-            "lastTransitionTime": since or now.strftime("%Y-%m-%dT%H:%M:%SZ")}
+            "lastTransitionTime": since or stamp(now)}
 
 
 def _status(r: ReservationView, phase: str, node: str, reason: str, message: str, owners: Sequence[PodView],
@@ -162,7 +156,7 @@ def plan_reservations(
             continue
         ends = expiry(r)
         if ends is not None and now >= ends:
-            done("Failed", "Expired", f"expired at {ends:%Y-%m-%dT%H:%M:%SZ}")
+            done("Failed", "Expired", f"expired at {stamp(ends)}")
             continue
         if r.node_name and r.node_name not in states:
             done("Failed", "NodeDeleted", f"node {r.node_name} was deleted")

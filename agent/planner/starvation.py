@@ -20,11 +20,12 @@ import heapq
 from collections.abc import Mapping
 from datetime import datetime
 
-from agent.planner.capacity import NodeState, idle_fraction, schedulable, selects, time_to_fit, tolerates
+from agent.planner.capacity import NodeState, idle_fraction, schedulable, time_to_fit
 from agent.planner.jobs import Job
 from agent.planner.model import JobStatus, Lock
 from shared.config import StarvationConfig
 from shared.keys import LockKind
+from shared.predicates import selects, tolerations_allow
 from shared.resources import EMPTY, Resources
 from shared.views import PodView
 
@@ -38,7 +39,7 @@ def placeable_now(jobs: list[Job], states: Mapping[str, NodeState]) -> list[tupl
         for pod in job.pending:
             shape = NodeChooser.shape(pod)
             if shape not in fits:
-                fits[shape] = any(schedulable(s.node) and selects(pod.node_selector, s.node) and tolerates(pod, s.node)
+                fits[shape] = any(schedulable(s.node) and selects(pod.node_selector, s.node) and tolerations_allow(pod.tolerations, s.node)
                                   and s.idle.covers(pod.requests) for s in states.values())
             if fits[shape]:
                 out.append((pod.priority, job.owner, pod.key))
@@ -80,7 +81,7 @@ class NodeChooser:
         state = self.states[name]
         return (name not in self.taken and self.blocked.get(name) in (None, owner) and schedulable(state.node)
                 and task.requests.fits_in(state.node.allocatable) and selects(task.node_selector, state.node)
-                and tolerates(task, state.node, ignore_lock=True))
+                and tolerations_allow(task.tolerations, state.node, ignore_lock=True))
 
     def _key(self, name: str, task: PodView, reserved: Resources) -> tuple:
         state = self.states[name]

@@ -16,12 +16,14 @@ from zoneinfo import ZoneInfo
 
 from croniter import croniter
 
-from agent.planner.capacity import NodeState, future_idle, schedulable, selects
+from agent.planner.capacity import NodeState, future_idle, schedulable
 from agent.planner.model import Lock, WindowStatus
 from shared.config import WindowConfig
-from shared.jobs import window_owner_id
+from shared.ownership import window_owner_id
 from shared.keys import LockKind
+from shared.predicates import selects
 from shared.resources import EMPTY
+from shared.timestamps import stamp
 from shared.views import PodView
 
 
@@ -53,7 +55,7 @@ def plan_window(
     owner = window_owner_id(window.name)
 
     def status(reason: str, is_active: bool = active) -> WindowStatus:
-        return WindowStatus(window.name, is_active, start, end, lock_from, reason)
+        return WindowStatus(window.name, is_active, start, end, reason)
 
     holding = any(lock.owner == owner for lock in current.values())
 
@@ -63,7 +65,7 @@ def plan_window(
         return {}, status(reason, is_active), notes
 
     if not active:
-        return release(f"inactive: next lock at {lock_from:%Y-%m-%dT%H:%M:%SZ}")
+        return release(f"inactive: next lock at {stamp(lock_from)}")
     reserve = [p for p in pods if p.reserveable]
     started = [p for p in reserve if p.is_bound and (p.started or p.created) >= lock_from]
     pending = [p for p in reserve if not p.is_bound and not p.is_terminal and not p.deleting]

@@ -12,7 +12,7 @@ from aiohttp import web
 from shared import keys
 from shared.config import load_config
 from shared.views import PodGroupView, PriorityClassView, QueueView, ReservationView
-from webhook.mutate import Lookup
+from webhook.lookup import Lookup
 from webhook.server import Metrics, ReloadingTLS, make_app
 
 

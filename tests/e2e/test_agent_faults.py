@@ -13,10 +13,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from agent.applier import FAILPOINT
+from agent.writer import FAILPOINT
 from localcluster.agent_process import AgentProcess
 from shared import keys
-from shared.jobs import JobRef, window_owner_id
+from shared.ownership import JobRef, window_owner_id
 from tests.e2e.kit import REPO, Kit, apply_setup
 from tests.e2e.test_starvation import CONFIG, SETUP, configure
 from tests.e2e.test_windows import window_config
@@ -62,7 +62,7 @@ async def lease_holder(kit: Kit) -> str | None:
 
 
 def reservoir(kit: Kit, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "shared.cli", *args, f"--kubeconfig={kit.cluster.kubeconfig}"],
+    return subprocess.run([sys.executable, "-m", "reservoir.cli", *args, f"--kubeconfig={kit.cluster.kubeconfig}"],
                           capture_output=True, text=True, cwd=REPO)
 
 

@@ -8,7 +8,7 @@ import urllib.request
 from localcluster.agent_process import AgentProcess
 from localcluster.cluster import COMPLETE_AFTER, free_port
 from shared import keys
-from shared.jobs import JobRef
+from shared.ownership import JobRef
 from tests.e2e.kit import Kit, apply_setup
 from tests.e2e.test_starvation import CONFIG, SETUP, configure, scheduled_at
 

@@ -81,7 +81,7 @@ async def test_pod_with_run_duration_succeeds_after_it(kit: Kit) -> None:
     done = await kit.wait_pod("short", lambda p: p.get("status", {}).get("phase") == "Succeeded", "Succeeded")
     started = running["status"]["startTime"]
     finished = done["status"]["containerStatuses"][0]["state"]["terminated"]["finishedAt"]
-    from shared.views import parse_time
+    from shared.timestamps import parse_time
     elapsed = (parse_time(finished) - parse_time(started)).total_seconds()
     assert 1.0 <= elapsed <= 10.0, elapsed
 

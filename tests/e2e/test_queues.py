@@ -17,7 +17,7 @@ import pytest
 from localcluster.agent_process import AgentProcess
 from localcluster.webhook_process import WebhookProcess
 from shared import keys
-from shared.jobs import queue_owner_id
+from shared.ownership import queue_owner_id
 from tests.e2e.kit import REPO, Kit, apply_setup, running_webhook
 from tests.e2e.test_starvation import SETUP, configure
 
@@ -83,7 +83,7 @@ async def wait_locks(kit: Kit, names: list[str], want: dict[str, int], timeout: 
 
 
 def reservoir(kit: Kit, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "shared.cli", *args, f"--kubeconfig={kit.cluster.kubeconfig}"],
+    return subprocess.run([sys.executable, "-m", "reservoir.cli", *args, f"--kubeconfig={kit.cluster.kubeconfig}"],
                           capture_output=True, text=True, cwd=REPO)
 
 

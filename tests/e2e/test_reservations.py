@@ -14,7 +14,7 @@ import pytest
 from localcluster.agent_process import AgentProcess
 from localcluster.cluster import COMPLETE_AFTER
 from shared import keys
-from shared.jobs import reservation_owner_id
+from shared.ownership import reservation_owner_id
 from tests.e2e.kit import Kit, apply_setup, running_webhook
 from tests.e2e.test_queues import CONFIG, locked_nodes
 from tests.e2e.test_starvation import SETUP, configure

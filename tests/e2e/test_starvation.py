@@ -14,8 +14,8 @@ import pytest
 from localcluster.agent_process import AgentProcess
 from localcluster.cluster import COMPLETE_AFTER
 from shared import keys
-from shared.jobs import JobRef
-from shared.views import parse_time
+from shared.ownership import JobRef
+from shared.timestamps import parse_time
 from tests.e2e.kit import Kit, apply_setup
 
 SETUP = ("deploy/crds/scheduling.volcano.sh_queues.yaml", "deploy/crds/scheduling.volcano.sh_podgroups.yaml",

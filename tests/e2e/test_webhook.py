@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from shared import keys
-from shared.jobs import JobRef, queue_owner_id
+from shared.ownership import JobRef, queue_owner_id
 from tests.e2e.kit import Kit, apply_setup, running_webhook
 from localcluster.webhook_process import WebhookProcess
 
@@ -149,7 +149,7 @@ async def test_certs_command_injects_ca_bundle_and_writes_secret(kit: Kit, webho
 
     from tests.e2e.kit import REPO
     out = subprocess.run(
-        [sys.executable, "-m", "shared.cli", "certs", f"--out-dir={tmp_path}", "--ip=127.0.0.1", "--inject=reservoir",
+        [sys.executable, "-m", "reservoir.cli", "certs", f"--out-dir={tmp_path}", "--ip=127.0.0.1", "--inject=reservoir",
          "--secret=reservoir-webhook-tls", f"--kubeconfig={kit.cluster.kubeconfig}"],
         capture_output=True, text=True, cwd=REPO)
     assert out.returncode == 0, out.stderr

@@ -13,7 +13,7 @@ import pytest
 from localcluster.agent_process import AgentProcess
 from localcluster.cluster import COMPLETE_AFTER
 from shared import keys
-from shared.jobs import window_owner_id
+from shared.ownership import window_owner_id
 from tests.e2e.kit import Kit, apply_setup
 from tests.e2e.test_starvation import SETUP, configure, scheduled_at
 

@@ -73,7 +73,7 @@ def test_errors_name_the_field_and_value(text: str, expected: str) -> None:
 
 def test_config_from_configmap_events() -> None:
     from shared import keys
-    from shared.watched import config_from
+    from shared.kinds import config_from
 
     good = load_config("dryRun: true")
     configmap = {"metadata": {"name": keys.CONFIGMAP_NAME}, "data": {keys.CONFIG_KEY: "maxLockedNodePercent: 30"}}

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from agent.planner.guarantee import Problem, brute_force, search
 from agent.planner.plan import plan
 from shared.config import load_config
-from shared.jobs import queue_owner_id
+from shared.ownership import queue_owner_id
 from shared.resources import Resources
 from shared.views import QueueView
 from tests.unit.test_planner import NOW, node, pod, snap, stamp
@@ -109,7 +109,7 @@ def test_too_large_guarantees_are_refused_with_a_warning_and_lock_nothing() -> N
 
 def test_nodes_held_by_a_live_job_or_another_queue_are_not_candidates() -> None:
     from agent.planner.model import Lock
-    from shared.jobs import JobRef
+    from shared.ownership import JobRef
     from shared.keys import LockKind
     job_owner = JobRef("ns", "Pod", "big").owner_id
     job_lock = Lock(node="n0", owner=job_owner, kind=LockKind.JOB, subject="ns/Pod/big", reason="r", since=NOW)

@@ -9,10 +9,11 @@ import pytest
 
 from shared import keys
 from shared.config import load_config
-from shared.jobs import JobRef, queue_owner_id, reservation_owner_id, window_owner_id
+from shared.ownership import JobRef, queue_owner_id, reservation_owner_id, window_owner_id
 from shared.views import PodGroupView, PriorityClassView, QueueView, ReservationView
-from webhook.jsonpatch import apply, pointer
-from webhook.mutate import Lookup, mutate_pod, mutate_podgroup
+from shared.jsonpatch import apply, pointer
+from webhook.lookup import Lookup
+from webhook.mutate import mutate_pod, mutate_podgroup
 
 NS = "team-a"
 

@@ -9,7 +9,7 @@ from agent.planner.plan import plan
 from agent.planner.windows import window_bounds
 from shared import keys
 from shared.config import load_config
-from shared.jobs import JobRef, window_owner_id
+from shared.ownership import JobRef, window_owner_id
 from shared.keys import LockKind
 from shared.resources import Resources
 from shared.views import NodeView, PodGroupView, PodView

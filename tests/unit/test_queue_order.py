@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 
 from agent.planner.plan import plan
-from agent.planner.queues import queue_scores, score
+from agent.planner.ordering import queue_scores, score
 from shared import keys
 from shared.config import QueueOrderConfig, load_config
 from shared.resources import Resources

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 from agent.planner.plan import plan
 from shared.config import load_config
-from shared.jobs import reservation_owner_id
+from shared.ownership import reservation_owner_id
 from shared.views import NodeView, ReservationView
 from tests.unit.test_planner import NOW, node, pod, snap, stamp
 

@@ -19,7 +19,7 @@ from localcluster.cluster import free_port
 from shared import keys
 from shared.views import PriorityClassView, QueueView
 from webhook.admission import BadReview, parse_review
-from webhook.mutate import Lookup
+from webhook.lookup import Lookup
 from webhook.server import Metrics, ReloadingTLS, make_app
 
 LOOKUP = Lookup(queues={"q": QueueView.from_obj({"metadata": {"name": "q"}, "spec": {"priorityClassName": "hi"}})},

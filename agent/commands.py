@@ -8,19 +8,20 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from agent.applier import Applier
+from agent.writer import Applier
 from agent.planner.model import Snapshot
 from agent.planner.capacity import node_states
-from agent.planner.jobs import pod_queue
+from shared.ownership import pod_queue
 from agent.planner.plan import current_locks, plan
-from agent.planner.queues import QueueScore, score_queues
-from shared import watched
+from agent.planner.ordering import QueueScore, score_queues
+from shared import kinds
 from shared.config import ReservoirConfig
 from shared.duration import format_duration
 from shared.kube import new_api_client
+from shared.timestamps import stamp
 
 
-async def _list(api: client.ApiClient, kind: watched.Watched) -> list[Any]:
+async def _list(api: client.ApiClient, kind: kinds.Watched) -> list[Any]:
     """Every object of one watched kind, as its view (an API that is not installed lists as empty)."""
     query = [("fieldSelector", kind.field_selector)] if kind.field_selector else []
     try:
@@ -35,18 +36,18 @@ async def _list(api: client.ApiClient, kind: watched.Watched) -> list[Any]:
 
 
 async def read_snapshot(api: client.ApiClient, namespace: str) -> tuple[Snapshot, ReservoirConfig]:
-    nodes = await _list(api, watched.NODES)
-    groups = await _list(api, watched.PODGROUPS)
+    nodes = await _list(api, kinds.NODES)
+    groups = await _list(api, kinds.PODGROUPS)
     config = ReservoirConfig()
-    for configmap in await _list(api, watched.config_map(namespace)):
-        config, _ = watched.config_from("ADDED", configmap, config)
+    for configmap in await _list(api, kinds.config_map(namespace)):
+        config, _ = kinds.config_from("ADDED", configmap, config)
     snapshot = Snapshot(
         nodes={n.name: n for n in nodes},
-        pods=await _list(api, watched.PODS),
+        pods=await _list(api, kinds.PODS),
         podgroups={(g.namespace, g.name): g for g in groups},
-        queues={q.name: q for q in await _list(api, watched.QUEUES)},
-        priority_classes={c.name: c for c in await _list(api, watched.PRIORITY_CLASSES)},
-        reservations={r.name: r for r in await _list(api, watched.RESERVATIONS)},
+        queues={q.name: q for q in await _list(api, kinds.QUEUES)},
+        priority_classes={c.name: c for c in await _list(api, kinds.PRIORITY_CLASSES)},
+        reservations={r.name: r for r in await _list(api, kinds.RESERVATIONS)},
     )
     return snapshot, config
 
@@ -95,14 +96,14 @@ async def status(kubeconfig: str | None, namespace: str, output: str, queues: bo
         }, indent=2, default=str)
     lines = [f"{'NODE':<24}{'KIND':<13}{'OWNER':<44}{'AGE':<10}{'EXPIRES':<22}REASON"]
     for lock in sorted(locks.values(), key=lambda l: l.node):
-        expires = lock.expires.strftime("%Y-%m-%dT%H:%M:%SZ") if lock.expires else "-"
+        expires = stamp(lock.expires) if lock.expires else "-"
         lines.append(f"{lock.node:<24}{lock.kind.value:<13}{lock.subject:<44}{_age(lock.since, now):<10}{expires:<22}{lock.reason}")
     if not locks:
         lines.append("(no locks)")
     lines += ["", f"{'STARVING JOB':<44}{'QUEUE':<16}{'PRIORITY':<10}{'BOUND':<8}REASON"]
     lines += [f"{j.subject:<44}{j.queue:<16}{j.priority:<10}{f'{j.bound}/{j.min_member}':<8}{j.reason}" for j in starving] or ["(none)"]
     lines += ["", f"{'WINDOW':<20}{'ACTIVE':<8}{'START':<22}{'END':<22}REASON"]
-    lines += [f"{w.name:<20}{str(w.active).lower():<8}{w.start:%Y-%m-%dT%H:%M:%SZ}  {w.end:%Y-%m-%dT%H:%M:%SZ}  {w.reason}"
+    lines += [f"{w.name:<20}{str(w.active).lower():<8}{stamp(w.start)}  {stamp(w.end)}  {w.reason}"
               for w in planned.windows] or ["(no windows configured)"]
     return "\n".join(lines)
 
@@ -112,7 +113,7 @@ async def release(kubeconfig: str | None, nodes: list[str], everything: bool) ->
     api = await new_api_client(kubeconfig)
     try:
         applier = Applier(api, component="reservoir-release")
-        listed = await _list(api, watched.NODES)
+        listed = await _list(api, kinds.NODES)
         targets = [n.name for n in listed if everything or n.name in nodes]
         done = []
         for name in targets:

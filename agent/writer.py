@@ -21,9 +21,9 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from agent.planner.model import Lock, lock_on
 from shared import keys
 from shared.keys import LockKind
+from shared.timestamps import stamp
 from shared.views import NodeView
-from webhook.jsonpatch import Op, add, pointer
-from webhook.mutate import lock_toleration
+from shared.jsonpatch import Op, add, pointer
 
 log = logging.getLogger("reservoir.agent")
 CLUSTER_SCOPED = frozenset(("Node", "Queue", "Reservation"))
@@ -72,8 +72,6 @@ def node_patch(node: Mapping[str, Any], desired: Lock | None) -> list[Op] | None
 
 @dataclass
 class ApplyResult:
-    locked: list[Lock] = field(default_factory=list)
-    released: list[Lock] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
 
@@ -153,12 +151,10 @@ class Applier:
             if not patched:
                 continue
             if before is not None and (want is None or before.owner != want.owner):
-                result.released.append(before)
                 log.info("node=%s decision=release owner=%s subject=%s", name, before.owner, before.subject)
                 await self.event(name, "NodeReleased", f"released from {before.kind.value} {before.subject}")
                 await self.owner_event(before, "NodeReleased", f"node {name} released")
             if want is not None and (before is None or before.owner != want.owner):
-                result.locked.append(want)
                 log.info("node=%s decision=lock owner=%s kind=%s subject=%s reason=%r", name, want.owner,
                          want.kind.value, want.subject, want.reason)
                 await self.event(name, "NodeLocked", f"locked for {want.kind.value} {want.subject}: {want.reason}")
@@ -181,7 +177,7 @@ class Applier:
             "involvedObject": {"kind": kind, "name": name, "namespace": namespace, "apiVersion": api_version},
             "reason": reason, "message": message[:1000], "type": event_type,
             "source": {"component": self.component}, "reportingComponent": self.component,
-            "firstTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"), "lastTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "firstTimestamp": stamp(now), "lastTimestamp": stamp(now),
             "count": 1,
         }
         if kind in CLUSTER_SCOPED:
@@ -212,11 +208,3 @@ async def evict(api: client.ApiClient, namespace: str, name: str) -> str:
         if err.status == 429:
             return "blocked"
         raise
-
-
-def missing_tolerations(pod_spec_tolerations: list[Mapping[str, Any]], owners: list[str]) -> list[dict[str, str]]:
-    """The lock tolerations (from `owners`) a pod lacks; none when it tolerates every lock."""
-    if any(t.get("key") == keys.LOCK and t.get("operator") == "Exists" for t in pod_spec_tolerations):
-        return []
-    have = {t.get("value") for t in pod_spec_tolerations if t.get("key") == keys.LOCK}
-    return [lock_toleration(owner) for owner in owners if owner not in have]

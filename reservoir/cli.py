@@ -42,7 +42,7 @@ def _certs(args: argparse.Namespace) -> int:
 
 
 def _agent(args: argparse.Namespace) -> int:
-    from agent.main import run
+    from agent.controller import run
 
     asyncio.run(run(args.kubeconfig, args.namespace, args.metrics_port, impersonate=args.impersonate,
                     identity=args.identity))
@@ -50,14 +50,14 @@ def _agent(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from agent.cli import status
+    from agent.commands import status
 
     print(asyncio.run(status(args.kubeconfig, args.namespace, args.output, queues=args.queues)))
     return 0
 
 
 def _release(args: argparse.Namespace) -> int:
-    from agent.cli import release
+    from agent.commands import release
 
     if not args.all and not args.nodes:
         print("reservoir release: name nodes, or --all to release every Reservoir lock", file=sys.stderr)

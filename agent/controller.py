@@ -22,17 +22,17 @@ from kubernetes_asyncio.leaderelection import electionconfig, leaderelection
 from kubernetes_asyncio.leaderelection.resourcelock.leaselock import LeaseLock
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from agent.applier import Applier, evict, missing_tolerations, patch_status
+from agent.writer import Applier, evict, patch_status
 from agent.gcpause import collector_paused
 from agent.planner.model import Plan, Snapshot
 from agent.planner.plan import current_locks, plan
 from agent.planner.reservations import is_owner
-from webhook.mutate import toleration_ops
-from shared import keys, watched
+from shared import keys, kinds
 from shared.config import ReservoirConfig
-from shared.jobs import reservation_owner_id, window_owner_id
+from shared.ownership import reservation_owner_id, window_owner_id
 from shared.keys import LockKind
 from shared.kube import new_api_client
+from shared.tolerations import lock_toleration, missing, toleration_ops
 from shared.watchcache import WatchCache
 
 QUEUE_API_VERSION = f"{keys.VOLCANO_GROUP}/{keys.VOLCANO_VERSION}"
@@ -68,13 +68,13 @@ class Agent:
         self.leading = False
         self.last_plan: Plan | None = None
         poke = self._poke
-        self.nodes = WatchCache.of(api, watched.NODES, on_change=poke)
-        self.pods = WatchCache.of(api, watched.PODS, on_change=poke)
-        self.podgroups = WatchCache.of(api, watched.PODGROUPS, on_change=poke)
-        self.queues = WatchCache.of(api, watched.QUEUES, on_change=poke)
-        self.priority_classes = WatchCache.of(api, watched.PRIORITY_CLASSES, on_change=poke)
-        self.reservations = WatchCache.of(api, watched.RESERVATIONS, on_change=poke)
-        self.configmaps = WatchCache.of(api, watched.config_map(namespace), on_change=self._config_changed)
+        self.nodes = WatchCache.of(api, kinds.NODES, on_change=poke)
+        self.pods = WatchCache.of(api, kinds.PODS, on_change=poke)
+        self.podgroups = WatchCache.of(api, kinds.PODGROUPS, on_change=poke)
+        self.queues = WatchCache.of(api, kinds.QUEUES, on_change=poke)
+        self.priority_classes = WatchCache.of(api, kinds.PRIORITY_CLASSES, on_change=poke)
+        self.reservations = WatchCache.of(api, kinds.RESERVATIONS, on_change=poke)
+        self.configmaps = WatchCache.of(api, kinds.config_map(namespace), on_change=self._config_changed)
         self.caches = [self.nodes, self.pods, self.podgroups, self.queues, self.priority_classes, self.reservations,
                        self.configmaps]
         self._pending_events: list[tuple[str, str, str]] = []
@@ -87,7 +87,7 @@ class Agent:
         self.changed.set()
 
     def _config_changed(self, event: str, configmap: dict | None) -> None:
-        self.config, error = watched.config_from(event, configmap, self.config)
+        self.config, error = kinds.config_from(event, configmap, self.config)
         if error is not None:
             self.metrics.config_errors.inc()
             log.warning("config=rejected kept=last-good error=%s", error)
@@ -269,14 +269,14 @@ class Agent:
             pod = pods.get((namespace, name))
             if pod is None or pod.is_bound:
                 continue
-            missing = missing_tolerations(list(pod.tolerations), sorted(owners))
-            if not missing:
+            lacking = missing(pod.tolerations, [lock_toleration(o) for o in sorted(owners)])
+            if not lacking:
                 continue
-            ops = toleration_ops(list(pod.tolerations) or None, missing)
+            ops = toleration_ops(list(pod.tolerations) or None, lacking)
             try:
                 await core.patch_namespaced_pod(name, namespace, ops, _content_type="application/json-patch+json")
                 log.info("pod=%s/%s decision=repair added=%s reason=lock held for its owner but not tolerated",
-                         namespace, name, [t["value"] for t in missing])
+                         namespace, name, [t["value"] for t in lacking])
             except ApiException as err:
                 self.metrics.patch_errors.inc()
                 log.warning("pod=%s/%s decision=repair-failed status=%s reason=%s", namespace, name, err.status, err.reason)

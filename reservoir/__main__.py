@@ -1,0 +1,5 @@
+import sys
+
+from reservoir.cli import main
+
+sys.exit(main())

@@ -1,0 +1,107 @@
+"""Who a pod belongs to (DESIGN section 1): its job, its queue, whether it is a DaemonSet's, and the owner ids of
+the locks it may use. Each rule is written once here; pods reach it as API JSON (the webhook) or as views (the
+planner), through the small adapters below.
+
+Job: the Volcano PodGroup named by `scheduling.k8s.io/group-name`; else the pod's controlling ownerReference;
+else the pod alone. Queue: PodGroup `spec.queue`, else `scheduling.volcano.sh/queue-name`, else `default`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from shared import keys
+from shared.keys import LockKind, owner_id
+
+if TYPE_CHECKING:
+    from shared.views import PodGroupView, PodView
+
+
+@dataclass(frozen=True, slots=True)
+class JobRef:
+    namespace: str
+    kind: str  # PodGroup, Job, ReplicaSet, ..., or Pod
+    name: str
+
+    @property
+    def full_name(self) -> str:
+        return keys.job_full_name(self.namespace, self.kind, self.name)
+
+    @property
+    def owner_id(self) -> str:
+        return owner_id(LockKind.JOB, self.full_name)
+
+
+def job_identity(meta: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(kind, name) of the job a pod with this metadata belongs to (module docstring). None for a standalone pod
+    whose name is not known yet (generateName at admission)."""
+    group = (meta.get("annotations") or {}).get(keys.GROUP_NAME)
+    if group:
+        return ("PodGroup", group)
+    for ref in meta.get("ownerReferences") or ():
+        if ref.get("controller"):
+            return (ref.get("kind", ""), ref.get("name", ""))
+    name = meta.get("name")
+    return ("Pod", name) if name else None
+
+
+def is_daemonset_pod(meta: Mapping[str, Any]) -> bool:
+    """Controlled by a DaemonSet (a per-node system pod; evicting it is pointless, its controller puts it back)."""
+    return any(r.get("controller") and r.get("kind") == "DaemonSet" for r in meta.get("ownerReferences") or ())
+
+
+def queue_name(podgroup: PodGroupView | None, annotations: Mapping[str, str]) -> str:
+    """The pod's queue: its PodGroup's `spec.queue`, else its `scheduling.volcano.sh/queue-name`, else `default`."""
+    if podgroup is not None and podgroup.queue:
+        return podgroup.queue
+    return annotations.get(keys.QUEUE_NAME) or keys.DEFAULT_QUEUE
+
+
+def podgroup_named(namespace: str, annotations: Mapping[str, str],
+                   podgroups: Mapping[tuple[str, str], PodGroupView]) -> PodGroupView | None:
+    """The PodGroup the pod names with `scheduling.k8s.io/group-name`, if it is known."""
+    group = annotations.get(keys.GROUP_NAME)
+    return podgroups.get((namespace, group)) if group else None
+
+
+# --- adapters for a pod as API JSON (the webhook's request path) ---
+
+def _meta(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    return pod.get("metadata") or {}
+
+
+def job_of(pod: Mapping[str, Any], namespace: str) -> JobRef | None:
+    """The pod's job; None for a standalone pod whose name is not known yet (generateName at admission)."""
+    identity = job_identity(_meta(pod))
+    return JobRef(namespace, *identity) if identity else None
+
+
+def podgroup_of(pod: Mapping[str, Any], namespace: str,
+                podgroups: Mapping[tuple[str, str], PodGroupView]) -> PodGroupView | None:
+    return podgroup_named(namespace, _meta(pod).get("annotations") or {}, podgroups)
+
+
+def queue_of(pod: Mapping[str, Any], podgroup: PodGroupView | None) -> str:
+    return queue_name(podgroup, _meta(pod).get("annotations") or {})
+
+
+# --- adapter for a pod view (the planner) ---
+
+def pod_queue(pod: PodView, podgroups: Mapping[tuple[str, str], PodGroupView]) -> str:
+    return queue_name(podgroup_named(pod.namespace, pod.annotations, podgroups), pod.annotations)
+
+
+# --- owner ids of the lock kinds (DESIGN section 2) ---
+
+def queue_owner_id(queue: str) -> str:
+    return owner_id(LockKind.QUEUE, queue)
+
+
+def window_owner_id(window: str) -> str:
+    return owner_id(LockKind.WINDOW, window)
+
+
+def reservation_owner_id(reservation: str) -> str:
+    return owner_id(LockKind.RESERVATION, reservation)

@@ -1,0 +1,70 @@
+"""The webhook's read model: what an admission request may read, as snapshots of the watch caches (DESIGN section
+3: no API call on the request path), with the indexes derived from them computed once per cache state."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from shared.config import ReservoirConfig
+from shared.resources import Resources
+from shared.views import NodeView, PodGroupView, PriorityClassView, QueueView, ReservationView
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """What the request path may read: snapshots of the watch caches."""
+
+    podgroups: Mapping[tuple[str, str], PodGroupView] = field(default_factory=dict)
+    queues: Mapping[str, QueueView] = field(default_factory=dict)
+    priority_classes: Mapping[str, PriorityClassView] = field(default_factory=dict)
+    reservations: Mapping[str, ReservationView] = field(default_factory=dict)
+    config: ReservoirConfig = field(default_factory=ReservoirConfig)
+    nodes: Mapping[str, NodeView] = field(default_factory=dict)
+
+    @cached_property
+    def schedulable_allocatable(self) -> Resources:
+        """What the schedulable nodes hold together (a Queue guarantee above it can never be met)."""
+        return Resources.total(n.allocatable for n in self.nodes.values() if not n.unschedulable)
+
+    @cached_property
+    def global_default_class(self) -> str:
+        return next((pc.name for pc in self.priority_classes.values() if pc.global_default), "")
+
+    @cached_property
+    def _reservation_index(self) -> tuple[dict[tuple[str, str], list[ReservationView]], dict[str, list[ReservationView]],
+                                          list[ReservationView]]:
+        """Usable reservations (Available, schedulable) bucketed so a pod is checked against few of them: an
+        owner that needs a label value goes under one (key, value) it needs, an owner naming a pod under that
+        name, any other owner in `always`."""
+        by_label: dict[tuple[str, str], list[ReservationView]] = defaultdict(list)
+        by_name: dict[str, list[ReservationView]] = defaultdict(list)
+        always: list[ReservationView] = []
+        for reservation in self.reservations.values():
+            if reservation.phase != "Available" or reservation.unschedulable:
+                continue
+            for owner in reservation.owners:
+                selector = owner.get("labelSelector") if isinstance(owner, Mapping) else None
+                obj = owner.get("object") if isinstance(owner, Mapping) else None
+                match_labels = (selector or {}).get("matchLabels") if isinstance(selector, Mapping) else None
+                if isinstance(obj, Mapping) and obj.get("name"):
+                    by_name[obj["name"]].append(reservation)
+                elif isinstance(match_labels, Mapping) and match_labels:
+                    key = min(match_labels)
+                    by_label[(key, str(match_labels[key]))].append(reservation)
+                else:
+                    always.append(reservation)
+        return by_label, by_name, always
+
+    def reservation_candidates(self, labels: Mapping[str, str], name: str) -> list[ReservationView]:
+        """Reservations that may match a pod with these labels and name (a superset; check each)."""
+        by_label, by_name, always = self._reservation_index
+        seen: dict[str, ReservationView] = {r.name: r for r in always}
+        for item in labels.items():
+            for reservation in by_label.get(item, ()):
+                seen[reservation.name] = reservation
+        for reservation in by_name.get(name, ()):
+            seen[reservation.name] = reservation
+        return list(seen.values())
