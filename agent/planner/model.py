@@ -107,6 +107,21 @@ class WindowStatus:
 
 
 @dataclass(frozen=True)
+class Repair:
+    """DESIGN section 4 "Repair": a pending pod that a lock is held for but that lacks its toleration (created while
+    the webhook was down, or before Reservoir was installed). The writer adds `add` to the pod's tolerations."""
+
+    namespace: str
+    name: str
+    tolerations: tuple[Mapping[str, Any], ...]  # what the pod carries now
+    add: tuple[dict[str, str], ...]  # lock tolerations it lacks, owners sorted
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
 class Plan:
     locks: Mapping[str, Lock]  # node -> desired lock
     jobs: Sequence[JobStatus] = ()
@@ -115,5 +130,6 @@ class Plan:
     queues: Sequence[Any] = ()  # QueueScore, best first, when queues competed in this plan
     guarantees: Sequence[Any] = ()  # QueueGuaranteeStatus per queue with a guarantee
     reservations: Sequence[Any] = ()  # ReservationStatus per Reservation
+    repairs: Sequence[Repair] = ()  # pods to give the lock tolerations they lack (filled by the planner)
     # the node states this plan computed, handed to the next plan to reuse what did not change
     states: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)

@@ -15,7 +15,8 @@ from shared.config import load_config
 from shared.ownership import queue_owner_id
 from shared.resources import Resources
 from shared.views import QueueView
-from tests.unit.test_planner import NOW, node, pod, snap, stamp
+from shared.timestamps import stamp
+from tests.builders import NOW, node, pod, snap
 
 CONFIG = load_config("maxLockedNodePercent: 100\nstarvation: {enabled: false}")
 

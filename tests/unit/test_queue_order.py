@@ -13,7 +13,8 @@ from shared import keys
 from shared.config import QueueOrderConfig, load_config
 from shared.resources import Resources
 from shared.views import PriorityClassView, PodView, QueueView
-from tests.unit.test_planner import NOW, node, pod, snap, stamp
+from shared.timestamps import stamp
+from tests.builders import NOW, node, pod, snap
 
 ONES = QueueOrderConfig()
 

@@ -10,7 +10,8 @@ from agent.planner.plan import plan
 from shared.config import load_config
 from shared.ownership import reservation_owner_id
 from shared.views import NodeView, ReservationView
-from tests.unit.test_planner import NOW, node, pod, snap, stamp
+from shared.timestamps import stamp
+from tests.builders import NOW, node, pod, snap
 
 CONFIG = load_config("maxLockedNodePercent: 100\nstarvation: {enabled: false}\nreservations: {gcGracePeriod: 1h}")
 
