@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: up test lint unit e2e cluster-bin bench-webhook bench-planner clean
+.PHONY: up test lint unit e2e cluster-bin bench-webhook bench-planner bench-planner-compare clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,9 +20,12 @@ cluster-bin:
 test: lint $(STAMP) cluster-bin
 	$(PY) -m pytest -q
 
-## lint: the import contracts (pyproject [tool.importlinter])
+## lint: the import contracts (pyproject [tool.importlinter]), mypy --strict and ruff on the product packages
+PRODUCT := reservoir agent webhook certs shared
 lint: $(STAMP)
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
+	$(VENV)/bin/ruff check $(PRODUCT)
 
 unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit
@@ -49,3 +52,7 @@ bench-webhook: $(STAMP) $(LOADGEN)
 ## bench-planner: one full plan at 500, 5,000 and 10,000 nodes (30 pods per node, 1% pending), side by side
 bench-planner: $(STAMP)
 	$(PY) -m bench.planner.run
+
+## bench-planner-compare: the planner benchmark of BASE (a git rev, default HEAD) and of the working tree, side by side
+bench-planner-compare: $(STAMP)
+	$(PY) -m bench.planner.compare $(or $(BASE),HEAD)

@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes_asyncio import client
 
-from agent.writer import Applier
-from agent.planner.model import Snapshot
 from agent.planner.capacity import node_states
-from shared.ownership import pod_queue
-from agent.planner.plan import current_locks, plan
+from agent.planner.model import Snapshot
 from agent.planner.ordering import QueueScore, score_queues
+from agent.planner.plan import current_locks, plan
+from agent.writer import Writer
 from shared import kinds
 from shared.config import ReservoirConfig
 from shared.duration import format_duration
-from shared.kube import new_api_client
+from shared.kube import NotFound, get_json, new_api_client
+from shared.ownership import pod_queue
 from shared.timestamps import stamp
 
 
@@ -25,14 +25,10 @@ async def _list(api: client.ApiClient, kind: kinds.Watched) -> list[Any]:
     """Every object of one watched kind, as its view (an API that is not installed lists as empty)."""
     query = [("fieldSelector", kind.field_selector)] if kind.field_selector else []
     try:
-        response = await api.call_api(kind.path, "GET", query_params=query, header_params={"Accept": "application/json"},
-                                      auth_settings=["BearerToken"], _preload_content=False, response_types_map={})
-    except client.exceptions.ApiException as err:
-        if err.status == 404:
-            return []
-        raise
-    raw = response[0] if isinstance(response, tuple) else response
-    return [kind.convert(obj) for obj in json.loads(await raw.read()).get("items", [])]
+        listed = await get_json(api, kind.path, query)
+    except NotFound:
+        return []
+    return [kind.convert(obj) for obj in listed.get("items", [])]
 
 
 async def read_snapshot(api: client.ApiClient, namespace: str) -> tuple[Snapshot, ReservoirConfig]:
@@ -66,8 +62,9 @@ def queue_table(snapshot: Snapshot, config: ReservoirConfig) -> tuple[list[Queue
              f"(weights {weights.priority_weight:g}/{weights.drf_weight:g}/{weights.proportion_weight:g}, "
              f"{weights.ordering})"]
     for s in scores:
-        lines.append(f"{s.name:<24}{s.total:>8.3f}{s.priority_score:>10.3f}{s.drf_score:>8.3f}{s.proportion_score:>12.3f}"
-                     f"   priority {s.priority}, dominant share {s.drf_share:.3f}, share of deserved {s.proportion_share:.3f}")
+        lines.append(f"{s.name:<24}{s.total:>8.3f}{s.priority_score:>10.3f}{s.drf_score:>8.3f}"
+                     f"{s.proportion_score:>12.3f}   priority {s.priority}, dominant share {s.drf_share:.3f}, "
+                     f"share of deserved {s.proportion_share:.3f}")
     return scores, lines or ["(no queues)"]
 
 
@@ -77,7 +74,7 @@ async def status(kubeconfig: str | None, namespace: str, output: str, queues: bo
         snapshot, config = await read_snapshot(api, namespace)
     finally:
         await api.close()
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     if queues:
         scores, lines = queue_table(snapshot, config)
         if output == "json":
@@ -89,19 +86,22 @@ async def status(kubeconfig: str | None, namespace: str, output: str, queues: bo
     starving = [j for j in planned.jobs if j.starving]
     if output == "json":
         return json.dumps({
-            "locks": [{"node": l.node, **l.info(), "age": _age(l.since, now)} for l in sorted(locks.values(), key=lambda l: l.node)],
+            "locks": [{"node": lock.node, **lock.info(), "age": _age(lock.since, now)}
+                      for lock in sorted(locks.values(), key=lambda lock: lock.node)],
             "starvingJobs": [j.__dict__ for j in starving],
             "windows": [{"name": w.name, "active": w.active, "start": w.start.isoformat(), "end": w.end.isoformat(),
                          "reason": w.reason} for w in planned.windows],
         }, indent=2, default=str)
     lines = [f"{'NODE':<24}{'KIND':<13}{'OWNER':<44}{'AGE':<10}{'EXPIRES':<22}REASON"]
-    for lock in sorted(locks.values(), key=lambda l: l.node):
+    for lock in sorted(locks.values(), key=lambda lock: lock.node):
         expires = stamp(lock.expires) if lock.expires else "-"
-        lines.append(f"{lock.node:<24}{lock.kind.value:<13}{lock.subject:<44}{_age(lock.since, now):<10}{expires:<22}{lock.reason}")
+        lines.append(f"{lock.node:<24}{lock.kind.value:<13}{lock.subject:<44}{_age(lock.since, now):<10}"
+                     f"{expires:<22}{lock.reason}")
     if not locks:
         lines.append("(no locks)")
     lines += ["", f"{'STARVING JOB':<44}{'QUEUE':<16}{'PRIORITY':<10}{'BOUND':<8}REASON"]
-    lines += [f"{j.subject:<44}{j.queue:<16}{j.priority:<10}{f'{j.bound}/{j.min_member}':<8}{j.reason}" for j in starving] or ["(none)"]
+    lines += [f"{j.subject:<44}{j.queue:<16}{j.priority:<10}{f'{j.bound}/{j.min_member}':<8}{j.reason}"
+              for j in starving] or ["(none)"]
     lines += ["", f"{'WINDOW':<20}{'ACTIVE':<8}{'START':<22}{'END':<22}REASON"]
     lines += [f"{w.name:<20}{str(w.active).lower():<8}{stamp(w.start)}  {stamp(w.end)}  {w.reason}"
               for w in planned.windows] or ["(no windows configured)"]
@@ -112,15 +112,16 @@ async def release(kubeconfig: str | None, nodes: list[str], everything: bool) ->
     """Remove Reservoir's locks (taint, labels, info annotation) and nothing else."""
     api = await new_api_client(kubeconfig)
     try:
-        applier = Applier(api, component="reservoir-release")
+        writer = Writer(api, component="reservoir-release")
         listed = await _list(api, kinds.NODES)
         targets = [n.name for n in listed if everything or n.name in nodes]
         done = []
         for name in targets:
-            before, patched = await applier.set_lock(name, None)
+            before, patched = await writer.set_lock(name, None)
             if patched:
-                done.append(f"{name}: released {before.kind.value + ' ' + before.subject if before else 'leftover lock keys'}")
-                await applier.event(name, "NodeReleased", "released by `reservoir release`")
+                what = f"{before.kind.value} {before.subject}" if before else "leftover lock keys"
+                done.append(f"{name}: released {what}")
+                await writer.event(name, "NodeReleased", "released by `reservoir release`")
         return done or ["no Reservoir locks found"]
     finally:
         await api.close()

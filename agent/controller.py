@@ -1,7 +1,8 @@
 """`reservoir agent`: the level-triggered controller (DESIGN section 4).
 
-watch caches -> snapshot -> plan (pure) -> applier (diff, patch) -> repair, events, metrics. Only the holder of
-the `reservoir-agent` Lease writes; a standby keeps its caches warm and takes over within the lease duration.
+watch caches -> snapshot -> plan (pure: decides) -> writer (diffs and writes what the plan says) -> metrics. Only
+the holder of the `reservoir-agent` Lease writes; a standby keeps its caches warm and takes over within the lease
+duration.
 """
 
 from __future__ import annotations
@@ -9,33 +10,29 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import signal
 import socket
 import time
-from datetime import datetime, timezone
+from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp import web
 from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.leaderelection import electionconfig, leaderelection
 from kubernetes_asyncio.leaderelection.resourcelock.leaselock import LeaseLock
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from agent.writer import Applier, evict, patch_status
 from agent.gcpause import collector_paused
 from agent.planner.model import Plan, Snapshot
 from agent.planner.plan import current_locks, plan
-from agent.planner.reservations import is_owner
+from agent.writer import Writer
 from shared import keys, kinds
 from shared.config import ReservoirConfig
-from shared.ownership import reservation_owner_id, window_owner_id
 from shared.keys import LockKind
 from shared.kube import new_api_client
-from shared.tolerations import lock_toleration, missing, toleration_ops
+from shared.serving import probes_app, stop_on_signals
 from shared.watchcache import WatchCache
 
-QUEUE_API_VERSION = f"{keys.VOLCANO_GROUP}/{keys.VOLCANO_VERSION}"
 log = logging.getLogger("reservoir.agent")
 LEASE_NAME = "reservoir-agent"
 # Whole seconds: kubernetes_asyncio's LeaseLock converts the duration with int(str(value)).
@@ -61,8 +58,8 @@ class Agent:
         self.api = api
         self.namespace = namespace
         self.identity = identity or f"{socket.gethostname()}-{os.getpid()}"
-        self.applier = Applier(api)
         self.metrics = AgentMetrics()
+        self.writer = Writer(api, on_failure=self.metrics.patch_errors.inc)
         self.config = ReservoirConfig()
         self.changed = asyncio.Event()
         self.leading = False
@@ -77,16 +74,14 @@ class Agent:
         self.configmaps = WatchCache.of(api, kinds.config_map(namespace), on_change=self._config_changed)
         self.caches = [self.nodes, self.pods, self.podgroups, self.queues, self.priority_classes, self.reservations,
                        self.configmaps]
-        self._pending_events: list[tuple[str, str, str]] = []
-        self._queue_warnings: dict[str, str | None] = {}
-        self._blocked_evictions: set[str] = set()
+        self._pending_events: list[tuple[str, str, str]] = []  # (reason, message, ConfigMap name) to report
 
     # --- inputs ---
 
     def _poke(self, kind: str, obj: Any) -> None:
         self.changed.set()
 
-    def _config_changed(self, event: str, configmap: dict | None) -> None:
+    def _config_changed(self, event: str, configmap: Mapping[str, Any] | None) -> None:
         self.config, error = kinds.config_from(event, configmap, self.config)
         if error is not None:
             self.metrics.config_errors.inc()
@@ -100,6 +95,10 @@ class Agent:
             log.info("config=loaded resourceVersion=%s dryRun=%s windows=%d",
                      configmap["metadata"].get("resourceVersion"), self.config.dry_run, len(self.config.windows))
         self.changed.set()
+
+    def waiting(self) -> list[str]:
+        """The caches not synced yet (readiness waits for every one)."""
+        return [c.name for c in self.caches if not c.synced.is_set()]
 
     def snapshot(self) -> Snapshot:
         return Snapshot(
@@ -117,7 +116,7 @@ class Agent:
         began = time.perf_counter()
         snapshot = self.snapshot()
         current = current_locks(snapshot)
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         with collector_paused():
             result = plan(snapshot, self.config, now, current, previous=self.last_plan)
         logged = set(self.last_plan.notes) if self.last_plan is not None else set()
@@ -126,160 +125,18 @@ class Agent:
             if note not in logged:  # a decision is logged when it is new, not again on every resync
                 log.info("%s", note)
         for kind in LockKind:
-            self.metrics.locks.labels(kind.value).set(sum(1 for l in result.locks.values() if l.kind is kind))
+            self.metrics.locks.labels(kind.value).set(sum(1 for lock in result.locks.values() if lock.kind is kind))
         self.metrics.starving.set(sum(1 for j in result.jobs if j.starving))
         for reason, message, name in self._drain_events():
-            await self.applier.event(name, reason, message, kind="ConfigMap", namespace=self.namespace,
-                                     event_type="Warning")
-        if self.config.dry_run:
-            for node, lock in sorted(result.locks.items()):
-                if not lock.same_hold(current.get(node)):
-                    log.info("node=%s decision=would-lock dryRun=true owner=%s subject=%s", node, lock.owner, lock.subject)
-            for node in sorted(set(current) - set(result.locks)):
-                log.info("node=%s decision=would-release dryRun=true owner=%s", node, current[node].owner)
-        else:
-            applied = await self.applier.apply(result.locks, current)
-            for error in applied.errors:
-                self.metrics.patch_errors.inc()
-            await self.repair(result, snapshot)
-            await self.queue_outputs(result, snapshot)
-            await self.reservation_outputs(result, snapshot)
+            await self.writer.event(name, reason, message, kind="ConfigMap", namespace=self.namespace,
+                                    event_type="Warning")
+        await self.writer.write(result, snapshot, current, dry_run=self.config.dry_run)
         self.metrics.reconcile.observe(time.perf_counter() - began)
         return result
-
-    async def queue_outputs(self, result: Plan, snapshot: Snapshot) -> None:
-        """Seed 002 outputs: each Queue's `status.reservation` (written when it changes, cleared when its guarantee
-        goes), a Warning Event for a refused guarantee (once per change of its text), and, for `Guaranteed`,
-        evictions of other pods on the locked nodes through the Eviction API (blocked ones are retried on the next
-        reconcile and reported)."""
-        statuses = {s.queue: s for s in result.guarantees}
-        for name, queue in sorted(snapshot.queues.items()):
-            status = statuses.get(name)
-            want = ({"nodes": list(status.nodes), "resource": status.resource.to_quantities()}
-                    if status is not None and status.nodes else None)
-            if want != (queue.reservation or None):
-                try:
-                    await patch_status(self.api, keys.VOLCANO_GROUP, keys.VOLCANO_VERSION, "queues", name,
-                                       {"reservation": want})
-                    log.info("queue=%s decision=status reservation=%s", name, want)
-                except ApiException as err:
-                    self.metrics.patch_errors.inc()
-                    log.warning("queue=%s decision=status-failed status=%s reason=%s", name, err.status, err.reason)
-            warning = status.warning if status is not None else None
-            if warning and self._queue_warnings.get(name) != warning:
-                log.warning("queue=%s decision=refused reason=%s", name, warning)
-                await self.applier.event(name, "GuaranteeRefused", f"guarantee ignored: {warning}", kind="Queue",
-                                         event_type="Warning", api_version=QUEUE_API_VERSION)
-            self._queue_warnings[name] = warning
-            for key in status.evict if status is not None else ():
-                namespace, pod = key.split("/", 1)
-                try:
-                    outcome = await evict(self.api, namespace, pod)
-                except ApiException as err:
-                    self.metrics.patch_errors.inc()
-                    log.warning("pod=%s decision=evict-failed queue=%s status=%s", key, name, err.status)
-                    continue
-                log.info("pod=%s decision=evict outcome=%s queue=%s reason=Guaranteed guarantee holds its node",
-                         key, outcome, name)
-                if outcome == "blocked" and key not in self._blocked_evictions:  # reported once, retried always
-                    self._blocked_evictions.add(key)
-                    await self.applier.event(name, "EvictionBlocked", f"evicting {key} is blocked by a "
-                                             "PodDisruptionBudget; retrying", kind="Queue", event_type="Warning",
-                                             api_version=QUEUE_API_VERSION)
-                elif outcome != "blocked":
-                    self._blocked_evictions.discard(key)
-
-    async def reservation_outputs(self, result: Plan, snapshot: Snapshot) -> None:
-        """Seed 003 outputs: each Reservation's status (written when it changes, with an Event on a phase change),
-        the `reservoir.sh/reservation-allocated` annotation on its current owners, and the deletion of one that
-        ended longer than `gcGracePeriod` ago."""
-        group, version, plural = keys.RESERVATION_GROUP, keys.RESERVATION_VERSION, keys.RESERVATION_PLURAL
-        custom = client.CustomObjectsApi(self.api)
-        core = client.CoreV1Api(self.api)
-        for status in result.reservations:
-            reservation = snapshot.reservations.get(status.name)
-            if reservation is None:
-                continue
-            if status.delete:
-                try:
-                    await custom.delete_cluster_custom_object(group, version, plural, status.name)
-                    log.info("reservation=%s decision=delete reason=%s for longer than gcGracePeriod", status.name,
-                             status.phase)
-                except ApiException as err:
-                    if err.status != 404:
-                        log.warning("reservation=%s decision=delete-failed status=%s", status.name, err.status)
-                continue
-            if status.final:
-                continue
-            want = {k: v for k, v in status.status().items() if v is not None}
-            have = {k: v for k, v in reservation.status.items() if k in want or k == "nodeName"}
-            if want != have:
-                body = {**want, "nodeName": want.get("nodeName")}
-                try:
-                    await patch_status(self.api, group, version, plural, status.name, body)
-                except ApiException as err:
-                    self.metrics.patch_errors.inc()
-                    log.warning("reservation=%s decision=status-failed status=%s reason=%s", status.name, err.status,
-                                err.reason)
-                    continue
-                if reservation.phase != status.phase or not reservation.status:
-                    await self.applier.event(status.name, status.phase, status.message, kind="Reservation",
-                                             event_type="Warning" if status.phase == "Failed" else "Normal",
-                                             api_version=f"{group}/{version}")
-            for key in status.annotate:
-                namespace, name = key.split("/", 1)
-                try:
-                    await core.patch_namespaced_pod(name, namespace, {"metadata": {"annotations": {
-                        keys.RESERVATION_ALLOCATED: status.name}}}, _content_type="application/merge-patch+json")
-                    log.info("pod=%s decision=allocated reservation=%s node=%s", key, status.name, status.node)
-                except ApiException as err:
-                    if err.status != 404:
-                        self.metrics.patch_errors.inc()
-                        log.warning("pod=%s decision=annotate-failed status=%s", key, err.status)
 
     def _drain_events(self) -> list[tuple[str, str, str]]:
         events, self._pending_events = self._pending_events, []
         return events
-
-    async def repair(self, result: Plan, snapshot: Snapshot) -> None:
-        """Pending pods a lock is held for, lacking its toleration (created while the webhook was down, or
-        before Reservoir was installed), get it added (a pod update may add tolerations)."""
-        wanted: dict[tuple[str, str], set[str]] = {}
-        pods = {(p.namespace, p.name): p for p in snapshot.pods}
-        window_owners = [window_owner_id(w.name) for w in self.config.windows]
-        locked_windows = {l.owner for l in result.locks.values() if l.kind is LockKind.WINDOW}
-        for lock in result.locks.values():
-            if lock.kind is LockKind.JOB:
-                for task in lock.tasks:
-                    namespace, name = task.split("/", 1)
-                    wanted.setdefault((namespace, name), set()).add(lock.owner)
-        for status in result.reservations:
-            reservation = snapshot.reservations.get(status.name)
-            if status.phase in ("Available", "Waiting") and reservation is not None and not reservation.unschedulable:
-                for pod in snapshot.pods:
-                    if not pod.is_bound and not pod.is_terminal and is_owner(reservation, pod):
-                        wanted.setdefault((pod.namespace, pod.name), set()).add(reservation_owner_id(status.name))
-        if locked_windows:
-            for pod in snapshot.pods:
-                if pod.reserveable and not pod.is_bound and not pod.is_terminal:
-                    wanted.setdefault((pod.namespace, pod.name), set()).update(
-                        o for o in window_owners if o in locked_windows)
-        core = client.CoreV1Api(self.api)
-        for (namespace, name), owners in sorted(wanted.items()):
-            pod = pods.get((namespace, name))
-            if pod is None or pod.is_bound:
-                continue
-            lacking = missing(pod.tolerations, [lock_toleration(o) for o in sorted(owners)])
-            if not lacking:
-                continue
-            ops = toleration_ops(list(pod.tolerations) or None, lacking)
-            try:
-                await core.patch_namespaced_pod(name, namespace, ops, _content_type="application/json-patch+json")
-                log.info("pod=%s/%s decision=repair added=%s reason=lock held for its owner but not tolerated",
-                         namespace, name, [t["value"] for t in lacking])
-            except ApiException as err:
-                self.metrics.patch_errors.inc()
-                log.warning("pod=%s/%s decision=repair-failed status=%s reason=%s", namespace, name, err.status, err.reason)
 
     # --- running ---
 
@@ -287,7 +144,7 @@ class Agent:
         while True:
             try:
                 await asyncio.wait_for(self.changed.wait(), timeout=self.config.resync_period.total_seconds())
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             await asyncio.sleep(self.config.debounce.total_seconds())
             self.changed.clear()
@@ -340,22 +197,8 @@ class Agent:
 
 
 def metrics_app(agent: Agent) -> web.Application:
-    app = web.Application()
-
-    async def metrics(_: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(agent.metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
-
-    async def healthz(_: web.Request) -> web.Response:
-        return web.Response(text="ok")
-
-    async def readyz(_: web.Request) -> web.Response:
-        waiting = [c.name for c in agent.caches if not c.synced.is_set()]
-        return web.Response(text="ok" if not waiting else f"waiting for {waiting}", status=503 if waiting else 200)
-
-    app.router.add_get("/metrics", metrics)
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
-    return app
+    """/healthz, /readyz (waits for every watch cache), /metrics."""
+    return probes_app(agent.metrics.registry, agent.waiting, describe=lambda names: f"waiting for {names}")
 
 
 async def run(kubeconfig: str | None, namespace: str, metrics_port: int, impersonate: str | None = None,
@@ -366,10 +209,7 @@ async def run(kubeconfig: str | None, namespace: str, metrics_port: int, imperso
     await runner.setup()
     if metrics_port:
         await web.TCPSite(runner, "127.0.0.1" if kubeconfig else "0.0.0.0", metrics_port).start()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_on_signals()
     try:
         await agent.run(stop)
     finally:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -52,7 +52,7 @@ def _name(common_name: str, organizations: Iterable[str] = ()) -> x509.Name:
 
 def make_ca(common_name: str, valid_for: timedelta, now: datetime | None = None) -> KeyPair:
     """A self-signed CA certificate valid from now (less CLOCK_SKEW) for `valid_for`."""
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     key = new_key()
     name = _name(common_name)
     cert = (
@@ -91,9 +91,10 @@ def issue(
     now: datetime | None = None,
 ) -> KeyPair:
     """A leaf certificate signed by `ca`, for serving (SANs) and/or client authentication (CN, O = groups)."""
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     key = new_key()
-    usages = ([ExtendedKeyUsageOID.SERVER_AUTH] if server else []) + ([ExtendedKeyUsageOID.CLIENT_AUTH] if client else [])
+    usages = [ExtendedKeyUsageOID.SERVER_AUTH] if server else []
+    usages += [ExtendedKeyUsageOID.CLIENT_AUTH] if client else []
     builder = (
         x509.CertificateBuilder()
         .subject_name(_name(common_name, organizations))

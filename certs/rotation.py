@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import cast
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from certs import pki
 
@@ -73,7 +75,7 @@ class Outcome:
 def ensure(out_dir: Path, subject: Subject, *, now: datetime | None = None, validity: timedelta = DEFAULT_VALIDITY,
            ca_validity: timedelta = DEFAULT_CA_VALIDITY, renew_fraction: float = DEFAULT_RENEW_FRACTION) -> Outcome:
     """Create or renew what is due in `out_dir`; return what was done and the CA bundle to inject."""
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     out_dir.mkdir(parents=True, exist_ok=True)
     actions: list[str] = []
     ca_cert_path, ca_key_path = out_dir / "ca.crt", out_dir / "ca.key"
@@ -81,8 +83,9 @@ def ensure(out_dir: Path, subject: Subject, *, now: datetime | None = None, vali
 
     bundle = [c for c in _load_certs(bundle_path) if c.not_valid_after_utc > now]
     if ca_cert_path.exists() and ca_key_path.exists():
-        ca = pki.KeyPair(serialization.load_pem_private_key(ca_key_path.read_bytes(), None),  # type: ignore[arg-type]
-                         x509.load_pem_x509_certificate(ca_cert_path.read_bytes()))
+        # ca.key is always one this module wrote (pki.new_key: ECDSA P-256), so the loaded key is an EC key
+        ca_key = cast(ec.EllipticCurvePrivateKey, serialization.load_pem_private_key(ca_key_path.read_bytes(), None))
+        ca = pki.KeyPair(ca_key, x509.load_pem_x509_certificate(ca_cert_path.read_bytes()))
     else:
         ca = None
     ca_rotated = False
@@ -117,7 +120,8 @@ def ensure(out_dir: Path, subject: Subject, *, now: datetime | None = None, vali
 
 def _sans(cert: x509.Certificate) -> list[str]:
     try:
-        return cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName)
+        ext = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        return ext.get_values_for_type(x509.DNSName)
     except x509.ExtensionNotFound:
         return []
 

@@ -110,7 +110,8 @@ class WindowConfig(_Model):
                 raise ValueError("give either cron (seed form 'M H1 - H2 * * *') or schedule + duration, not both")
             match = _SEED_CRON.match(self.cron)
             if not match:
-                raise ValueError(f"cron {self.cron!r} is not the seed's form 'M H1 - H2 dom month dow', e.g. '0 3 - 4 * * *'")
+                raise ValueError(f"cron {self.cron!r} is not the seed's form 'M H1 - H2 dom month dow', "
+                                 "e.g. '0 3 - 4 * * *'")
             minute, start, end, dom, month, dow = match.groups()
             start_h, end_h = int(start), int(end)
             if start_h > 23 or end_h > 23 or start_h == end_h:

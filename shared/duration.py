@@ -1,4 +1,5 @@
-"""Durations in Go's `time.ParseDuration` syntax (`500s`, `2h30m`, `1h0m0s`, `90m`, `1.5h`), exact to the microsecond."""
+"""Durations in Go's `time.ParseDuration` syntax (`500s`, `2h30m`, `1h0m0s`, `90m`, `1.5h`), exact to the
+microsecond."""
 
 from __future__ import annotations
 

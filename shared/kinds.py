@@ -13,7 +13,8 @@ from shared.views import NodeView, PodGroupView, PodView, PriorityClassView, Que
 
 
 def by_name(obj: Mapping[str, Any]) -> str:
-    return obj["metadata"]["name"]
+    name: str = obj["metadata"]["name"]
+    return name
 
 
 def by_namespace_and_name(obj: Mapping[str, Any]) -> tuple[str, str]:

@@ -6,8 +6,8 @@ Amounts are exact integers (cpu in millicores, everything else in whole units), 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, ValuesView
+from typing import Any, TypeVar, overload
 
 from shared.quantity import format_quantity, to_int
 
@@ -17,6 +17,7 @@ MEMORY = "memory"
 _QOS_RESOURCES = (CPU, MEMORY)
 # Resources kube-scheduler honours in pod-level `spec.resources` (PodLevelResources).
 _POD_LEVEL_RESOURCES = (CPU, MEMORY)
+_T = TypeVar("_T")
 
 
 class Resources(Mapping[str, int]):
@@ -45,17 +46,26 @@ class Resources(Mapping[str, int]):
     def __len__(self) -> int:
         return len(self._amounts)
 
-    # the Mapping mixins go through __iter__/__getitem__ per entry; these are hot in the planner
-    def items(self):  # type: ignore[override]
+    # the Mapping mixins go through __iter__/__getitem__ per entry; these are hot in the planner, so they hand
+    # out the dict's own views (typed as Mapping's, so they override it cleanly)
+    def items(self) -> ItemsView[str, int]:
         return self._amounts.items()
 
-    def keys(self):  # type: ignore[override]
+    def keys(self) -> KeysView[str]:
         return self._amounts.keys()
 
-    def values(self):  # type: ignore[override]
+    def values(self) -> ValuesView[int]:
         return self._amounts.values()
 
-    def get(self, name: str, default: int | None = None) -> int | None:  # type: ignore[override]
+    # the same three overloads as Mapping.get, so a Resources is usable wherever a Mapping[str, int] is
+    @overload
+    def get(self, name: str, /) -> int | None: ...
+    @overload
+    def get(self, name: str, default: int, /) -> int: ...
+    @overload
+    def get(self, name: str, default: _T, /) -> int | _T: ...
+
+    def get(self, name: str, default: int | _T | None = None, /) -> int | _T | None:
         return self._amounts.get(name, default)
 
     @classmethod
@@ -172,8 +182,7 @@ def qos_class(spec: Mapping[str, Any]) -> str:
             if name in requests or name in limits:
                 anything = True
             limit = limits.get(name)
-            request = requests.get(name, limit)
-            if limit is None or to_int(name, request) != to_int(name, limit):
+            if limit is None or to_int(name, requests.get(name, limit)) != to_int(name, limit):
                 guaranteed = False
     if not anything:
         return "BestEffort"

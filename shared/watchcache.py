@@ -16,14 +16,13 @@ from typing import Any, Generic, TypeVar
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from shared.kinds import Watched
+from shared.kube import Gone, NotFound, Query, get_json, get_stream
+
 V = TypeVar("V")
 log = logging.getLogger("reservoir.watchcache")
 WATCH_TIMEOUT_SECONDS = 290
 BACKOFF_START, BACKOFF_MAX = 0.5, 30.0
-
-
-class Gone(Exception):
-    """The watch's resourceVersion is too old (410): the cache must list again."""
 
 
 class WatchCache(Generic[V]):
@@ -53,7 +52,8 @@ class WatchCache(Generic[V]):
         self.version = 0  # bumped on every change, so readers can cache what they derive from the items
 
     @classmethod
-    def of(cls, api: client.ApiClient, watched: Any, on_change: Callable[[str, Any], None] | None = None) -> WatchCache:
+    def of(cls, api: client.ApiClient, watched: Watched,
+           on_change: Callable[[str, Any], None] | None = None) -> WatchCache[Any]:
         """A cache of one `shared.kinds.Watched` kind."""
         return cls(api, watched.name, watched.path, watched.convert, key=watched.key,
                    field_selector=watched.field_selector, on_change=on_change)
@@ -62,34 +62,24 @@ class WatchCache(Generic[V]):
     def items(self) -> Mapping[Any, V]:
         return MappingProxyType(self._items)
 
-    def _query(self, **extra: Any) -> list[tuple[str, Any]]:
+    def _query(self, **extra: Any) -> Query:
         query = [(k, v) for k, v in extra.items() if v is not None]
         if self.field_selector:
             query.append(("fieldSelector", self.field_selector))
         return query
 
-    async def _get(self, query: list[tuple[str, Any]], timeout: float | None):
-        result = await self.api.call_api(
-            self.path, "GET", query_params=query, header_params={"Accept": "application/json"},
-            auth_settings=["BearerToken"], _preload_content=False, response_types_map={}, _request_timeout=timeout,
-        )
-        return result[0] if isinstance(result, tuple) else result
-
     async def list(self) -> None:
         try:
-            response = await self._get(self._query(), timeout=60)
-        except ApiException as err:
-            if err.status == 404:
-                if not self.absent:
-                    log.warning("cache=%s path=%s api not installed: treated as empty, retrying every %ss",
-                                self.name, self.path, self.absent_retry)
-                self.absent = True
-                self._replace({})
-                self.resource_version = ""
-                self.synced.set()
-                return
-            raise
-        data = json.loads(await response.read())
+            data = await get_json(self.api, self.path, self._query(), timeout=60)
+        except NotFound:
+            if not self.absent:
+                log.warning("cache=%s path=%s api not installed: treated as empty, retrying every %ss",
+                            self.name, self.path, self.absent_retry)
+            self.absent = True
+            self._replace({})
+            self.resource_version = ""
+            self.synced.set()
+            return
         if "items" not in data or "metadata" not in data:
             raise RuntimeError(f"list {self.path} answered without items: {str(data)[:300]}")
         self.absent = False
@@ -113,7 +103,7 @@ class WatchCache(Generic[V]):
         obj = event.get("object") or {}
         if kind == "ERROR":
             if obj.get("code") == 410:
-                raise Gone(obj.get("message", "resourceVersion too old"))
+                raise Gone(status=410, reason=obj.get("message", "resourceVersion too old"))
             raise RuntimeError(f"watch error: {obj.get('message', obj)}")
         rv = (obj.get("metadata") or {}).get("resourceVersion")
         if rv:
@@ -135,7 +125,7 @@ class WatchCache(Generic[V]):
     async def watch_once(self) -> None:
         query = self._query(watch="true", allowWatchBookmarks="true", resourceVersion=self.resource_version,
                             timeoutSeconds=WATCH_TIMEOUT_SECONDS)
-        response = await self._get(query, timeout=WATCH_TIMEOUT_SECONDS + 30)
+        response = await get_stream(self.api, self.path, query, timeout=WATCH_TIMEOUT_SECONDS + 30)
         try:
             while True:
                 line = await response.content.readline()
@@ -165,13 +155,10 @@ class WatchCache(Generic[V]):
                 backoff = BACKOFF_START
             except asyncio.CancelledError:
                 raise
-            except Gone as err:
-                log.info("cache=%s resourceVersion expired (%s): listing again", self.name, err)
+            except Gone as err:  # a watch event with code 410, or a 410 answer to the request
+                log.info("cache=%s resourceVersion expired (%s): listing again", self.name, err.reason)
                 need_list = True
             except ApiException as err:
-                if err.status == 410:
-                    need_list = True
-                    continue
                 log.warning("cache=%s error=%s status=%s retry_in=%.1fs", self.name, err.reason, err.status, backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, BACKOFF_MAX)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
+from typing import Any
 
 from kubernetes_asyncio import client
 
@@ -28,7 +30,7 @@ class WebhookCaches:
         self._tasks: list[asyncio.Task[None]] = []
         self._lookup: tuple[tuple[int, ...], Lookup] | None = None
 
-    def _config_changed(self, event: str, configmap: dict | None) -> None:
+    def _config_changed(self, event: str, configmap: Mapping[str, Any] | None) -> None:
         self.config, error = kinds.config_from(event, configmap, self.config)
         if error is not None:
             log.warning("config=kept-last-good error=%s", error)

@@ -26,17 +26,18 @@ class Lookup:
 
     @cached_property
     def schedulable_allocatable(self) -> Resources:
-        """What the schedulable nodes hold together (a Queue guarantee above it can never be met)."""
+        """Seed 002: what the schedulable nodes hold together (a Queue guarantee above it can never be met)."""
         return Resources.total(n.allocatable for n in self.nodes.values() if not n.unschedulable)
 
     @cached_property
     def global_default_class(self) -> str:
+        """Seed 001: the cluster's globalDefault PriorityClass, which counts as "no class chosen"."""
         return next((pc.name for pc in self.priority_classes.values() if pc.global_default), "")
 
     @cached_property
-    def _reservation_index(self) -> tuple[dict[tuple[str, str], list[ReservationView]], dict[str, list[ReservationView]],
-                                          list[ReservationView]]:
-        """Usable reservations (Available, schedulable) bucketed so a pod is checked against few of them: an
+    def _reservation_index(self) -> tuple[dict[tuple[str, str], list[ReservationView]],
+                                          dict[str, list[ReservationView]], list[ReservationView]]:
+        """Seed 003: usable reservations (Available, schedulable) bucketed so a pod is checked against few of them: an
         owner that needs a label value goes under one (key, value) it needs, an owner naming a pod under that
         name, any other owner in `always`."""
         by_label: dict[tuple[str, str], list[ReservationView]] = defaultdict(list)
@@ -59,7 +60,7 @@ class Lookup:
         return by_label, by_name, always
 
     def reservation_candidates(self, labels: Mapping[str, str], name: str) -> list[ReservationView]:
-        """Reservations that may match a pod with these labels and name (a superset; check each)."""
+        """Seed 003: Reservations that may match a pod with these labels and name (a superset; check each)."""
         by_label, by_name, always = self._reservation_index
         seen: dict[str, ReservationView] = {r.name: r for r in always}
         for item in labels.items():

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 from pathlib import Path
 
 from aiohttp import web
 
 from shared import keys
 from shared.kube import new_api_client
+from shared.serving import stop_on_signals
 from webhook.caches import WebhookCaches
 from webhook.server import Metrics, ReloadingTLS, make_app
 
@@ -31,10 +31,7 @@ async def run(cert_file: Path, key_file: Path, host: str, port: int, kubeconfig:
     await site.start()
     reload_task = asyncio.create_task(tls.watch(), name="tls-reload")
     log.info("webhook=listening address=%s:%d cert=%s", host, port, cert_file)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_on_signals()
     try:
         await stop.wait()
     finally:

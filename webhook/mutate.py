@@ -48,7 +48,8 @@ def queue_priority_class(queue: QueueView | None, lookup: Lookup) -> PriorityCla
     return lookup.priority_classes.get(queue.class_name)
 
 
-def _inherit_priority(spec: Mapping[str, Any], queue_name: str, lookup: Lookup, with_value: bool) -> tuple[list[Op], str]:
+def _inherit_priority(spec: Mapping[str, Any], queue_name: str, lookup: Lookup,
+                      with_value: bool) -> tuple[list[Op], str]:
     """Seed 001 "Job's Priority inherits Queue's Priority": an object with no class chosen (none, or the cluster's
     globalDefault filled in by the Priority admission plugin) takes its queue's class. For pods, `priority` and
     `preemptionPolicy` are set from the class too, since the Priority plugin re-validates them after webhooks."""
@@ -65,6 +66,7 @@ def _inherit_priority(spec: Mapping[str, Any], queue_name: str, lookup: Lookup, 
 
 
 def _add_annotations(meta: Mapping[str, Any], new: Mapping[str, str]) -> list[Op]:
+    """Seed 004: JSON Patch adding the annotations copied from the PodGroup, sorted."""
     if not new:
         return []
     if meta.get("annotations") is None:
@@ -73,7 +75,7 @@ def _add_annotations(meta: Mapping[str, Any], new: Mapping[str, str]) -> list[Op
 
 
 def named_reservations(annotations: Mapping[str, str], lookup: Lookup) -> list[str] | None:
-    """Reservations the pod names (required affinity): `reservoir.sh/reservation-affinity` holds a name or
+    """Seed 003: Reservations the pod names (required affinity): `reservoir.sh/reservation-affinity` holds a name or
     Koordinator's JSON (`{"name": ...}` or `{"reservationSelector": {...}}`); so does Koordinator's own key.
     None when the pod names none."""
     text = annotations.get(keys.RESERVATION_AFFINITY) or annotations.get(keys.KOORDINATOR_RESERVATION_AFFINITY)
@@ -87,7 +89,8 @@ def named_reservations(annotations: Mapping[str, str], lookup: Lookup) -> list[s
 
 
 def parse_reservation_affinity(text: str) -> dict[str, Any]:
-    """`name`, `{"name": "x"}` or `{"reservationSelector": {"k": "v"}}`; ValueError names what is accepted."""
+    """Seed 003's reservation affinity: `name`, `{"name": "x"}` or `{"reservationSelector": {"k": "v"}}`;
+    ValueError names what is accepted."""
     stripped = text.strip()
     if not stripped.startswith("{"):
         if not stripped:
@@ -110,12 +113,14 @@ def parse_reservation_affinity(text: str) -> dict[str, Any]:
 
 
 def _lock_expression(owners: list[str]) -> dict[str, Any]:
+    """Seeds 003 and 004: a node selector requirement for nodes locked for any of `owners`."""
     return {"key": keys.LOCK, "operator": "In", "values": owners}
 
 
 def _affinity_ops(spec: Mapping[str, Any], preferred: list[str], required: list[str] | None) -> list[Op]:
-    """Preferred (weight 100) node affinity to nodes locked for any of `preferred`; a required term for `required`.
-    Existing affinity is kept: required expressions are ANDed into every existing nodeSelectorTerm."""
+    """Step 4, seed 003 (and the locks of seed 004's windows): preferred (weight 100) node affinity to nodes locked
+    for any of `preferred`; a required term for `required`. Existing affinity is kept: required expressions are
+    ANDed into every existing nodeSelectorTerm."""
     affinity = spec.get("affinity")
     node_affinity = (affinity or {}).get("nodeAffinity")
     new_node_affinity: dict[str, Any] = {}
@@ -211,7 +216,8 @@ def required_reservations(annotations: Mapping[str, str], lookup: Lookup,
 
 def mutate_pod(pod: Mapping[str, Any], namespace: str, lookup: Lookup) -> Mutation:
     """DESIGN section 3, mutating pod CREATE, steps 1-5 in order: 1 and 2 for every pod; then 3 and 4 (the locks
-    the pod is entitled to), or 5 instead for a pod exempt from locks."""
+    the pod is entitled to), or 5 instead for a pod exempt from locks. Seed 004 (step 1, and windows in step 3),
+    seed 001 (step 2), seed 003 (Reservations in steps 3 and 4), seed 000 (BestEffort pods in step 5)."""
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
     annotations = dict(meta.get("annotations") or {})

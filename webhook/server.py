@@ -8,14 +8,16 @@ import logging
 import os
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from shared.serving import add_probes
 from webhook import admission, mutate, validate
-from webhook.admission import BadReview, Request
+from webhook.admission import BadReview, Request, ReviewResponse
 from webhook.lookup import Lookup
 
 log = logging.getLogger("reservoir.webhook")
@@ -36,7 +38,9 @@ class Metrics:
                                     registry=self.registry)
 
 
-def _route_mutate_pod(request: Request, lookup: Lookup) -> dict:
+def _route_mutate_pod(request: Request, lookup: Lookup) -> ReviewResponse:
+    """Seed 001 (priority inheritance), 003 (reservation tolerations and affinity) and 004 (reserve annotations
+    copied from the PodGroup, window tolerations for reserve pods): DESIGN section 3, mutating pod CREATE."""
     if request.operation != "CREATE":
         return admission.response(request.uid)
     result = mutate.mutate_pod(request.obj, request.namespace, lookup)
@@ -47,18 +51,23 @@ def _route_mutate_pod(request: Request, lookup: Lookup) -> dict:
     return admission.response(request.uid, patch=result.patch, warnings=result.warnings)
 
 
-def _route_mutate_podgroup(request: Request, lookup: Lookup) -> dict:
+def _route_mutate_podgroup(request: Request, lookup: Lookup) -> ReviewResponse:
+    """Seed 001: a PodGroup inherits its queue's PriorityClass."""
     if request.operation != "CREATE":
         return admission.response(request.uid)
     result = mutate.mutate_podgroup(request.obj, lookup)
     return admission.response(request.uid, patch=result.patch)
 
 
-def _validating(check: Callable[[dict, Lookup], validate.Verdict]) -> Callable[[Request, Lookup], dict]:
-    def route(request: Request, lookup: Lookup) -> dict:
+Check = Callable[[Mapping[str, Any], Lookup], validate.Verdict]
+Route = Callable[[Request, Lookup], ReviewResponse]
+
+
+def _validating(check: Check) -> Route:
+    def route(request: Request, lookup: Lookup) -> ReviewResponse:
         if request.operation == "DELETE":
             return admission.response(request.uid)
-        verdict = check(request.obj, lookup)  # type: ignore[arg-type]
+        verdict = check(request.obj, lookup)
         if not verdict.allowed:
             log.info("decision=deny kind=%s name=%s reason=%r", request.kind, request.name, verdict.message)
         return admission.response(request.uid, allowed=verdict.allowed, message=verdict.message,
@@ -66,11 +75,11 @@ def _validating(check: Callable[[dict, Lookup], validate.Verdict]) -> Callable[[
     return route
 
 
-def _noop(request: Request, lookup: Lookup) -> dict:
+def _noop(request: Request, lookup: Lookup) -> ReviewResponse:
     return admission.response(request.uid)
 
 
-ROUTES: dict[str, Callable[[Request, Lookup], dict]] = {
+ROUTES: dict[str, Route] = {
     "/mutate/pods": _route_mutate_pod,
     "/mutate/podgroups": _route_mutate_podgroup,
     "/validate/pods": _validating(lambda obj, _: validate.validate_pod(obj)),
@@ -87,7 +96,7 @@ def make_app(lookup: Callable[[], Lookup], synced: Callable[[], dict[str, bool]]
     metrics = metrics or Metrics()
     app = web.Application(client_max_size=3 * 1024 * 1024)
 
-    def handler(path: str, route: Callable[[Request, Lookup], dict]):
+    def handler(path: str, route: Route) -> Callable[[web.Request], Awaitable[web.Response]]:
         async def handle(http: web.Request) -> web.Response:
             started = time.perf_counter()
             outcome = "error"
@@ -112,27 +121,15 @@ def make_app(lookup: Callable[[], Lookup], synced: Callable[[], dict[str, bool]]
     for path, route in ROUTES.items():
         app.router.add_post(path, handler(path, route))
 
-    async def healthz(_: web.Request) -> web.Response:
-        return web.Response(text="ok")
-
-    async def readyz(_: web.Request) -> web.Response:
+    def waiting() -> list[str]:
+        """The caches not synced yet, sorted; records every cache's state in `reservoir_webhook_cache_synced`."""
         state = synced()
         for name, ok in state.items():
             metrics.cache_synced.labels(name).set(1 if ok else 0)
-        if all(state.values()):
-            return web.Response(text="ok")
-        waiting = ", ".join(sorted(n for n, ok in state.items() if not ok))
-        return web.Response(text=f"waiting for caches: {waiting}", status=503)
+        return sorted(n for n, ok in state.items() if not ok)
 
-    async def metrics_route(_: web.Request) -> web.Response:
-        for name, ok in synced().items():
-            metrics.cache_synced.labels(name).set(1 if ok else 0)
-        return web.Response(body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
-
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
-    app.router.add_get("/metrics", metrics_route)
-    return app
+    return add_probes(app, metrics.registry, waiting, describe=lambda names: f"waiting for caches: {', '.join(names)}",
+                      before_scrape=waiting)
 
 
 class ReloadingTLS:
@@ -147,8 +144,8 @@ class ReloadingTLS:
         self._stamp = self._read_stamp()
         self.context.load_cert_chain(self.cert_file, self.key_file)
 
-    def _read_stamp(self) -> tuple:
-        def stamp(path: Path) -> tuple:
+    def _read_stamp(self) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+        def stamp(path: Path) -> tuple[int, int, int]:
             st = os.stat(path)  # follows symlinks, as a mounted Secret's ..data link swap needs
             return (st.st_mtime_ns, st.st_size, st.st_ino)
         return (stamp(self.cert_file), stamp(self.key_file))

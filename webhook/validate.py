@@ -1,5 +1,10 @@
 """The validating webhook's decisions, as pure functions (DESIGN section 3). A denial names the object, the
-field, the bad value and what would be accepted; a warning lets the object in and says why it is risky."""
+field, the bad value and what would be accepted; a warning lets the object in and says why it is risky.
+
+Each object's validator is composed of small functions bound to a field path, as kueue's webhooks are
+(`validateClusterQueueSpec` and friends): each checks the one field its `FieldPath` names and returns its
+problems, each starting with that path; the object's validator prefixes the object's name and joins them.
+"""
 
 from __future__ import annotations
 
@@ -18,8 +23,12 @@ from shared.timestamps import parse_time
 from webhook.mutate import parse_reservation_affinity
 
 GUARANTEE_POLICIES = ("Best-Effort", "Guaranteed")
+ALLOCATE_POLICIES = (None, "", "Aligned", "Restricted")
+OWNER_FIELDS = ("object", "controller", "labelSelector")
 _STANDARD_RESOURCES = {"cpu", "memory", "ephemeral-storage", "pods", "storage"}
-_PREFIXED_RESOURCE = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_PREFIXED_RESOURCE = re.compile(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
 
 
 @dataclass(frozen=True)
@@ -32,36 +41,46 @@ class Verdict:
 ALLOW = Verdict()
 
 
-def _deny(problems: list[str], warnings: list[str] | None = None) -> Verdict:
+@dataclass(frozen=True)
+class FieldPath:
+    """Where in the object a problem is, as kueue's `field.Path`: `spec.guarantee.resource.cpu`,
+    `spec.owners[0]`, `metadata.annotations["volcano.sh/reserveable"]`."""
+
+    text: str
+
+    def child(self, name: str) -> FieldPath:
+        return FieldPath(f"{self.text}.{name}")
+
+    def index(self, index: int) -> FieldPath:
+        return FieldPath(f"{self.text}[{index}]")
+
+    def key(self, key: str) -> FieldPath:
+        return FieldPath(f'{self.text}["{key}"]')
+
+    def __str__(self) -> str:
+        return self.text
+
+
+SPEC = FieldPath("spec")
+ANNOTATIONS = FieldPath("metadata.annotations")
+DATA = FieldPath("data")
+
+
+def invalid(path: FieldPath, value: Any, expected: str) -> str:
+    """kueue's `field.Invalid`: the field, its bad value and what would be accepted."""
+    return f"{path} is {value!r}: {expected}"
+
+
+def unreadable(path: FieldPath, err: Exception) -> str:
+    """The field and the parser's own error, which quotes the value and says what is accepted."""
+    return f"{path}: {err}"
+
+
+def _verdict(what: str, problems: list[str], warnings: list[str] | None = None) -> Verdict:
+    """Allowed when there is no problem; else denied, naming the object before each problem."""
     if problems:
-        return Verdict(False, "; ".join(problems), warnings or [])
+        return Verdict(False, "; ".join(f"{what}: {problem}" for problem in problems), warnings or [])
     return Verdict(True, "", warnings or [])
-
-
-def is_known_resource_name(name: str) -> bool:
-    """cpu, memory, ephemeral-storage, pods, hugepages-<size>, or a domain-prefixed name such as nvidia.com/gpu."""
-    return name in _STANDARD_RESOURCES or name.startswith("hugepages-") or bool(_PREFIXED_RESOURCE.match(name))
-
-
-def reserve_annotation_problems(what: str, annotations: Mapping[str, str]) -> list[str]:
-    """Seed 004's annotations: `volcano.sh/reserveable` is "true" or "false"; `volcano.sh/maximum-runtime` is a
-    positive Go duration."""
-    problems = []
-    reserveable = annotations.get(keys.RESERVEABLE)
-    if reserveable is not None and reserveable not in ("true", "false"):
-        problems.append(f'{what}: metadata.annotations["{keys.RESERVEABLE}"] is {reserveable!r}: '
-                        'expected "true" or "false"')
-    runtime = annotations.get(keys.MAXIMUM_RUNTIME)
-    if runtime is not None:
-        try:
-            value = parse_duration(runtime)
-        except DurationError as err:
-            problems.append(f'{what}: metadata.annotations["{keys.MAXIMUM_RUNTIME}"]: {err}')
-        else:
-            if value <= timedelta(0):
-                problems.append(f'{what}: metadata.annotations["{keys.MAXIMUM_RUNTIME}"] is {runtime!r}: '
-                                'expected a positive duration such as 500s or 2h30m')
-    return problems
 
 
 def _name(obj: Mapping[str, Any], kind: str) -> str:
@@ -70,145 +89,293 @@ def _name(obj: Mapping[str, Any], kind: str) -> str:
     return f"{kind} {meta['namespace']}/{name}" if meta.get("namespace") else f"{kind} {name}"
 
 
+def is_known_resource_name(name: str) -> bool:
+    """cpu, memory, ephemeral-storage, pods, hugepages-<size>, or a domain-prefixed name such as nvidia.com/gpu."""
+    return name in _STANDARD_RESOURCES or name.startswith("hugepages-") or bool(_PREFIXED_RESOURCE.match(name))
+
+
+# --- Seed 004: reserve annotations, on pods and PodGroups ---
+
+def _validate_reserveable(path: FieldPath, value: Any) -> list[str]:
+    """Seed 004: `volcano.sh/reserveable`, when set, is "true" or "false"."""
+    if value is None or value in ("true", "false"):
+        return []
+    return [invalid(path, value, 'expected "true" or "false"')]
+
+
+def _validate_maximum_runtime(path: FieldPath, value: Any) -> list[str]:
+    """Seed 004: `volcano.sh/maximum-runtime`, when set, is a positive Go duration."""
+    if value is None:
+        return []
+    try:
+        runtime = parse_duration(value)
+    except DurationError as err:
+        return [unreadable(path, err)]
+    if runtime <= timedelta(0):
+        return [invalid(path, value, "expected a positive duration such as 500s or 2h30m")]
+    return []
+
+
+def _validate_reserve_annotations(path: FieldPath, annotations: Mapping[str, Any]) -> list[str]:
+    """Seed 004's annotations under `path` (`metadata.annotations`)."""
+    return (_validate_reserveable(path.key(keys.RESERVEABLE), annotations.get(keys.RESERVEABLE))
+            + _validate_maximum_runtime(path.key(keys.MAXIMUM_RUNTIME), annotations.get(keys.MAXIMUM_RUNTIME)))
+
+
+def reserve_annotation_problems(what: str, annotations: Mapping[str, str]) -> list[str]:
+    """Seed 004's annotations: `volcano.sh/reserveable` is "true" or "false"; `volcano.sh/maximum-runtime` is a
+    positive Go duration. Each problem names `what`."""
+    return [f"{what}: {problem}" for problem in _validate_reserve_annotations(ANNOTATIONS, annotations)]
+
+
+# --- pods ---
+
+def _validate_reservation_affinity(annotations: Mapping[str, Any], key: str) -> list[str]:
+    """Seed 003: a reservation affinity annotation (`key`), when present, names a Reservation or selects some."""
+    if key not in annotations:
+        return []
+    try:
+        parse_reservation_affinity(annotations[key])
+    except ValueError as err:
+        return [unreadable(ANNOTATIONS.key(key), err)]
+    return []
+
+
+def _blanket_toleration_warnings(what: str, tolerations: Any) -> list[str]:
+    """The locks of every seed (DESIGN section 3): a pod tolerating every taint (empty key, operator Exists) is let
+    in, with a warning that no lock holds it off."""
+    for toleration in tolerations or ():
+        if not toleration.get("key") and toleration.get("operator") == "Exists":
+            return [f"{what} tolerates every taint (empty key, operator Exists): it ignores every "
+                    f"{keys.LOCK} lock, so reserved nodes are not reserved against it"]
+    return []
+
+
 def validate_pod(pod: Mapping[str, Any]) -> Verdict:
+    """Seed 004 (reserve annotations) and seed 003 (reservation affinity) refused when malformed; a blanket
+    toleration let in with a warning."""
     what = _name(pod, "Pod")
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    problems = reserve_annotation_problems(what, annotations)
+    problems = _validate_reserve_annotations(ANNOTATIONS, annotations)
     for key in (keys.RESERVATION_AFFINITY, keys.KOORDINATOR_RESERVATION_AFFINITY):
-        if key in annotations:
-            try:
-                parse_reservation_affinity(annotations[key])
-            except ValueError as err:
-                problems.append(f'{what}: metadata.annotations["{key}"]: {err}')
-    warnings = []
-    for toleration in (pod.get("spec") or {}).get("tolerations") or ():
-        if not toleration.get("key") and toleration.get("operator") == "Exists":
-            warnings.append(f"{what} tolerates every taint (empty key, operator Exists): it ignores every "
-                            f"{keys.LOCK} lock, so reserved nodes are not reserved against it")
-            break
-    return _deny(problems, warnings)
+        problems += _validate_reservation_affinity(annotations, key)
+    warnings = _blanket_toleration_warnings(what, (pod.get("spec") or {}).get("tolerations"))
+    return _verdict(what, problems, warnings)
 
 
 def validate_podgroup(podgroup: Mapping[str, Any]) -> Verdict:
+    """Seed 004: a PodGroup's reserve annotations (the mutating webhook copies them to its pods)."""
     annotations = (podgroup.get("metadata") or {}).get("annotations") or {}
-    return _deny(reserve_annotation_problems(_name(podgroup, "PodGroup"), annotations))
+    return _verdict(_name(podgroup, "PodGroup"), _validate_reserve_annotations(ANNOTATIONS, annotations))
 
 
-def _resource_problems(what: str, path: str, quantities: Any) -> tuple[Resources | None, list[str]]:
+# --- Seed 002: Queues ---
+
+def _validate_resource_name(path: FieldPath, name: Any) -> list[str]:
+    """One key of a resource list (`path` is the list's path with the key appended)."""
+    if is_known_resource_name(str(name)):
+        return []
+    return [f"{path}: unknown resource name {name!r}: expected cpu, memory, ephemeral-storage, pods, "
+            "hugepages-<size> or a prefixed name such as nvidia.com/gpu"]
+
+
+def _validate_resource_list(path: FieldPath, quantities: Any) -> tuple[Resources | None, list[str]]:
+    """A ResourceList (`{cpu: "4", memory: 8Gi}`): known names, valid quantities, none negative. Returns it parsed
+    (None when absent or unreadable) with its problems."""
     if quantities is None:
         return None, []
     if not isinstance(quantities, Mapping):
-        return None, [f"{what}: {path} must be a mapping of resource names to quantities"]
-    problems = []
-    for name in quantities:
-        if not is_known_resource_name(str(name)):
-            problems.append(f"{what}: {path}.{name}: unknown resource name {name!r}: expected cpu, memory, "
-                            "ephemeral-storage, pods, hugepages-<size> or a prefixed name such as nvidia.com/gpu")
+        return None, [f"{path} must be a mapping of resource names to quantities"]
+    problems = [problem for name in quantities for problem in _validate_resource_name(path.child(str(name)), name)]
     try:
         resources = Resources.parse(quantities)
     except QuantityError as err:
-        return None, problems + [f"{what}: {path}: {err}"]
-    negative = [n for n, v in resources.items() if v < 0]
+        return None, problems + [unreadable(path, err)]
+    negative = [name for name, value in resources.items() if value < 0]
     if negative:
-        problems.append(f"{what}: {path}.{negative[0]} is negative: expected a quantity >= 0")
+        problems.append(f"{path.child(negative[0])} is negative: expected a quantity >= 0")
     return resources, problems
+
+
+def _validate_guarantee_policy(path: FieldPath, policy: Any) -> list[str]:
+    """Seed 002: `spec.guarantee.policy`, when set, is Best-Effort or Guaranteed."""
+    if policy is None or policy in GUARANTEE_POLICIES:
+        return []
+    return [invalid(path, policy, "expected Best-Effort or Guaranteed")]
+
+
+def _validate_percentage_value(path: FieldPath, value: Any) -> list[str]:
+    """Seed 002: `spec.guarantee.percentage.value` is a number in [0, 1]."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1:
+        return []
+    return [invalid(path, value, "expected a number in [0, 1]")]
+
+
+def _validate_percentage_dimensions(path: FieldPath, dimensions: Any) -> list[str]:
+    """Seed 002: `spec.guarantee.percentage.dimensions` is a non-empty list of known resource names."""
+    if not dimensions or not isinstance(dimensions, list):
+        return [invalid(path, dimensions, "expected a non-empty list of resource names such as [cpu, memory]")]
+    return [f"{path}: unknown resource name {name!r}: expected cpu, memory, ephemeral-storage or a prefixed name "
+            "such as nvidia.com/gpu"
+            for name in dimensions if not isinstance(name, str) or not is_known_resource_name(name)]
+
+
+def _validate_percentage(path: FieldPath, percentage: Any) -> list[str]:
+    """Seed 002: `spec.guarantee.percentage`, when set: its value and its dimensions."""
+    if percentage is None:
+        return []
+    fields = percentage if isinstance(percentage, Mapping) else {}
+    return (_validate_percentage_value(path.child("value"), fields.get("value"))
+            + _validate_percentage_dimensions(path.child("dimensions"), fields.get("dimensions")))
+
+
+def _validate_within_capability(path: FieldPath, resource: Resources, given: Mapping[str, Any],
+                                capability_path: FieldPath, capability: Resources,
+                                capability_given: Mapping[str, Any]) -> list[str]:
+    """Seed 002: the guaranteed resource is <= `spec.capability` in every dimension the capability names.
+    `given` and `capability_given` are the quantities as written, quoted back."""
+    return [f"{path.child(name)} ({given[name]}) exceeds {capability_path.child(name)} ({capability_given[name]}): "
+            "lower the guarantee or raise the capability"
+            for name, amount in sorted(resource.items()) if name in capability and amount > capability[name]]
+
+
+def _validate_within_cluster(path: FieldPath, resource: Resources, given: Mapping[str, Any],
+                             cluster: Resources) -> list[str]:
+    """Seed 002: the guaranteed resource is <= what the cluster's schedulable nodes hold (a larger one would lock
+    every node and still not be met)."""
+    return [f"{path.child(name)} ({given[name]}) is more than the cluster's schedulable nodes hold "
+            f"({format_quantity(name, cluster[name])}): it would lock every node and still not be met; lower it "
+            "or add nodes"
+            for name, amount in sorted(resource.items()) if amount > cluster[name]]
+
+
+def _validate_guarantee(path: FieldPath, guarantee: Any, spec: Mapping[str, Any], capability: Resources | None,
+                        cluster: Resources | None) -> list[str]:
+    """Seed 002: `spec.guarantee`, when set: policy, percentage, resource (one of percentage and resource at
+    least), resource <= capability (`capability`, parsed from `spec`) and resource <= `cluster`."""
+    if guarantee is None:
+        return []
+    if not isinstance(guarantee, Mapping):
+        return [f"{path} must be an object with policy, percentage and/or resource"]
+    problems = _validate_guarantee_policy(path.child("policy"), guarantee.get("policy"))
+    percentage = guarantee.get("percentage")
+    problems += _validate_percentage(path.child("percentage"), percentage)
+    resource_path = path.child("resource")
+    resource, resource_problems = _validate_resource_list(resource_path, guarantee.get("resource"))
+    problems += resource_problems
+    if percentage is None and not resource:
+        problems.append(f"{path} needs resource and/or percentage: give at least one")
+    if resource and capability:
+        problems += _validate_within_capability(resource_path, resource, guarantee["resource"],
+                                                SPEC.child("capability"), capability, spec["capability"])
+    if resource and cluster:
+        problems += _validate_within_cluster(resource_path, resource, guarantee["resource"], cluster)
+    return problems
 
 
 def validate_queue(queue: Mapping[str, Any], cluster: Resources | None = None) -> Verdict:
     """Seed 002: guarantee policy, percentage {dimensions, value in [0,1]}, resource <= capability, and resource
     <= `cluster` (the schedulable nodes' allocatable, when the webhook knows any node)."""
-    what = _name(queue, "Queue")
     spec = queue.get("spec") or {}
-    guarantee = spec.get("guarantee")
-    problems: list[str] = []
-    capability, cap_problems = _resource_problems(what, "spec.capability", spec.get("capability"))
-    problems += cap_problems
-    if guarantee is None:
-        return _deny(problems)
-    if not isinstance(guarantee, Mapping):
-        return _deny(problems + [f"{what}: spec.guarantee must be an object with policy, percentage and/or resource"])
-    policy = guarantee.get("policy")
-    if policy is not None and policy not in GUARANTEE_POLICIES:
-        problems.append(f"{what}: spec.guarantee.policy is {policy!r}: expected Best-Effort or Guaranteed")
-    percentage = guarantee.get("percentage")
-    if percentage is not None:
-        value = percentage.get("value") if isinstance(percentage, Mapping) else None
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value <= 1:
-            problems.append(f"{what}: spec.guarantee.percentage.value is {value!r}: expected a number in [0, 1]")
-        dimensions = percentage.get("dimensions") if isinstance(percentage, Mapping) else None
-        if not dimensions or not isinstance(dimensions, list):
-            problems.append(f"{what}: spec.guarantee.percentage.dimensions is {dimensions!r}: expected a non-empty "
-                            "list of resource names such as [cpu, memory]")
-        else:
-            for name in dimensions:
-                if not isinstance(name, str) or not is_known_resource_name(name):
-                    problems.append(f"{what}: spec.guarantee.percentage.dimensions: unknown resource name {name!r}: "
-                                    "expected cpu, memory, ephemeral-storage or a prefixed name such as nvidia.com/gpu")
-    resource, resource_problems = _resource_problems(what, "spec.guarantee.resource", guarantee.get("resource"))
-    problems += resource_problems
-    if percentage is None and not resource:
-        problems.append(f"{what}: spec.guarantee needs resource and/or percentage: give at least one")
-    if resource and capability:
-        for name, amount in sorted(resource.items()):
-            if name in capability and amount > capability[name]:
-                problems.append(
-                    f"{what}: spec.guarantee.resource.{name} ({guarantee['resource'][name]}) exceeds "
-                    f"spec.capability.{name} ({spec['capability'][name]}): lower the guarantee or raise the capability")
-    if resource and cluster:
-        for name, amount in sorted(resource.items()):
-            if amount > cluster[name]:
-                problems.append(
-                    f"{what}: spec.guarantee.resource.{name} ({guarantee['resource'][name]}) is more than the "
-                    f"cluster's schedulable nodes hold ({format_quantity(name, cluster[name])}): it would lock every "
-                    "node and still not be met; lower it or add nodes")
-    return _deny(problems)
+    capability, problems = _validate_resource_list(SPEC.child("capability"), spec.get("capability"))
+    problems += _validate_guarantee(SPEC.child("guarantee"), spec.get("guarantee"), spec, capability, cluster)
+    return _verdict(_name(queue, "Queue"), problems)
+
+
+# --- Seed 003: Reservations ---
+
+def _validate_owner(path: FieldPath, owner: Any) -> list[str]:
+    """Seed 003: one `spec.owners[i]` sets at least one of object, controller, labelSelector."""
+    if isinstance(owner, Mapping) and any(owner.get(name) is not None for name in OWNER_FIELDS):
+        return []
+    return [f"{path} sets none of object, controller, labelSelector"]
+
+
+def _validate_owners(path: FieldPath, owners: Any) -> list[str]:
+    """Seed 003: `spec.owners` is a non-empty list of owners."""
+    if not owners or not isinstance(owners, list):
+        return [f"{path} is empty: give at least one owner (object, controller or labelSelector)"]
+    return [problem for index, owner in enumerate(owners) for problem in _validate_owner(path.index(index), owner)]
+
+
+def _validate_ttl_or_expires(ttl_path: FieldPath, ttl: Any, expires_path: FieldPath, expires: Any) -> list[str]:
+    """Seed 003: `spec.ttl` and `spec.expires` are mutually exclusive."""
+    if ttl is None or expires is None:
+        return []
+    return [f"{ttl_path} ({ttl}) and {expires_path} ({expires}) are mutually exclusive: keep one"]
+
+
+def _validate_ttl(path: FieldPath, ttl: Any) -> list[str]:
+    """Seed 003: `spec.ttl`, when set, is a Go duration >= 0 (0 disables expiry)."""
+    if ttl is None:
+        return []
+    try:
+        duration = parse_duration(str(ttl))
+    except DurationError as err:
+        return [unreadable(path, err)]
+    if duration < timedelta(0):
+        return [invalid(path, ttl, "expected a duration >= 0 (0 disables expiry)")]
+    return []
+
+
+def _validate_expires(path: FieldPath, expires: Any) -> list[str]:
+    """Seed 003: `spec.expires`, when set, is an RFC 3339 time."""
+    if expires is None:
+        return []
+    try:
+        moment = parse_time(str(expires))
+    except ValueError:
+        moment = None
+    if moment is None:
+        return [invalid(path, expires, "expected an RFC 3339 time such as 2026-12-01T00:00:00Z")]
+    return []
+
+
+def _validate_template(path: FieldPath, template: Any) -> list[str]:
+    """Seed 003: `spec.template` is a pod template with containers whose requests are readable and not empty."""
+    template_spec = template.get("spec") if isinstance(template, Mapping) else None
+    spec_path = path.child("spec")
+    if not isinstance(template_spec, Mapping) or not template_spec.get("containers"):
+        return [f"{spec_path.child('containers')} is missing: give a pod template with resource requests"]
+    try:
+        requests = pod_requests(template_spec) - {PODS: 1}
+    except QuantityError as err:
+        return [unreadable(spec_path, err)]
+    if not requests:
+        return [f"{path} requests nothing: set resources.requests (cpu, memory, ...) on its containers"]
+    return []
+
+
+def _validate_allocate_policy(path: FieldPath, policy: Any) -> list[str]:
+    """Seed 003: `spec.allocatePolicy`, when set, is Aligned or Restricted (Koordinator's values)."""
+    if policy in ALLOCATE_POLICIES:
+        return []
+    return [invalid(path, policy, "expected Aligned or Restricted")]
 
 
 def validate_reservation(reservation: Mapping[str, Any]) -> Verdict:
     """Seed 003: owners non-empty (each with object, controller or labelSelector), ttl and expires exclusive,
     template requests present."""
-    what = _name(reservation, "Reservation")
     spec = reservation.get("spec") or {}
-    problems = []
-    owners = spec.get("owners")
-    if not owners or not isinstance(owners, list):
-        problems.append(f"{what}: spec.owners is empty: give at least one owner (object, controller or labelSelector)")
-    else:
-        for index, owner in enumerate(owners):
-            if not isinstance(owner, Mapping) or not any(owner.get(f) is not None for f in ("object", "controller", "labelSelector")):
-                problems.append(f"{what}: spec.owners[{index}] sets none of object, controller, labelSelector")
     ttl, expires = spec.get("ttl"), spec.get("expires")
-    if ttl is not None and expires is not None:
-        problems.append(f"{what}: spec.ttl ({ttl}) and spec.expires ({expires}) are mutually exclusive: keep one")
-    if ttl is not None:
-        try:
-            if parse_duration(str(ttl)) < timedelta(0):
-                problems.append(f"{what}: spec.ttl is {ttl!r}: expected a duration >= 0 (0 disables expiry)")
-        except DurationError as err:
-            problems.append(f"{what}: spec.ttl: {err}")
-    if expires is not None:
-        try:
-            if parse_time(str(expires)) is None:
-                raise ValueError
-        except ValueError:
-            problems.append(f"{what}: spec.expires is {expires!r}: expected an RFC 3339 time such as 2026-12-01T00:00:00Z")
-    template = spec.get("template")
-    template_spec = template.get("spec") if isinstance(template, Mapping) else None
-    if not isinstance(template_spec, Mapping) or not template_spec.get("containers"):
-        problems.append(f"{what}: spec.template.spec.containers is missing: give a pod template with resource requests")
-    else:
-        try:
-            requests = pod_requests(template_spec) - {PODS: 1}
-        except QuantityError as err:
-            problems.append(f"{what}: spec.template.spec: {err}")
-        else:
-            if not requests:
-                problems.append(f"{what}: spec.template requests nothing: set resources.requests (cpu, memory, ...) "
-                                "on its containers")
-    policy = spec.get("allocatePolicy")
-    if policy not in (None, "", "Aligned", "Restricted"):
-        problems.append(f"{what}: spec.allocatePolicy is {policy!r}: expected Aligned or Restricted")
-    return _deny(problems)
+    problems = _validate_owners(SPEC.child("owners"), spec.get("owners"))
+    problems += _validate_ttl_or_expires(SPEC.child("ttl"), ttl, SPEC.child("expires"), expires)
+    problems += _validate_ttl(SPEC.child("ttl"), ttl)
+    problems += _validate_expires(SPEC.child("expires"), expires)
+    problems += _validate_template(SPEC.child("template"), spec.get("template"))
+    problems += _validate_allocate_policy(SPEC.child("allocatePolicy"), spec.get("allocatePolicy"))
+    return _verdict(_name(reservation, "Reservation"), problems)
+
+
+# --- the Reservoir ConfigMap ---
+
+def _validate_config(path: FieldPath, text: Any) -> list[str]:
+    """`data["config.yaml"]` parses with the model the agent uses (every seed's settings live there)."""
+    try:
+        load_config(text)
+    except ConfigError as err:
+        return [unreadable(path, err)]
+    return []
 
 
 def validate_configmap(configmap: Mapping[str, Any]) -> Verdict:
@@ -217,10 +384,9 @@ def validate_configmap(configmap: Mapping[str, Any]) -> Verdict:
     if meta.get("name") != keys.CONFIGMAP_NAME:
         return ALLOW
     data = configmap.get("data") or {}
-    try:
-        load_config(data.get(keys.CONFIG_KEY))
-    except ConfigError as err:
-        return Verdict(False, f"ConfigMap {meta.get('namespace', '')}/{keys.CONFIGMAP_NAME}: data[\"{keys.CONFIG_KEY}\"]: {err}")
+    problems = _validate_config(DATA.key(keys.CONFIG_KEY), data.get(keys.CONFIG_KEY))
+    if problems:
+        return _verdict(f"ConfigMap {meta.get('namespace', '')}/{keys.CONFIGMAP_NAME}", problems)
     unknown = sorted(set(data) - {keys.CONFIG_KEY})
     if unknown:
         return Verdict(True, "", [f"ConfigMap {keys.CONFIGMAP_NAME}: keys {unknown} are ignored; the config lives "

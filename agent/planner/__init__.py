@@ -1,5 +1,85 @@
 """The planner: pure functions from a snapshot, the config and `now` to the locks that should exist.
 
-No I/O, no clock reads, no randomness. One module per policy (`starvation`, `windows`); `plan` runs them in
-DESIGN's precedence (reservation > queue guarantee > window > starvation) under one global cap.
+No I/O, no clock reads, no randomness. `plan.plan()` runs the registry `plan.POLICIES` (reservation > queue guarantee
+> window > starvation, DESIGN 4) under one global cap: each policy (`policy.Policy`) reads one frozen
+`policy.PlanContext` and returns one `policy.PolicyResult`; which locks already on the nodes a policy may take over is
+one table, `displacement.DISPLACES`; the repairs follow from the plan (`repair.plan_repairs`).
+
+Modules: `model` (plain data: snapshot, locks, statuses, Plan), `capacity` (idle now and over time), `jobs`,
+`ordering` (seed 001), `policy` (the contract), `displacement` (the table), `reservations` (003), `guarantee` and
+`guarantee_search` (002), `windows` (004), `starvation` (000), `repair`, `plan`.
+
+Where each seed's rules live, by the seed's own names (functions are `module.function`; webhook/ and agent/ outside
+the planner are named in full):
+
+Seed 000, "Reserve Action" (starvation.STARVATION):
+- "Job Ready" -> jobs.Job.ready; "ReadyTaskNum" -> jobs.Job.bound; the job and its MinAvailable -> jobs.build_jobs
+- "Job Condition Ready" (reserved tasks count) -> starvation.job_turn (kept locks), starvation.reserve_job
+- "Job starving", isJobStarving -> starvation.is_starving
+- "Reserved" (a task reserved on a node) -> starvation.reserve_tasks, starvation.NodeChooser.choose
+- "Node reserve logic" (allocatable >= request) -> starvation.NodeChooser._usable, capacity.time_to_fit
+- "Node selection strategy to participate in reserve" -> starvation.NodeChooser, starvation.placeable_now
+- "Node calculating score logic" ((cpu + memory) / 2 + 2 * scalar) / 3 -> capacity.idle_fraction
+- "The proportion of nodes participating in reserve action" (reservedNodePercent) -> policy.cap,
+  starvation.plan_starvation
+- "Reserve logic" (a higher-priority job that can be scheduled goes first) -> starvation.higher_priority_blocker
+- "Reserve will succeed only if the job can reach ready or condition ready" -> starvation.reserve_job
+- "Data Model": `Reserved` is "the sum of the resource requirement of all the tasks reserved" -> starvation.job_locks
+- maxLockDuration and cool-down (DESIGN 4.1) -> starvation.release_expired, starvation.back_of_the_order
+- "Nodes who have reserved resources will no longer scheduler new non-BestEffort tasks" -> the lock (model.Lock);
+  BestEffort exemption -> webhook/mutate.py exempt_from_locks; the task's toleration -> repair.owed_by_job_locks
+
+Seed 001, "Priority For Queue":
+- "Queue's Score Of Priority", "Of DRF", "Of Proportion", "Total Score" -> ordering.score, ordering.share,
+  ordering.queue_priority, ordering.deserved
+- "QueueScoreOrder" -> ordering.queue_scores, ordering.score_queues, plan.plan_context; guaranteed queues in that
+  order -> guarantee.plan_guarantees
+- "the job priority will inherit the priority of queue" -> webhook/mutate.py _inherit_priority,
+  webhook/mutate.py queue_priority_class; a job's priority -> jobs.Job.priority
+- the "reflection" (jobs ordered by priority across queues, `ordering: job-first`) -> ordering.order_jobs
+
+Seed 002, "Resource Reservation For Queue" (guarantee.GUARANTEES):
+- `guarantee` {policy, percentage, resource} -> guarantee.guaranteed_queues, guarantee.guarantee_request,
+  guarantee.resource_option, guarantee.percentage_option; the API -> webhook/validate.py validate_queue
+- "The request cannot be more than the total resource amount of cluster", "If `capability` is set, request must be
+  no more than it" -> guarantee.refuse_oversize, webhook/validate.py validate_queue
+- "choose the one with more reserved resources as the final result" -> guarantee.more_reserved
+- "Nodes locked by target job cannot be chosen", "Nodes locked by another queue cannot be chosen" ->
+  displacement.DISPLACES, guarantee.queue_seat
+- "Algorithm", "Complete formula" (0.4 / 0.35 / 0.15 / 0.1) -> guarantee_search.Problem.score_of,
+  guarantee_search.search, guarantee_search.brute_force; its search pool -> guarantee_search.best_of_each_shape,
+  guarantee.search_pool
+- "Lock Strategy", "schedule relock" (no churn) -> guarantee.resource_option (KEEP_MARGIN)
+- policy "Guaranteed" (evicting) -> guarantee.guaranteed_evictions; the evictions -> agent/writer.py
+  Writer.write_queues, agent/writer.py eviction_body
+- `status.reservation` {nodes, resource} -> guarantee.guarantee_queue; written by agent/writer.py
+  queue_status_patch, agent/writer.py Writer.write_queues
+- "Safety" (a cap on locked nodes) -> policy.cap, plan.plan_context (maxLockedNodePercent)
+
+Seed 003, "Resource Reservation" (reservations.RESERVATIONS):
+- "Schedule Reservations" -> reservations.schedule_reservation, reservations.node_allowed, reservations.unschedulable
+- "Allocate Reserved Resources", `spec.owners` -> reservations.is_owner, reservations.bound_owners,
+  webhook/mutate.py entitled_owners, webhook/mutate.py required_reservations; owners' tolerations ->
+  repair.holding_reservations
+- `allocateOnce` -> reservations.reservation_turn
+- "Expiration and Cleanup" (`ttl`, `expires`, node deleted, garbage collection) -> reservations.expiry,
+  reservations.reservation_turn, reservations.stays_ended, reservations.Round.status (delete)
+- "Usage in Pre-allocation" (`preAllocation`, phase Waiting) -> reservations.hold_node
+- `status.phase`, `status.conditions` -> reservations.Round.status, reservations._condition; written by
+  agent/writer.py reservation_status_patch, agent/writer.py Writer.write_reservations; the API ->
+  webhook/validate.py validate_reservation
+
+Seed 004, "node resource reservation" (windows.WINDOWS):
+- "recognize pods which need to be reserved" (`volcano.sh/reserveable`) and "recognize pod max running time"
+  (`volcano.sh/maximum-runtime`), from the pod or its podgroup -> webhook/mutate.py copy_reserve_annotations,
+  webhook/validate.py reserve_annotation_problems; the runtime's end -> capacity.pod_end
+- `reservelabels` with `cron`, `startReserveAgo` -> windows.window_bounds
+- "ReserveNodesMap": "order the nodes desc by node idle", "accumulate the node allocatable resource" ->
+  windows.window_nodes, capacity.future_idle
+- `podNumToReserve`, "reservedTaskAllocatedResource", "reservedTaskPendingResource" -> windows.window_released,
+  windows.reserve_demand
+- "PredicateFn": "if the task is a reserve task, permit" -> the reserve pods' tolerations, repair.holding_windows
+
+Across the seeds: precedence -> plan.POLICIES; displacement -> displacement.DISPLACES, displacement.may_take;
+"a kept lock keeps its since" -> policy.kept_since; notes tagged `policy=<name>` -> policy.tagged.
 """

@@ -43,8 +43,9 @@ class NodeState:
 
 @dataclass(frozen=True)
 class Releases:
-    """The release curve of one node: `ends[i]` is the i-th earliest end of a pod with a maximum runtime, and
-    `freed[name][i]` the amount of `name` freed by all pods ended by then (cumulative, so non-decreasing)."""
+    """Seed 000 node choice by how soon a node fits, from seed 004's maximum runtimes: the release curve of one
+    node: `ends[i]` is the i-th earliest end of a pod with a maximum runtime, and `freed[name][i]` the amount of
+    `name` freed by all pods ended by then (cumulative, so non-decreasing)."""
 
     ends: list[datetime]
     freed: dict[str, list[int]]
@@ -90,7 +91,7 @@ def node_states(nodes: Mapping[str, NodeView], pods: Sequence[PodView],
         mine = on_node[name]
         old = previous.get(name) if previous else None
         if old is not None and old.node is node and len(old.pods) == len(mine) and all(
-                a is b for a, b in zip(old.pods, mine)):
+                a is b for a, b in zip(old.pods, mine, strict=True)):
             states[name] = old
             continue
         state = states[name] = NodeState(node, mine)
@@ -100,7 +101,8 @@ def node_states(nodes: Mapping[str, NodeView], pods: Sequence[PodView],
 
 
 def pod_end(pod: PodView) -> datetime | None:
-    """When a running pod is expected to free its resources, or None when it may run forever."""
+    """Seed 004 `volcano.sh/maximum-runtime` ("the pod will run for a maximum of 500 seconds"): when a running pod
+    is expected to free its resources, startTime (else creation) + maximum runtime; None when it may run forever."""
     runtime = pod.maximum_runtime
     start = pod.started or pod.created
     return start + runtime if runtime is not None else None
@@ -152,4 +154,5 @@ def idle_fraction(state: NodeState) -> float:
 
 
 def schedulable(node: NodeView) -> bool:
+    """Not cordoned: the nodes the caps' percentages are of (seed 000 reservedNodePercent, seed 002 "Safety")."""
     return not node.unschedulable

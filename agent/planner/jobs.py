@@ -17,6 +17,8 @@ from shared.views import PodGroupView, PodView
 
 @dataclass
 class Job:
+    """Seed 000's job (DESIGN section 1): a PodGroup, else a controller, else a lone pod, with its pods."""
+
     ref: JobRef
     queue: str
     created: datetime
@@ -33,15 +35,18 @@ class Job:
 
     @cached_property
     def priority(self) -> int:
+        """Seed 001 job priority (its pods' priority, inherited from the queue by the webhook): the highest."""
         return max((p.priority for p in self.pods), default=0)
 
     @cached_property
     def bound(self) -> int:
+        """Seed 000 ReadyTaskNum: pods bound to a node."""
         return sum(1 for p in self.pods if p.is_bound)
 
     @cached_property
     def pending(self) -> list[PodView]:
-        """Unbound pods, largest request first (cpu, then memory), then by name."""
+        """Seed 000 pending tasks, the ones to reserve for: unbound pods not being deleted, largest request first (cpu,
+        then memory), then by name."""
         waiting = [p for p in self.pods if not p.is_bound and not p.deleting]
         return sorted(waiting, key=lambda p: (-p.requests["cpu"], -p.requests["memory"], p.name))
 
@@ -53,7 +58,8 @@ class Job:
 
 def usage_by_queue(states: Mapping[str, NodeState],
                    podgroups: Mapping[tuple[str, str], PodGroupView]) -> dict[str, dict[str, Resources]]:
-    """queue -> node -> the queue's requests on that node, in one pass over the pods holding resources."""
+    """Seed 001 "allocated" and seed 002 "queue already used": queue -> node -> the queue's requests on that node,
+    in one pass over the pods holding resources."""
     sums: dict[str, dict[str, list[Resources]]] = {}
     for name, state in states.items():
         for pod in state.pods:
@@ -62,7 +68,8 @@ def usage_by_queue(states: Mapping[str, NodeState],
 
 
 def build_jobs(snapshot: Snapshot) -> list[Job]:
-    """Every job with a pending pod (a job with none cannot starve, and holds no lock). minMember: the PodGroup's;
+    """Seed 000: every job with a pending pod (a job with none cannot starve, and holds no lock). minMember (the
+    seed's MinAvailable): the PodGroup's;
     for any other job 1: without a gang constraint a job makes progress as soon as one of its pods is bound (a
     ReplicaSet kept partly pending by a full cluster is not starving; a lone pod that cannot be placed is)."""
     waiting = {pod.job for pod in snapshot.pods if not pod.node_name and not pod.deleting and not pod.is_terminal}

@@ -1,4 +1,4 @@
-"""Plain data the planner works on: the snapshot it reads and the locks it returns."""
+"""Plain data the planner works on: the snapshot it reads, the locks it returns and every status beside them."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict, cast
 
+from agent.planner.capacity import NodeState
 from shared import keys
 from shared.keys import LockKind
 from shared.resources import EMPTY, Resources
@@ -27,6 +28,30 @@ class Snapshot:
     reservations: Mapping[str, ReservationView] = field(default_factory=dict)
 
 
+class LockInfo(TypedDict, total=False):
+    """The `reservoir.sh/lock-info` annotation's JSON (DESIGN section 2). Lock.info() writes every key; read back
+    (lock_on) any of them may be missing or hand-edited, so each is read with a fallback."""
+
+    owner: str
+    kind: str  # a LockKind value
+    subject: str
+    reason: str
+    since: str  # RFC 3339
+    expires: str | None
+    reserved: dict[str, str]  # a ResourceList
+    tasks: list[str]  # "namespace/name" of the pods the lock is held for (starvation locks)
+
+
+def read_lock_info(text: str) -> LockInfo:
+    """The annotation's JSON; empty when it is absent, not JSON, or not an object."""
+    try:
+        info = json.loads(text or "{}")
+    except ValueError:
+        return {}
+    # a JSON object is all json.loads can say; its keys are checked one by one where they are read
+    return cast(LockInfo, info) if isinstance(info, dict) else {}
+
+
 @dataclass(frozen=True)
 class Lock:
     """One node held for one owner (DESIGN section 2). `subject` is the owner's readable name."""
@@ -41,7 +66,7 @@ class Lock:
     reserved: Resources = EMPTY
     tasks: tuple[str, ...] = ()
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> LockInfo:
         """The `reservoir.sh/lock-info` annotation's JSON."""
         return {
             "owner": self.owner, "kind": self.kind.value, "subject": self.subject, "reason": self.reason,
@@ -65,14 +90,10 @@ def lock_on(node: NodeView) -> Lock | None:
     owner = node.lock_owner
     if owner is None:
         return None
-    try:
-        info = json.loads(node.annotations.get(keys.LOCK_INFO, "") or "{}")
-        if not isinstance(info, dict):
-            info = {}
-    except ValueError:
-        info = {}
+    info = read_lock_info(node.annotations.get(keys.LOCK_INFO, ""))
     label_kind = node.labels.get(keys.LOCK_KIND, "")
-    kind = keys.owner_kind(owner) or (LockKind(label_kind) if label_kind in LockKind.__members__.values() else LockKind.JOB)
+    from_label = LockKind(label_kind) if label_kind in LockKind.__members__.values() else LockKind.JOB
+    kind = keys.owner_kind(owner) or from_label
     try:
         reserved = Resources.parse(info.get("reserved") or {})
     except ValueError:
@@ -86,6 +107,8 @@ def lock_on(node: NodeView) -> Lock | None:
 
 @dataclass(frozen=True)
 class JobStatus:
+    """Seed 000: one job with a pending pod, as the starvation policy judged it."""
+
     subject: str
     owner: str
     queue: str
@@ -99,11 +122,68 @@ class JobStatus:
 
 @dataclass(frozen=True)
 class WindowStatus:
+    """Seed 004: one configured window, running or next."""
+
     name: str
     active: bool
     start: datetime
     end: datetime
     reason: str
+
+
+@dataclass(frozen=True)
+class QueueScore:
+    """Seed 001: one queue's QueueScoreOrder score and its parts (ordering module docstring)."""
+
+    name: str
+    priority: int
+    priority_score: float
+    drf_share: float
+    drf_score: float
+    proportion_share: float
+    proportion_score: float
+    total: float
+    allocated: Resources
+    deserved: Resources
+
+
+@dataclass(frozen=True)
+class QueueGuaranteeStatus:
+    """Seed 002: one queue's guarantee, as the agent writes it to `status.reservation` (and reports a refusal)."""
+
+    queue: str
+    nodes: tuple[str, ...]
+    resource: Resources  # total idle on the locked nodes (seed 002 status.reservation.resource)
+    policy: str
+    reason: str
+    warning: str | None = None  # set when the guarantee is refused (too large): reported as a Warning Event
+    evict: tuple[str, ...] = ()  # `Guaranteed`: other queues' pods on the locked nodes, "namespace/name"
+
+
+@dataclass(frozen=True)
+class ReservationStatus:
+    """Seed 003: one Reservation's phase, node, conditions and current owners, as the agent writes them."""
+
+    name: str
+    phase: str
+    node: str
+    reason: str  # the Ready condition's reason
+    message: str
+    allocatable: Resources
+    allocated: Resources
+    owners: tuple[PodView, ...] = ()  # current owners
+    annotate: tuple[str, ...] = ()  # owner pods ("namespace/name") still lacking the allocated annotation
+    delete: bool = False  # terminal for longer than the grace period: garbage-collect the object
+    final: bool = False  # ended in an earlier plan: its status stays as written then
+    conditions: tuple[dict[str, Any], ...] = field(default=())
+
+    def status(self) -> dict[str, Any]:
+        """The object's `status`, as the agent writes it."""
+        return {
+            "phase": self.phase, "nodeName": self.node or None, "conditions": list(self.conditions),
+            "allocatable": self.allocatable.to_quantities(), "allocated": self.allocated.to_quantities(),
+            "currentOwners": [{"namespace": p.namespace, "name": p.name, "uid": p.uid} for p in self.owners],
+        }
 
 
 @dataclass(frozen=True)
@@ -126,10 +206,10 @@ class Plan:
     locks: Mapping[str, Lock]  # node -> desired lock
     jobs: Sequence[JobStatus] = ()
     windows: Sequence[WindowStatus] = ()
-    notes: Sequence[str] = ()  # one line per decision not to lock, with the reason
-    queues: Sequence[Any] = ()  # QueueScore, best first, when queues competed in this plan
-    guarantees: Sequence[Any] = ()  # QueueGuaranteeStatus per queue with a guarantee
-    reservations: Sequence[Any] = ()  # ReservationStatus per Reservation
-    repairs: Sequence[Repair] = ()  # pods to give the lock tolerations they lack (filled by the planner)
+    notes: Sequence[str] = ()  # one line per decision not to lock, with the reason, each `policy=<name> ...`
+    queues: Sequence[QueueScore] = ()  # best first, when queues competed in this plan
+    guarantees: Sequence[QueueGuaranteeStatus] = ()  # per queue with a guarantee
+    reservations: Sequence[ReservationStatus] = ()  # per Reservation
+    repairs: Sequence[Repair] = ()  # pods to give the lock tolerations they lack, by (namespace, name)
     # the node states this plan computed, handed to the next plan to reuse what did not change
-    states: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    states: Mapping[str, NodeState] = field(default_factory=dict, compare=False, repr=False)

@@ -23,10 +23,10 @@ Jobs: `queue-first` orders by queue, then job priority, creation time, name; `jo
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 
 from agent.planner.capacity import NodeState, schedulable
 from agent.planner.jobs import Job, usage_by_queue
+from agent.planner.model import QueueScore as QueueScore  # re-exported: agent/commands.py imports it from here
 from agent.planner.model import Snapshot
 from shared.config import QueueOrderConfig
 from shared.resources import PODS, Resources
@@ -35,23 +35,10 @@ from shared.views import EPOCH, PriorityClassView, QueueView
 HIGHEST_USER_DEFINABLE_PRIORITY = 1_000_000_000
 
 
-@dataclass(frozen=True)
-class QueueScore:
-    name: str
-    priority: int
-    priority_score: float
-    drf_share: float
-    drf_score: float
-    proportion_share: float
-    proportion_score: float
-    total: float
-    allocated: Resources
-    deserved: Resources
-
-
 def score(priority: int, lowest: int, highest: int, drf_share: float, weight: int, proportion_share: float,
           config: QueueOrderConfig) -> tuple[float, float, float, float]:
-    """(priority score, DRF score, proportion score, total), each part already times its weight."""
+    """Seed 001 QueueScoreOrderFn: (priority score, DRF score, proportion score, total), each part already times its
+    weight (module docstring)."""
     p = (priority - lowest) / (highest - lowest) if highest > lowest else 0.0
     d = 1 - drf_share / weight
     r = 1 - proportion_share
@@ -60,16 +47,19 @@ def score(priority: int, lowest: int, highest: int, drf_share: float, weight: in
 
 
 def share(allocated: Resources, of: Resources) -> float:
-    """max over resources (pods excluded) of allocated / of, counting only resources `of` has."""
+    """Seed 001 DRF and proportion shares: max over resources (pods excluded) of allocated / of, counting only
+    resources `of` has."""
     return max((amount / of[name] for name, amount in allocated.items() if name != PODS and of[name] > 0), default=0.0)
 
 
 def queue_priority(queue: QueueView, classes: Mapping[str, PriorityClassView]) -> int:
+    """Seed 001 "PriorityClass of queue": the value of the class the queue names, else `spec.priority`, else 0."""
     pc = classes.get(queue.class_name) if queue.class_name else None
     return pc.value if pc is not None else int(queue.priority or 0)
 
 
 def deserved(queues: Sequence[QueueView], cluster: Resources) -> dict[str, Resources]:
+    """Seed 001 proportion's deserved: `spec.deserved`, else the cluster split by weight, capped by capability."""
     total_weight = sum(q.weight for q in queues) or 1
     out = {}
     for q in queues:
@@ -85,7 +75,7 @@ def deserved(queues: Sequence[QueueView], cluster: Resources) -> dict[str, Resou
 
 def queue_scores(queues: Mapping[str, QueueView], named: Iterable[str], classes: Mapping[str, PriorityClassView],
                  allocated: Mapping[str, Resources], cluster: Resources, config: QueueOrderConfig) -> list[QueueScore]:
-    """Every Queue object and every queue in `named` (queues pods name), best first."""
+    """Seed 001 QueueScoreOrder: every Queue object and every queue in `named` (queues pods name), best first."""
     everyone = dict(queues)
     for name in named:
         everyone.setdefault(name, QueueView(name=name, uid="", annotations={}, weight=1, priority=None,
@@ -93,7 +83,8 @@ def queue_scores(queues: Mapping[str, QueueView], named: Iterable[str], classes:
                                             created=EPOCH))
     ordered = list(everyone.values())
     priorities = {q.name: queue_priority(q, classes) for q in ordered}
-    range_of = list(priorities.values()) + [c.value for c in classes.values() if c.value <= HIGHEST_USER_DEFINABLE_PRIORITY]
+    user_definable = [c.value for c in classes.values() if c.value <= HIGHEST_USER_DEFINABLE_PRIORITY]
+    range_of = list(priorities.values()) + user_definable
     lowest, highest = (min(range_of), max(range_of)) if range_of else (0, 0)
     fair = deserved(ordered, cluster)
     scored = []
@@ -109,8 +100,8 @@ def queue_scores(queues: Mapping[str, QueueView], named: Iterable[str], classes:
 
 def score_queues(snapshot: Snapshot, states: Mapping[str, NodeState], named: Iterable[str], config: QueueOrderConfig,
                  usage: Mapping[str, Mapping[str, Resources]] | None = None) -> list[QueueScore]:
-    """queue_scores over a snapshot: allocation from `usage` (queue -> node -> requests, guarantee.usage_by_queue;
-    computed here when not given), the cluster from the allocatable of schedulable nodes."""
+    """Seed 001: queue_scores over a snapshot: allocation from `usage` (queue -> node -> requests,
+    jobs.usage_by_queue; computed here when not given), the cluster from the allocatable of schedulable nodes."""
     usage = usage if usage is not None else usage_by_queue(states, snapshot.podgroups)
     cluster = Resources.total(s.node.allocatable for s in states.values() if schedulable(s.node))
     allocated = {q: Resources.total(by_node.values()) for q, by_node in usage.items()}
@@ -118,7 +109,8 @@ def score_queues(snapshot: Snapshot, states: Mapping[str, NodeState], named: Ite
 
 
 def order_jobs(jobs: Iterable[Job], scores: Sequence[QueueScore], ordering: str) -> list[Job]:
-    """Jobs in the order they get locks (module docstring). Without scores every queue ranks alike."""
+    """Seed 001 (queue-first, or the "reflection"'s job-first): jobs in the order they get locks (module
+    docstring). Without scores every queue ranks alike."""
     rank = {s.name: i for i, s in enumerate(scores)}
     last = len(rank)
     if ordering == "job-first":

@@ -142,7 +142,7 @@ def measure_guarantees(nodes: int) -> dict:
 
 def search_quality(samples: int = 300, budget: int = 2000, seed: int = 11, exact_when_small: bool = True) -> dict:
     """Chosen score / brute-force optimum on random clusters of 1-12 nodes (queue use and idle random)."""
-    from agent.planner.guarantee import Problem, brute_force, search
+    from agent.planner.guarantee_search import Problem, brute_force, search
     from shared.resources import Resources
 
     rng = random.Random(seed)

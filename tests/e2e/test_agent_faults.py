@@ -18,8 +18,7 @@ from localcluster.agent_process import AgentProcess
 from shared import keys
 from shared.ownership import JobRef, window_owner_id
 from tests.e2e.kit import REPO, Kit, apply_setup
-from tests.e2e.test_starvation import CONFIG, SETUP, configure
-from tests.e2e.test_windows import window_config
+from tests.e2e.scenarios import SETUP, STARVATION_CONFIG, configure, window_config
 
 FOREIGN = {"key": "example.com/dedicated", "value": "batch", "effect": "NoSchedule"}
 
@@ -28,7 +27,7 @@ FOREIGN = {"key": "example.com/dedicated", "value": "batch", "effect": "NoSchedu
 async def held_node(kit: Kit) -> AsyncIterator[str]:
     """A node kept busy by a pod that never ends, and a big pod starving for it; plus a taint not ours."""
     await apply_setup(kit, *SETUP)
-    await configure(kit, CONFIG)
+    await configure(kit, STARVATION_CONFIG)
     await kit.create_node("held", {"cpu": "4", "memory": "16Gi"})
     await kit.patch_node("held", [{"op": "add", "path": "/spec/taints", "value": [FOREIGN]}])
     toleration = {"key": FOREIGN["key"], "operator": "Exists"}
@@ -121,7 +120,7 @@ async def test_invalid_config_edit_keeps_the_last_good_config(kit: Kit, held_nod
         await kit.wait_for(lambda: _log_has(agent, "config=rejected"), what="the agent rejecting the edit")
         assert [t["value"] for t in await lock_taints(kit)] == [held_node]
         # dryRun: true (a valid edit) takes effect without a restart: nothing new is written
-        await configure(kit, CONFIG + "dryRun: true\n")
+        await configure(kit, STARVATION_CONFIG + "dryRun: true\n")
         await kit.wait_for(lambda: _log_has(agent, "dryRun=True"), what="the dry-run config loaded")
     finally:
         agent.stop()

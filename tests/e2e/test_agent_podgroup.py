@@ -10,12 +10,12 @@ from localcluster.cluster import COMPLETE_AFTER, free_port
 from shared import keys
 from shared.ownership import JobRef
 from tests.e2e.kit import Kit, apply_setup
-from tests.e2e.test_starvation import CONFIG, SETUP, configure, scheduled_at
+from tests.e2e.scenarios import SETUP, STARVATION_CONFIG, configure, scheduled_at
 
 
 async def test_podgroup_gets_the_lock_and_the_events(kit: Kit) -> None:
     await apply_setup(kit, *SETUP)
-    await configure(kit, CONFIG)
+    await configure(kit, STARVATION_CONFIG)
     agent = AgentProcess(kit.cluster, metrics_port=free_port())
     agent.start()
 

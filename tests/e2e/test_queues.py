@@ -19,15 +19,9 @@ from localcluster.webhook_process import WebhookProcess
 from shared import keys
 from shared.ownership import queue_owner_id
 from tests.e2e.kit import REPO, Kit, apply_setup, running_webhook
-from tests.e2e.test_starvation import SETUP, configure
+from tests.e2e.scenarios import QUEUE_CONFIG, SETUP, configure, locked_nodes
 
 VOLCANO = f"/apis/{keys.VOLCANO_GROUP}/{keys.VOLCANO_VERSION}"
-CONFIG = """
-starvation: {enabled: false}
-maxLockedNodePercent: 100
-resyncPeriod: 2s
-debounce: 200ms
-"""
 
 
 @pytest.fixture
@@ -62,15 +56,6 @@ async def priority_class(kit: Kit, name: str, value: int) -> None:
                                  "metadata": {"name": name}, "value": value})
 
 
-async def locked_nodes(kit: Kit, names: list[str]) -> dict[str, str]:
-    out = {}
-    for name in names:
-        for taint in (await kit.read_node(name))["spec"].get("taints") or []:
-            if taint["key"] == keys.LOCK:
-                out[name] = taint["value"]
-    return out
-
-
 async def wait_locks(kit: Kit, names: list[str], want: dict[str, int], timeout: float = 30) -> dict[str, str]:
     """Until the lock owners over `names` count as `want` (owner -> number of nodes)."""
     async def probe() -> list[dict[str, str]] | None:
@@ -94,7 +79,7 @@ async def queue_events(kit: Kit, reason: str) -> list[dict]:
 
 async def test_guarantee_locks_nodes_for_its_queue_only_and_is_released_when_removed(
         kit: Kit, queues: list[str], webhook: WebhookProcess) -> None:
-    await configure(kit, CONFIG)
+    await configure(kit, QUEUE_CONFIG)
     names = [f"gq-{i}" for i in range(1, 5)]
     for name in names:
         await kit.create_node(name, {"cpu": "4", "memory": "16Gi"})
@@ -144,7 +129,7 @@ async def test_two_queues_compete_for_the_cap_in_queue_score_order(kit: Kit, que
     """maxLockedNodePercent 50 over four nodes leaves two lockable; both queues want two nodes' worth. gold has the
     higher PriorityClass, so the higher score: it wins, bronze gets nothing. A guarantee larger than the cluster
     (no webhook here to refuse it) is reported with a Warning Event and ignored."""
-    await configure(kit, CONFIG.replace("maxLockedNodePercent: 100", "maxLockedNodePercent: 50"))
+    await configure(kit, QUEUE_CONFIG.replace("maxLockedNodePercent: 100", "maxLockedNodePercent: 50"))
     names = [f"cq-{i}" for i in range(1, 5)]
     for name in names:
         await kit.create_node(name, {"cpu": "4", "memory": "16Gi"})
@@ -177,7 +162,7 @@ async def test_two_queues_compete_for_the_cap_in_queue_score_order(kit: Kit, que
 
 
 async def test_guaranteed_policy_evicts_other_pods_and_respects_disruption_budgets(kit: Kit, queues: list[str]) -> None:
-    await configure(kit, CONFIG)
+    await configure(kit, QUEUE_CONFIG)
     await kit.create_node("ev-1", {"cpu": "4", "memory": "16Gi"})
     await kit.create_pod("free", {"cpu": "1"}, labels={"app": "free"})
     await kit.create_pod("protected", {"cpu": "1"}, labels={"app": "protected"})

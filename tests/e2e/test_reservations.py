@@ -16,8 +16,7 @@ from localcluster.cluster import COMPLETE_AFTER
 from shared import keys
 from shared.ownership import reservation_owner_id
 from tests.e2e.kit import Kit, apply_setup, running_webhook
-from tests.e2e.test_queues import CONFIG, locked_nodes
-from tests.e2e.test_starvation import SETUP, configure
+from tests.e2e.scenarios import QUEUE_CONFIG, SETUP, configure, locked_nodes
 
 RESERVATIONS = f"/apis/{keys.RESERVATION_GROUP}/{keys.RESERVATION_VERSION}/reservations"
 
@@ -26,7 +25,7 @@ RESERVATIONS = f"/apis/{keys.RESERVATION_GROUP}/{keys.RESERVATION_VERSION}/reser
 async def running(kit: Kit) -> AsyncIterator[tuple[list[str], AgentProcess]]:
     """Webhook and agent running; yields the list the test appends its Reservation names to (deleted after)."""
     await apply_setup(kit, *SETUP, "deploy/webhook-rbac.yaml")
-    await configure(kit, CONFIG + "reservations: {gcGracePeriod: 4s}\n")
+    await configure(kit, QUEUE_CONFIG + "reservations: {gcGracePeriod: 4s}\n")
     agent = AgentProcess(kit.cluster)
     created: list[str] = []
     try:

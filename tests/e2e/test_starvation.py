@@ -17,29 +17,16 @@ from shared import keys
 from shared.ownership import JobRef
 from shared.timestamps import parse_time
 from tests.e2e.kit import Kit, apply_setup
+from tests.e2e.scenarios import SETUP, STARVATION_CONFIG, configure, scheduled_at
 
-SETUP = ("deploy/crds/scheduling.volcano.sh_queues.yaml", "deploy/crds/scheduling.volcano.sh_podgroups.yaml",
-         "deploy/crds/reservoir.sh_reservations.yaml", "deploy/namespace.yaml", "deploy/agent-rbac.yaml")
 STREAM_SECONDS = 30
 SMALL_RUNS = "5s"
-CONFIG = """
-starvation: {starvingJobTimeThreshold: 3s, reservedNodePercent: 100, maxLockDuration: 10m}
-maxLockedNodePercent: 100
-resyncPeriod: 2s
-debounce: 200ms
-"""
-
-
-async def configure(kit: Kit, text: str) -> None:
-    await kit.server_side_apply({"apiVersion": "v1", "kind": "ConfigMap",
-                                 "metadata": {"name": keys.CONFIGMAP_NAME, "namespace": keys.NAMESPACE},
-                                 "data": {keys.CONFIG_KEY: text}})
 
 
 @pytest.fixture
 async def agent(kit: Kit) -> AsyncIterator[AgentProcess]:
     await apply_setup(kit, *SETUP)
-    await configure(kit, CONFIG)
+    await configure(kit, STARVATION_CONFIG)
     process = AgentProcess(kit.cluster)
     process.start()
     try:
@@ -60,13 +47,6 @@ async def stream_small_pods(kit: Kit, seconds: float, keep_pending: int = 3) -> 
             await kit.create_pod(f"small-{next(counter)}", {"cpu": "1"}, labels={"stream": "small"},
                                  annotations={COMPLETE_AFTER: SMALL_RUNS})
         await asyncio.sleep(0.3)
-
-
-def scheduled_at(pod: dict) -> float | None:
-    for condition in pod.get("status", {}).get("conditions") or []:
-        if condition["type"] == "PodScheduled" and condition["status"] == "True":
-            return parse_time(condition["lastTransitionTime"]).timestamp()
-    return None
 
 
 async def run_story(kit: Kit) -> tuple[float, float, dict, list[dict]]:

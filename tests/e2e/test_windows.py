@@ -6,7 +6,6 @@ ordinary pods, which came first, take the room."""
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -15,29 +14,9 @@ from localcluster.cluster import COMPLETE_AFTER
 from shared import keys
 from shared.ownership import window_owner_id
 from tests.e2e.kit import Kit, apply_setup
-from tests.e2e.test_starvation import SETUP, configure, scheduled_at
+from tests.e2e.scenarios import SETUP, configure, scheduled_at, window_config
 
 LABELS = {"business": "ebook"}
-
-
-def window_config(name: str = "ebook", selector: str = "{business: ebook}", cpu: str = "8",
-                  pod_num_to_reserve: int | None = 2) -> str:
-    """A config whose window opens within the minute, its lock already due (startReserveAgo 3m)."""
-    start = (datetime.now(timezone.utc) + timedelta(minutes=1)).replace(second=0, microsecond=0)
-    cap = f"\n  podNumToReserve: {pod_num_to_reserve}" if pod_num_to_reserve else ""
-    return f"""
-starvation: {{enabled: false}}
-maxLockedNodePercent: 100
-resyncPeriod: 2s
-debounce: 200ms
-windows:
-- name: {name}
-  nodeSelector: {selector}
-  resources: {{cpu: "{cpu}"}}
-  schedule: "{start.minute} {start.hour} * * *"
-  duration: 10m
-  startReserveAgo: 3m{cap}
-"""
 
 
 async def fill_and_queue(kit: Kit) -> None:

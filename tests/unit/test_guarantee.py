@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.planner.guarantee import Problem, brute_force, search
+from agent.planner.guarantee_search import Problem, brute_force, search
 from agent.planner.plan import plan
 from shared.config import load_config
 from shared.ownership import queue_owner_id

@@ -189,7 +189,7 @@ from hypothesis import strategies as st
 
 from agent.planner.capacity import idle_fraction, node_states, time_to_fit
 from agent.planner.jobs import build_jobs
-from agent.planner.starvation import NodeChooser, assign_tasks
+from agent.planner.starvation import NodeChooser, reserve_tasks
 
 
 @settings(max_examples=150, deadline=None)
@@ -208,7 +208,7 @@ def test_node_chooser_matches_a_brute_force_scan(node_specs, task_cpus) -> None:
     snapshot = snap(nodes, running + tasks, [group])
     states = node_states(snapshot.nodes, snapshot.pods)
     job = next(j for j in build_jobs(snapshot) if j.ref.name == "g")
-    chosen = assign_tasks(job, job.pending, NodeChooser(states, set(), {}, NOW), set())
+    chosen = reserve_tasks(job, job.pending, NodeChooser(states, set(), {}, NOW), set())
 
     reserved: dict[str, Resources] = {}
     expected: dict[str, list] = {}

@@ -1,0 +1,111 @@
+"""The contract every policy of the planner follows, as kube-scheduler's plugins and descheduler's registered plugins
+follow theirs: a named unit that reads one frozen `PlanContext` and returns one `PolicyResult`.
+
+`plan.POLICIES` lists the policies in DESIGN's precedence (reservation > queue guarantee > window > starvation);
+`plan.plan()` runs them in that order and, between two of them, marks the nodes the first locked as taken and takes
+their count off the budget (`PlanContext.after`). What a policy may take over of the locks already on the nodes is
+decided by one table, `displacement.DISPLACES`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Protocol
+
+from agent.planner.capacity import NodeState
+from agent.planner.jobs import Job
+from agent.planner.model import (
+    JobStatus,
+    Lock,
+    QueueGuaranteeStatus,
+    QueueScore,
+    ReservationStatus,
+    Snapshot,
+    WindowStatus,
+)
+from shared.config import ReservoirConfig
+from shared.keys import LockKind
+from shared.resources import Resources
+
+
+def cap(percent: int, nodes: int) -> int:
+    """Seed 000 / seed 002 "Safety": floor(percent/100 * schedulable nodes)."""
+    return percent * nodes // 100
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanContext:
+    """What every policy reads: the plan's inputs, what the policies before it took, and what is computed once per
+    plan for all of them."""
+
+    snapshot: Snapshot
+    config: ReservoirConfig
+    now: datetime
+    states: Mapping[str, NodeState]  # node -> its pods and idle (capacity.node_states)
+    current: Mapping[str, Lock]  # node -> the lock on it now, read back from the node
+    taken: frozenset[str] = frozenset()  # nodes locked in this plan by the policies before this one
+    budget: int = 0  # nodes still lockable within maxLockedNodePercent
+    schedulable_nodes: int = 0  # what the percentages of the caps are of
+    jobs: Sequence[Job] = ()  # jobs with a pending pod (jobs.build_jobs), when starvation or guarantees are enabled
+    scores: Sequence[QueueScore] = ()  # QueueScoreOrder, best first, when queues compete
+    usage: Mapping[str, Mapping[str, Resources]] = field(default_factory=dict)  # queue -> node -> its requests
+    live_jobs: frozenset[str] = frozenset()  # owner ids of the jobs in `jobs` that are not ready
+
+    def after(self, locks: Mapping[str, Lock]) -> PlanContext:
+        """The context of whatever plans next: `locks`' nodes taken, their count off the budget."""
+        if not locks:
+            return self
+        return replace(self, taken=self.taken | locks.keys(), budget=self.budget - len(locks))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Statuses:
+    """What the policies report beside their locks, one field per kind of status (Plan has the same fields)."""
+
+    reservations: tuple[ReservationStatus, ...] = ()
+    guarantees: tuple[QueueGuaranteeStatus, ...] = ()
+    windows: tuple[WindowStatus, ...] = ()
+    jobs: tuple[JobStatus, ...] = ()
+
+    def __add__(self, other: Statuses) -> Statuses:
+        return Statuses(reservations=self.reservations + other.reservations,
+                        guarantees=self.guarantees + other.guarantees, windows=self.windows + other.windows,
+                        jobs=self.jobs + other.jobs)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PolicyResult:
+    """What one policy returns: the locks it wants (node -> lock), its statuses, and one note per decision (without
+    the `policy=<name>` tag: plan() adds it)."""
+
+    locks: Mapping[str, Lock] = field(default_factory=dict)
+    statuses: Statuses = Statuses()
+    notes: tuple[str, ...] = ()
+
+
+class PolicyRun(Protocol):
+    def __call__(self, *, context: PlanContext) -> PolicyResult: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class Policy:
+    """One named policy of the planner."""
+
+    name: str  # tags its notes: `policy=<name> ...`
+    kind: LockKind  # the kind of lock it writes: its row in displacement.DISPLACES
+    seed: str  # the seed it implements
+    run: PolicyRun
+
+
+def tagged(policy: Policy, note: str) -> str:
+    """A note as the agent logs it: `policy=<name> <note>`."""
+    return f"policy={policy.name} {note}"
+
+
+def kept_since(current: Mapping[str, Lock], *, node: str, owner: str, now: datetime) -> datetime:
+    """A kept lock keeps its `since`: the time the node's current lock was taken when `owner` holds it already, else
+    `now` (a node changing hands starts afresh)."""
+    kept = current.get(node)
+    return kept.since if kept is not None and kept.owner == owner else now

@@ -1,0 +1,71 @@
+"""What several end-to-end stories share: the setup files, the configs, and small readers of what the cluster did.
+Test modules import these from here, never from each other."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from shared import keys
+from shared.timestamps import parse_time
+from tests.e2e.kit import Kit
+
+SETUP = ("deploy/crds/scheduling.volcano.sh_queues.yaml", "deploy/crds/scheduling.volcano.sh_podgroups.yaml",
+         "deploy/crds/reservoir.sh_reservations.yaml", "deploy/namespace.yaml", "deploy/agent-rbac.yaml")
+
+# Seed 000's story: a job starving for 3 s may lock every node.
+STARVATION_CONFIG = """
+starvation: {starvingJobTimeThreshold: 3s, reservedNodePercent: 100, maxLockDuration: 10m}
+maxLockedNodePercent: 100
+resyncPeriod: 2s
+debounce: 200ms
+"""
+
+# Queue and Reservation stories: starvation off, so only the policy under test locks nodes.
+QUEUE_CONFIG = """
+starvation: {enabled: false}
+maxLockedNodePercent: 100
+resyncPeriod: 2s
+debounce: 200ms
+"""
+
+
+async def configure(kit: Kit, text: str) -> None:
+    await kit.server_side_apply({"apiVersion": "v1", "kind": "ConfigMap",
+                                 "metadata": {"name": keys.CONFIGMAP_NAME, "namespace": keys.NAMESPACE},
+                                 "data": {keys.CONFIG_KEY: text}})
+
+
+def window_config(name: str = "ebook", selector: str = "{business: ebook}", cpu: str = "8",
+                  pod_num_to_reserve: int | None = 2) -> str:
+    """A config whose window opens within the minute, its lock already due (startReserveAgo 3m)."""
+    start = (datetime.now(UTC) + timedelta(minutes=1)).replace(second=0, microsecond=0)
+    cap = f"\n  podNumToReserve: {pod_num_to_reserve}" if pod_num_to_reserve else ""
+    return f"""
+starvation: {{enabled: false}}
+maxLockedNodePercent: 100
+resyncPeriod: 2s
+debounce: 200ms
+windows:
+- name: {name}
+  nodeSelector: {selector}
+  resources: {{cpu: "{cpu}"}}
+  schedule: "{start.minute} {start.hour} * * *"
+  duration: 10m
+  startReserveAgo: 3m{cap}
+"""
+
+
+def scheduled_at(pod: dict) -> float | None:
+    for condition in pod.get("status", {}).get("conditions") or []:
+        if condition["type"] == "PodScheduled" and condition["status"] == "True":
+            return parse_time(condition["lastTransitionTime"]).timestamp()
+    return None
+
+
+async def locked_nodes(kit: Kit, names: list[str]) -> dict[str, str]:
+    out = {}
+    for name in names:
+        for taint in (await kit.read_node(name))["spec"].get("taints") or []:
+            if taint["key"] == keys.LOCK:
+                out[name] = taint["value"]
+    return out

@@ -1,0 +1,420 @@
+"""The agent's writes (agent.writer): each body built by a pure function, and the Writer sending them, with the
+client edge replaced by a recorder (the edge itself is tested over HTTP in test_kube.py)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, cast
+
+import pytest
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from agent import writer as writer_module
+from agent.planner.model import Lock, Repair, lock_on
+from agent.writer import (
+    MAX_ATTEMPTS,
+    Writer,
+    allocated_annotation_patch,
+    event_body,
+    eviction_body,
+    node_patch,
+    queue_status_patch,
+    repair_patch,
+    reservation_status_patch,
+)
+from shared import keys
+from shared.jsonpatch import apply
+from shared.keys import LockKind
+from shared.kube import JSON, JSON_PATCH, MERGE_PATCH, api_error
+from shared.resources import Resources
+from shared.tolerations import lock_toleration
+from shared.views import NodeView, QueueView, ReservationView
+
+NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+OWNER = "job-ns-train-abcdef"
+LOCK = Lock(node="n1", owner=OWNER, kind=LockKind.JOB, subject="ns/PodGroup/train", reason="starving", since=NOW,
+            tasks=("ns/train-0",))
+
+
+def node_obj(*, lock: Lock | None = None, taints: Sequence[dict[str, str]] = (), labels: dict[str, str] | None = None,
+             annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "n1", "resourceVersion": "41"}
+    if labels is not None:
+        meta["labels"] = dict(labels)
+    if annotations is not None:
+        meta["annotations"] = dict(annotations)
+    spec: dict[str, Any] = {"taints": list(taints)} if taints else {}
+    if lock is not None:
+        spec.setdefault("taints", []).append({"key": keys.LOCK, "value": lock.owner, "effect": keys.LOCK_EFFECT})
+        meta.setdefault("labels", {}).update({keys.LOCK: lock.owner, keys.LOCK_KIND: lock.kind.value})
+        meta.setdefault("annotations", {})[keys.LOCK_INFO] = lock.info_json()
+    return {"metadata": meta, "spec": spec}
+
+
+# --- node_patch ---
+
+def test_lock_on_a_bare_node_adds_taint_labels_and_annotation_guarded_by_its_resource_version() -> None:
+    ops = node_patch(node_obj(), LOCK)
+    assert ops == [
+        {"op": "test", "path": "/metadata/resourceVersion", "value": "41"},
+        {"op": "add", "path": "/spec/taints", "value": [{"key": keys.LOCK, "value": OWNER, "effect": "NoSchedule"}]},
+        {"op": "add", "path": "/metadata/labels", "value": {keys.LOCK: OWNER, keys.LOCK_KIND: "job"}},
+        {"op": "add", "path": "/metadata/annotations", "value": {keys.LOCK_INFO: LOCK.info_json()}},
+    ]
+
+
+def test_node_already_carrying_the_lock_needs_no_patch_and_reads_back_as_it() -> None:
+    node = node_obj(lock=LOCK)
+    assert node_patch(node, LOCK) is None
+    assert lock_on(NodeView.from_obj(node)) == LOCK
+
+
+def test_lock_keeps_what_reservoir_did_not_write() -> None:
+    foreign = {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
+    ops = node_patch(node_obj(taints=[foreign], labels={"zone": "a"}, annotations={"note": "x"}), LOCK)
+    assert ops is not None
+    assert ops[1] == {"op": "add", "path": "/spec/taints",
+                      "value": [foreign, {"key": keys.LOCK, "value": OWNER, "effect": "NoSchedule"}]}
+    assert {"op": "add", "path": "/metadata/labels/reservoir.sh~1lock", "value": OWNER} in ops
+    assert {"op": "add", "path": "/metadata/annotations/reservoir.sh~1lock-info", "value": LOCK.info_json()} in ops
+    assert not any(op["op"] == "remove" for op in ops)
+
+
+def test_release_removes_only_reservoirs_keys() -> None:
+    foreign = {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
+    node = node_obj(lock=LOCK, taints=[foreign], labels={"zone": "a"})
+    assert node_patch(node, None) == [
+        {"op": "test", "path": "/metadata/resourceVersion", "value": "41"},
+        {"op": "add", "path": "/spec/taints", "value": [foreign]},
+        {"op": "remove", "path": "/metadata/labels/reservoir.sh~1lock"},
+        {"op": "remove", "path": "/metadata/labels/reservoir.sh~1lock-kind"},
+        {"op": "remove", "path": "/metadata/annotations/reservoir.sh~1lock-info"},
+    ]
+    alone = node_patch(node_obj(lock=LOCK), None)
+    assert alone is not None and alone[1] == {"op": "remove", "path": "/spec/taints"}
+    assert node_patch(node_obj(labels={"zone": "a"}), None) is None
+
+
+def test_changing_owner_rewrites_the_taint_and_the_owner_keys() -> None:
+    other = Lock(node="n1", owner="queue-gold-123456", kind=LockKind.QUEUE, subject="Queue/gold", reason="guarantee",
+                 since=NOW)
+    ops = node_patch(node_obj(lock=LOCK), other)
+    assert ops is not None
+    assert ops[1]["value"] == [{"key": keys.LOCK, "value": other.owner, "effect": "NoSchedule"}]
+    assert {"op": "add", "path": "/metadata/labels/reservoir.sh~1lock-kind", "value": "queue"} in ops
+
+
+# --- repair_patch ---
+
+def repair(tolerations: Sequence[dict[str, str]], *owners: str) -> Repair:
+    return Repair(namespace="ns", name="p", tolerations=tuple(tolerations),
+                  add=tuple(lock_toleration(o) for o in owners))
+
+
+def test_repair_creates_the_tolerations_list_when_the_pod_has_none() -> None:
+    assert repair_patch(repair([], OWNER)) == [{"op": "add", "path": "/spec/tolerations",
+                                                "value": [lock_toleration(OWNER)]}]
+
+
+def test_repair_appends_to_existing_tolerations_and_is_idempotent() -> None:
+    existing = {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"}
+    ops = repair_patch(repair([existing], OWNER, "window-ebook-654321"))
+    assert ops == [{"op": "add", "path": "/spec/tolerations/-", "value": lock_toleration(OWNER)},
+                   {"op": "add", "path": "/spec/tolerations/-", "value": lock_toleration("window-ebook-654321")}]
+    repaired = apply({"spec": {"tolerations": [existing]}}, ops)["spec"]["tolerations"]
+    assert repair_patch(repair(repaired, OWNER, "window-ebook-654321")) == []
+
+
+# --- Queue status ---
+
+@dataclass(frozen=True)
+class Guarantee:
+    queue: str
+    nodes: tuple[str, ...] = ()
+    resource: Resources = field(default_factory=lambda: Resources.parse({"cpu": "8"}))
+    warning: str | None = None
+    evict: tuple[str, ...] = ()
+
+
+def queue(reservation: dict[str, Any] | None = None) -> QueueView:
+    obj: dict[str, Any] = {"metadata": {"name": "gold"}, "spec": {}}
+    if reservation is not None:
+        obj["status"] = {"reservation": reservation}
+    return QueueView.from_obj(obj)
+
+
+def test_queue_status_is_written_when_it_changes_and_only_then() -> None:
+    planned = Guarantee("gold", nodes=("n1", "n2"))
+    body = {"status": {"reservation": {"nodes": ["n1", "n2"], "resource": {"cpu": "8"}}}}
+    assert queue_status_patch(planned, queue()) == body
+    assert queue_status_patch(planned, queue(body["status"]["reservation"])) is None
+    assert queue_status_patch(planned, queue({"nodes": ["n1"], "resource": {"cpu": "4"}})) == body
+
+
+def test_queue_status_is_cleared_when_the_guarantee_locks_nothing_or_goes() -> None:
+    written = {"nodes": ["n1"], "resource": {"cpu": "4"}}
+    assert queue_status_patch(None, queue(written)) == {"status": {"reservation": None}}
+    assert queue_status_patch(Guarantee("gold"), queue(written)) == {"status": {"reservation": None}}
+    assert queue_status_patch(None, queue()) is None
+    assert queue_status_patch(Guarantee("gold"), queue({})) is None, "an empty reservation is no reservation"
+
+
+# --- Reservation status ---
+
+@dataclass(frozen=True)
+class Planned:
+    name: str = "r1"
+    phase: str = "Available"
+    node: str = "n1"
+    message: str = "placed on n1"
+    annotate: tuple[str, ...] = ()
+    delete: bool = False
+    final: bool = False
+    conditions: tuple[dict[str, Any], ...] = ()
+
+    def status(self) -> dict[str, Any]:
+        return {"phase": self.phase, "nodeName": self.node or None, "conditions": list(self.conditions),
+                "allocatable": {"cpu": "2"}, "allocated": {}, "currentOwners": []}
+
+
+def reservation(status: dict[str, Any] | None = None) -> ReservationView:
+    return ReservationView.from_obj({"metadata": {"name": "r1"}, "spec": {"template": {"spec": {"containers": []}}},
+                                     **({"status": status} if status is not None else {})})
+
+
+def test_reservation_status_is_written_when_it_changes_and_only_then() -> None:
+    planned = Planned()
+    body = reservation_status_patch(planned, reservation())
+    assert body == {"status": planned.status()}
+    assert reservation_status_patch(planned, reservation(planned.status())) is None
+    extra = {**planned.status(), "someoneElses": "kept"}
+    assert reservation_status_patch(planned, reservation(extra)) is None, "fields it does not write are not compared"
+
+
+def test_unplaced_reservation_clears_a_node_name_it_no_longer_has() -> None:
+    planned = Planned(phase="Pending", node="")
+    was = {**Planned().status(), "phase": "Pending"}
+    body = reservation_status_patch(planned, reservation(was))
+    assert body is not None and body["status"]["nodeName"] is None and "nodeName" in body["status"]
+    without_node = {k: v for k, v in planned.status().items() if v is not None}
+    assert reservation_status_patch(planned, reservation(without_node)) is None
+
+
+def test_allocated_annotation_and_eviction_bodies() -> None:
+    assert allocated_annotation_patch("r1") == {"metadata": {"annotations": {keys.RESERVATION_ALLOCATED: "r1"}}}
+    assert eviction_body("ns", "p") == {"apiVersion": "policy/v1", "kind": "Eviction",
+                                        "metadata": {"name": "p", "namespace": "ns"}}
+
+
+# --- Events ---
+
+def test_event_on_a_cluster_scoped_object_names_no_namespace_for_it() -> None:
+    body = event_body("n1", "NodeLocked", "locked", now=NOW, component="reservoir-agent")
+    assert body == {
+        "metadata": {"generateName": "n1.", "namespace": "default"},
+        "involvedObject": {"kind": "Node", "name": "n1", "namespace": "", "apiVersion": "v1"},
+        "reason": "NodeLocked", "message": "locked", "type": "Normal",
+        "source": {"component": "reservoir-agent"}, "reportingComponent": "reservoir-agent",
+        "firstTimestamp": "2026-11-22T12:00:00Z", "lastTimestamp": "2026-11-22T12:00:00Z", "count": 1,
+    }
+    for kind in ("Queue", "Reservation"):
+        assert event_body("x", "R", "m", now=NOW, component="c", kind=kind)["involvedObject"]["namespace"] == ""
+
+
+def test_event_on_a_namespaced_object_and_a_long_message() -> None:
+    body = event_body("train", "NodeLocked", "x" * 1500, now=NOW, component="c", kind="PodGroup", namespace="ns",
+                      event_type="Warning", api_version="scheduling.volcano.sh/v1beta1")
+    assert body["metadata"]["namespace"] == "ns" and body["involvedObject"]["namespace"] == "ns"
+    assert len(body["message"]) == 1000 and body["type"] == "Warning"
+    assert body["involvedObject"]["apiVersion"] == "scheduling.volcano.sh/v1beta1"
+
+
+# --- the Writer, sending ---
+
+@dataclass
+class Sent:
+    method: str
+    path: str
+    body: Any
+    content_type: str
+
+
+class Recorder:
+    """Stands in for shared.kube's send_json and get_json: records each request, answers from `nodes`, and raises
+    the status queued for a path (one per call)."""
+
+    def __init__(self) -> None:
+        self.sent: list[Sent] = []
+        self.nodes: dict[str, dict[str, Any]] = {}
+        self.fail: dict[tuple[str, str], list[int]] = {}
+
+    def _raise_if_queued(self, method: str, path: str) -> None:
+        queued = self.fail.get((method, path))
+        if queued:
+            raise api_error(queued.pop(0), "Queued")
+
+    async def send_json(self, api: Any, method: str, path: str, body: Any = None, *, content_type: str = JSON,
+                        **_: Any) -> dict[str, Any]:
+        self.sent.append(Sent(method, path, body, content_type))
+        self._raise_if_queued(method, path)
+        return {}
+
+    async def get_json(self, api: Any, path: str, *_: Any, **__: Any) -> dict[str, Any]:
+        self._raise_if_queued("GET", path)
+        name = path.rsplit("/", 1)[-1]
+        if name not in self.nodes:
+            raise api_error(404, "Not Found")
+        return self.nodes[name]
+
+    def of(self, method: str) -> list[Sent]:
+        return [s for s in self.sent if s.method == method]
+
+
+@pytest.fixture
+def recorder(monkeypatch: pytest.MonkeyPatch) -> Recorder:
+    fake = Recorder()
+    monkeypatch.setattr(writer_module, "send_json", fake.send_json)
+    monkeypatch.setattr(writer_module, "get_json", fake.get_json)
+    return fake
+
+
+def new_writer() -> tuple[Writer, list[int]]:
+    failures: list[int] = []
+    on_failure: Callable[[], None] = lambda: failures.append(1)  # noqa: E731
+    unused = cast(client.ApiClient, object())  # the recorder stands in for the edge: the client is never used
+    return Writer(unused, on_failure=on_failure), failures
+
+
+async def test_set_lock_reads_the_node_again_after_a_conflict(recorder: Recorder) -> None:
+    recorder.nodes["n1"] = node_obj()
+    recorder.fail[("PATCH", "/api/v1/nodes/n1")] = [409, 422]
+    writer, _ = new_writer()
+    assert await writer.set_lock("n1", LOCK) == (None, True)
+    patches = recorder.of("PATCH")
+    assert len(patches) == 3 and all(p.content_type == JSON_PATCH for p in patches)
+    assert patches[-1].body == node_patch(node_obj(), LOCK)
+
+
+async def test_set_lock_gives_up_after_max_attempts_and_on_other_errors(recorder: Recorder) -> None:
+    recorder.nodes["n1"] = node_obj()
+    recorder.fail[("PATCH", "/api/v1/nodes/n1")] = [409] * MAX_ATTEMPTS
+    writer, _ = new_writer()
+    with pytest.raises(ApiException) as err:
+        await writer.set_lock("n1", LOCK)
+    assert err.value.status == 409 and len(recorder.of("PATCH")) == MAX_ATTEMPTS
+    recorder.fail[("PATCH", "/api/v1/nodes/n1")] = [403]
+    with pytest.raises(ApiException):
+        await writer.set_lock("n1", LOCK)
+    assert len(recorder.of("PATCH")) == MAX_ATTEMPTS + 1, "a 403 is not retried"
+
+
+async def test_set_lock_on_a_deleted_node_writes_nothing(recorder: Recorder) -> None:
+    writer, _ = new_writer()
+    assert await writer.set_lock("gone", LOCK) == (None, False)
+    assert recorder.sent == []
+
+
+async def test_apply_locks_releases_and_reports_with_events(recorder: Recorder,
+                                                            caplog: pytest.LogCaptureFixture) -> None:
+    recorder.nodes["n1"] = node_obj()
+    recorder.nodes["n2"] = node_obj(lock=LOCK)
+    recorder.nodes["n3"] = node_obj()
+    recorder.fail[("PATCH", "/api/v1/nodes/n3")] = [500]
+    writer, failures = new_writer()
+    held = Lock(node="n2", owner=OWNER, kind=LockKind.JOB, subject=LOCK.subject, reason=LOCK.reason, since=NOW,
+                tasks=LOCK.tasks)
+    with caplog.at_level(logging.INFO, logger="reservoir.agent"):
+        await writer.apply({"n1": LOCK, "n3": LOCK}, {"n2": held})
+    assert [p.path for p in recorder.of("PATCH")] == ["/api/v1/nodes/n1", "/api/v1/nodes/n2", "/api/v1/nodes/n3"]
+    events = [(s.body["involvedObject"]["kind"], s.body["involvedObject"]["name"], s.body["reason"])
+              for s in recorder.of("POST")]
+    assert events == [("Node", "n1", "NodeLocked"), ("PodGroup", "train", "NodeLocked"),
+                      ("Node", "n2", "NodeReleased"), ("PodGroup", "train", "NodeReleased")]
+    assert recorder.of("POST")[1].path == "/api/v1/namespaces/ns/events"
+    assert failures == [1]
+    assert "node=n3 decision=patch-failed status=500 reason=Queued" in caplog.text
+    assert f"node=n1 decision=lock owner={OWNER} kind=job subject=ns/PodGroup/train reason='starving'" in caplog.text
+
+
+def test_dry_run_logs_what_it_would_write(caplog: pytest.LogCaptureFixture) -> None:
+    writer, _ = new_writer()
+    with caplog.at_level(logging.INFO, logger="reservoir.agent"):
+        writer.report_dry_run({"n1": LOCK}, {"n2": LOCK})
+    assert f"node=n1 decision=would-lock dryRun=true owner={OWNER} subject=ns/PodGroup/train" in caplog.text
+    assert f"node=n2 decision=would-release dryRun=true owner={OWNER}" in caplog.text
+
+
+async def test_repair_patches_the_pod_and_logs_the_owners(recorder: Recorder, caplog: pytest.LogCaptureFixture) -> None:
+    writer, failures = new_writer()
+    done = Repair(namespace="ns", name="q", tolerations=(lock_toleration(OWNER),), add=(lock_toleration(OWNER),))
+    broken = Repair(namespace="ns", name="p2", tolerations=(), add=(lock_toleration(OWNER),))
+    recorder.fail[("PATCH", "/api/v1/namespaces/ns/pods/p2")] = [404]
+    with caplog.at_level(logging.INFO, logger="reservoir.agent"):
+        await writer.repair([repair([], OWNER), done, broken])
+    patches = recorder.of("PATCH")
+    assert [(p.path, p.content_type) for p in patches] == [("/api/v1/namespaces/ns/pods/p", JSON_PATCH),
+                                                           ("/api/v1/namespaces/ns/pods/p2", JSON_PATCH)]
+    assert patches[0].body == repair_patch(repair([], OWNER))
+    assert (f"pod=ns/p decision=repair added=['{OWNER}'] reason=lock held for its owner but not tolerated"
+            in caplog.text)
+    assert "pod=ns/p2 decision=repair-failed status=404 reason=Queued" in caplog.text
+    assert failures == [1]
+
+
+async def test_evict_outcomes(recorder: Recorder) -> None:
+    writer, _ = new_writer()
+    path = "/api/v1/namespaces/ns/pods/p/eviction"
+    recorder.fail[("POST", path)] = [404, 429, 500]
+    assert await writer.evict("ns", "p") == "gone"
+    assert await writer.evict("ns", "p") == "blocked"
+    with pytest.raises(ApiException):
+        await writer.evict("ns", "p")
+    assert await writer.evict("ns", "p") == "evicted"
+    assert recorder.of("POST")[-1].body == eviction_body("ns", "p")
+
+
+async def test_queue_outputs(recorder: Recorder, caplog: pytest.LogCaptureFixture) -> None:
+    writer, failures = new_writer()
+    eviction = "/api/v1/namespaces/ns/pods/busy/eviction"
+    recorder.fail[("POST", eviction)] = [429, 429]
+    planned = [Guarantee("gold", nodes=("n1",), warning="too large", evict=("ns/busy",))]
+    with caplog.at_level(logging.INFO, logger="reservoir.agent"):
+        await writer.write_queues(planned, {"gold": queue()})
+        await writer.write_queues(planned, {"gold": queue()})
+        await writer.write_queues(planned, {"gold": queue()})
+    statuses = [s for s in recorder.of("PATCH") if s.path == "/apis/scheduling.volcano.sh/v1beta1/queues/gold/status"]
+    assert len(statuses) == 3 and all(s.content_type == MERGE_PATCH for s in statuses)
+    assert statuses[0].body == {"status": {"reservation": {"nodes": ["n1"], "resource": {"cpu": "8"}}}}
+    events = [s.body["reason"] for s in recorder.of("POST") if s.path.endswith("/events")]
+    assert events == ["GuaranteeRefused", "EvictionBlocked"], "each reported once"
+    assert len([s for s in recorder.of("POST") if s.path == eviction]) == 3, "a blocked eviction is retried"
+    assert "pod=ns/busy decision=evict outcome=blocked queue=gold" in caplog.text
+    assert "pod=ns/busy decision=evict outcome=evicted queue=gold" in caplog.text
+    assert failures == []
+
+
+async def test_reservation_outputs(recorder: Recorder) -> None:
+    writer, failures = new_writer()
+    base = "/apis/reservoir.sh/v1alpha1/reservations"
+    recorder.fail[("DELETE", f"{base}/old")] = [404]
+    recorder.fail[("PATCH", "/api/v1/namespaces/ns/pods/gone")] = [404]
+    planned = [Planned(name="old", phase="Failed", delete=True), Planned(name="done", final=True),
+               Planned(name="r1", annotate=("ns/owner", "ns/gone")), Planned(name="missing")]
+    reservations = {"old": reservation(), "done": reservation(), "r1": reservation()}
+    await writer.write_reservations(planned, reservations)
+    assert [(s.method, s.path, s.content_type) for s in recorder.sent if not s.path.endswith("/events")] == [
+        ("DELETE", f"{base}/old", JSON),
+        ("PATCH", f"{base}/r1/status", MERGE_PATCH),
+        ("PATCH", "/api/v1/namespaces/ns/pods/owner", MERGE_PATCH),
+        ("PATCH", "/api/v1/namespaces/ns/pods/gone", MERGE_PATCH),
+    ]
+    assert recorder.sent[1].body == {"status": Planned(name="r1").status()}
+    assert recorder.sent[3].body == allocated_annotation_patch("r1")
+    event = recorder.of("POST")[0].body
+    assert (event["reason"], event["type"], event["involvedObject"]["apiVersion"]) == (
+        "Available", "Normal", "reservoir.sh/v1alpha1")
+    assert failures == [], "a deleted pod or an already deleted Reservation is no failure"
