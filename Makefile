@@ -53,6 +53,7 @@ bench-webhook: $(STAMP) $(LOADGEN)
 bench-planner: $(STAMP)
 	$(PY) -m bench.planner.run
 
-## bench-planner-compare: the planner benchmark of BASE (a git rev, default HEAD) and of the working tree, side by side
+## bench-planner-compare: the planner benchmark of BASE (a git rev, default HEAD) and of TREE (a git rev, default the
+## working tree), side by side in one run
 bench-planner-compare: $(STAMP)
-	$(PY) -m bench.planner.compare $(or $(BASE),HEAD)
+	$(PY) -m bench.planner.compare $(or $(BASE),HEAD) $(TREE)
