@@ -16,36 +16,36 @@ from agent.writer import Writer
 from shared import kinds
 from shared.config import ReservoirConfig
 from shared.duration import format_duration
-from shared.kube import NotFound, get_json, new_api_client
+from shared.kube import new_api_client
 from shared.ownership import pod_queue
 from shared.timestamps import stamp
+from shared.watchcache import Skipped, WatchCache
 
 
-async def _list(api: client.ApiClient, kind: kinds.Watched) -> list[Any]:
-    """Every object of one watched kind, as its view (an API that is not installed lists as empty)."""
-    query = [("fieldSelector", kind.field_selector)] if kind.field_selector else []
-    try:
-        listed = await get_json(api, kind.path, query)
-    except NotFound:
-        return []
-    return [kind.convert(obj) for obj in listed.get("items", [])]
+async def _list(api: client.ApiClient, kind: kinds.Watched, skipped: list[Skipped] | None = None) -> list[Any]:
+    """Every object of one watched kind, as its view, listed the way the agent's caches list it: an API that is not
+    installed lists as empty, and an object that cannot be read is left out and added to `skipped`."""
+    cache: WatchCache[Any] = WatchCache.of(api, kind, on_skip=skipped.append if skipped is not None else None)
+    await cache.list()
+    return list(cache.items.values())
 
 
-async def read_snapshot(api: client.ApiClient, namespace: str) -> tuple[Snapshot, ReservoirConfig]:
-    nodes = await _list(api, kinds.NODES)
-    groups = await _list(api, kinds.PODGROUPS)
+async def read_snapshot(api: client.ApiClient, namespace: str) -> tuple[Snapshot, ReservoirConfig, list[Skipped]]:
+    skipped: list[Skipped] = []
+    nodes = await _list(api, kinds.NODES, skipped)
+    groups = await _list(api, kinds.PODGROUPS, skipped)
     config = ReservoirConfig()
-    for configmap in await _list(api, kinds.config_map(namespace)):
+    for configmap in await _list(api, kinds.config_map(namespace), skipped):
         config, _ = kinds.config_from("ADDED", configmap, config)
     snapshot = Snapshot(
         nodes={n.name: n for n in nodes},
-        pods=await _list(api, kinds.PODS),
+        pods=await _list(api, kinds.PODS, skipped),
         podgroups={(g.namespace, g.name): g for g in groups},
-        queues={q.name: q for q in await _list(api, kinds.QUEUES)},
-        priority_classes={c.name: c for c in await _list(api, kinds.PRIORITY_CLASSES)},
-        reservations={r.name: r for r in await _list(api, kinds.RESERVATIONS)},
+        queues={q.name: q for q in await _list(api, kinds.QUEUES, skipped)},
+        priority_classes={c.name: c for c in await _list(api, kinds.PRIORITY_CLASSES, skipped)},
+        reservations={r.name: r for r in await _list(api, kinds.RESERVATIONS, skipped)},
     )
-    return snapshot, config
+    return snapshot, config, skipped
 
 
 def _age(since: datetime, now: datetime) -> str:
@@ -71,7 +71,7 @@ def queue_table(snapshot: Snapshot, config: ReservoirConfig) -> tuple[list[Queue
 async def status(kubeconfig: str | None, namespace: str, output: str, queues: bool = False) -> str:
     api = await new_api_client(kubeconfig)
     try:
-        snapshot, config = await read_snapshot(api, namespace)
+        snapshot, config, skipped = await read_snapshot(api, namespace)
     finally:
         await api.close()
     now = datetime.now(UTC)
@@ -91,6 +91,7 @@ async def status(kubeconfig: str | None, namespace: str, output: str, queues: bo
             "starvingJobs": [j.__dict__ for j in starving],
             "windows": [{"name": w.name, "active": w.active, "start": w.start.isoformat(), "end": w.end.isoformat(),
                          "reason": w.reason} for w in planned.windows],
+            "skipped": [{"kind": s.kind, "name": s.name, "error": s.error} for s in skipped],
         }, indent=2, default=str)
     lines = [f"{'NODE':<24}{'KIND':<13}{'OWNER':<44}{'AGE':<10}{'EXPIRES':<22}REASON"]
     for lock in sorted(locks.values(), key=lambda lock: lock.node):
@@ -105,6 +106,9 @@ async def status(kubeconfig: str | None, namespace: str, output: str, queues: bo
     lines += ["", f"{'WINDOW':<20}{'ACTIVE':<8}{'START':<22}{'END':<22}REASON"]
     lines += [f"{w.name:<20}{str(w.active).lower():<8}{stamp(w.start)}  {stamp(w.end)}  {w.reason}"
               for w in planned.windows] or ["(no windows configured)"]
+    if skipped:  # objects no cache can read: Reservoir acts as if they did not exist
+        lines += ["", f"{'SKIPPED OBJECT':<44}ERROR"]
+        lines += [f"{s.kind + ' ' + s.name:<44}{s.error}" for s in skipped]
     return "\n".join(lines)
 
 

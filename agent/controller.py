@@ -3,22 +3,35 @@
 watch caches -> snapshot -> plan (pure: decides) -> writer (diffs and writes what the plan says) -> metrics. Only
 the holder of the `reservoir-agent` Lease writes; a standby keeps its caches warm and takes over within the lease
 duration.
+
+Fencing (issue 10). kubernetes_asyncio's leader election cancels the reconcile loop only after it has failed to renew
+for RENEW_DEADLINE, and a rival may hold the Lease by then; a reconcile in flight would go on writing. So the writer
+asks a `LeaseFence` before each batch and each write: it holds while this replica holds the Lease and renewed it less
+than LEASE_DURATION ago. The fence is fed by `FencedLeaseLock`, the library's LeaseLock with every call under a
+timeout: a successful create or replace of the Lease (the library writes only this replica's own record, guarded by
+the resourceVersion it read) renews the fence, timed when the request was sent, the safe side; a read that shows
+another holder, or none, ends it at once; the loss of leadership ends it too. The Lease lives in `--lease-namespace`
+(the agent's own namespace), not in `--namespace` (where the ConfigMap is read) unless they are the same.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+import aiohttp
 from aiohttp import web
 from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.leaderelection import electionconfig, leaderelection
+from kubernetes_asyncio.leaderelection.leaderelectionrecord import LeaderElectionRecord
 from kubernetes_asyncio.leaderelection.resourcelock.leaselock import LeaseLock
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -31,12 +44,113 @@ from shared.config import ReservoirConfig
 from shared.keys import LockKind
 from shared.kube import new_api_client
 from shared.serving import probes_app, stop_on_signals
-from shared.watchcache import WatchCache
+from shared.watchcache import WatchCache, count_skips
 
 log = logging.getLogger("reservoir.agent")
 LEASE_NAME = "reservoir-agent"
 # Whole seconds: kubernetes_asyncio's LeaseLock converts the duration with int(str(value)).
 LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD = 15, 10, 2
+LEASE_CALL_TIMEOUT = 5  # each read or write of the Lease; a renewal may be tried again within RENEW_DEADLINE
+
+
+class LeaseFence:
+    """May this replica write now? Only while it holds the Lease and renewed it less than `duration` seconds ago
+    (module docstring, "Fencing"). `clock` is monotonic: a wall-clock jump changes nothing."""
+
+    def __init__(self, identity: str, duration: float = LEASE_DURATION,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.identity = identity
+        self.duration = duration
+        self.clock = clock
+        self.renewed_at: float | None = None  # when the last successful renewal was sent; None: not held
+        self.holder: str | None = None  # the holder last seen on the Lease
+
+    def renewed(self, sent_at: float) -> None:
+        """A create or replace of the Lease with this replica's record succeeded; it was sent at `sent_at`."""
+        self.renewed_at = sent_at if self.renewed_at is None else max(self.renewed_at, sent_at)
+        self.holder = self.identity
+
+    def observed(self, holder: str | None) -> None:
+        """A read of the Lease showed `holder`: anyone else (or nobody) means this replica holds it no more."""
+        self.holder = holder
+        if holder != self.identity:
+            self.renewed_at = None
+
+    def lost(self) -> None:
+        """Leadership ended (the election gave up renewing)."""
+        self.renewed_at = None
+
+    def stale(self) -> str | None:
+        """Why this replica may not write now; None when it may."""
+        if self.renewed_at is None:
+            if self.holder and self.holder != self.identity:
+                return f"the Lease is held by {self.holder}, not {self.identity}"
+            return f"{self.identity} does not hold the Lease"
+        age = self.clock() - self.renewed_at
+        if age >= self.duration:
+            return f"the Lease was last renewed {age:.1f}s ago, not within the lease duration ({self.duration:g}s)"
+        return None
+
+
+def _no_answer(err: Exception) -> ApiException:
+    """A Lease call that got no answer (timeout, connection error), as the library expects a failed read: an
+    ApiException with a JSON Status body whose code is not 404 (it then retries, without creating the Lease)."""
+    error = ApiException(status=0, reason=f"no answer: {err!r}")
+    error.body = json.dumps({"code": 0, "message": str(error.reason)}).encode()
+    return error
+
+
+class FencedLeaseLock(LeaseLock):
+    """kubernetes_asyncio's LeaseLock with a timeout on every call, no exception escaping to the election loop (which
+    would leave the reconcile loop running), and the `LeaseFence` fed from what the calls show."""
+
+    def __init__(self, name: str, namespace: str, identity: str, api: client.ApiClient, fence: LeaseFence,
+                 timeout: float = LEASE_CALL_TIMEOUT) -> None:
+        super().__init__(name, namespace, identity, api)
+        self.fence = fence
+        self.timeout = timeout
+
+    async def get(self, name: str, namespace: str) -> tuple[bool, Any]:
+        try:
+            lease = await self.api_instance.read_namespaced_lease(name, namespace, _request_timeout=self.timeout)
+        except ApiException as err:
+            if err.status == 404:
+                self.fence.observed(None)
+            return False, err
+        except (TimeoutError, aiohttp.ClientError) as err:
+            log.warning("lease=%s/%s read got no answer: %r", namespace, name, err)
+            return False, _no_answer(err)
+        self.lease_reference = lease
+        record: LeaderElectionRecord = self.election_record(lease)
+        self.fence.observed(record.holder_identity)
+        return True, record
+
+    async def create(self, name: str, namespace: str, election_record: LeaderElectionRecord) -> bool:
+        spec = self.update_lease(election_record)
+        body = client.V1Lease(metadata=client.V1ObjectMeta(name=name), spec=spec)
+        sent = self.fence.clock()
+        try:
+            await self.api_instance.create_namespaced_lease(namespace, body, _request_timeout=self.timeout)
+        except (ApiException, TimeoutError, aiohttp.ClientError) as err:
+            log.warning("lease=%s/%s not created: %r", namespace, name, err)
+            return False
+        self.fence.renewed(sent)
+        return True
+
+    async def update(self, name: str, namespace: str, updated_record: LeaderElectionRecord) -> bool:
+        if self.lease_reference is None:
+            return False
+        self.lease_reference.spec = self.update_lease(updated_record, self.lease_reference.spec)
+        sent = self.fence.clock()
+        try:  # a replace guarded by the resourceVersion read last: a rival's write in between makes it fail (409)
+            await self.api_instance.replace_namespaced_lease(name=name, namespace=namespace,
+                                                             body=self.lease_reference, _request_timeout=self.timeout)
+        except (ApiException, TimeoutError, aiohttp.ClientError) as err:
+            log.warning("lease=%s/%s not renewed: %s", namespace, name,
+                        f"{err.status} {err.reason}" if isinstance(err, ApiException) else repr(err))
+            return False
+        self.fence.renewed(sent)
+        return True
 
 
 class AgentMetrics:
@@ -51,27 +165,39 @@ class AgentMetrics:
         self.leader = Gauge("reservoir_leader", "1 while this replica holds the Lease", registry=self.registry)
         self.config_errors = Counter("reservoir_config_rejected_total", "Invalid config edits kept out",
                                      registry=self.registry)
+        self.fenced = Counter("reservoir_writes_fenced_total",
+                              "Batches of writes not made (or stopped) because the Lease was not fresh",
+                              registry=self.registry)
+        self.evictions_deferred = Counter("reservoir_evictions_deferred_total",
+                                          "Evictions put off to a later reconcile by guarantee.maxEvictionsPerMinute",
+                                          registry=self.registry)
 
 
 class Agent:
-    def __init__(self, api: client.ApiClient, namespace: str = keys.NAMESPACE, identity: str | None = None) -> None:
+    def __init__(self, api: client.ApiClient, namespace: str = keys.NAMESPACE, identity: str | None = None,
+                 lease_namespace: str = keys.NAMESPACE) -> None:
         self.api = api
-        self.namespace = namespace
+        self.namespace = namespace  # where the ConfigMap is read (and Warning Events about it recorded)
+        self.lease_namespace = lease_namespace  # where the Lease is, the agent's own namespace
         self.identity = identity or f"{socket.gethostname()}-{os.getpid()}"
         self.metrics = AgentMetrics()
-        self.writer = Writer(api, on_failure=self.metrics.patch_errors.inc)
-        self.config = ReservoirConfig()
+        self.fence = LeaseFence(self.identity)
+        self.writer = Writer(api, on_failure=self.metrics.patch_errors.inc, fence=self.fence.stale,
+                             on_fenced=self.metrics.fenced.inc, on_deferred=self.metrics.evictions_deferred.inc)
+        self.config = self._protecting(ReservoirConfig())
+        self._lead_task: asyncio.Task[None] | None = None
         self.changed = asyncio.Event()
         self.leading = False
         self.last_plan: Plan | None = None
-        poke = self._poke
-        self.nodes = WatchCache.of(api, kinds.NODES, on_change=poke)
-        self.pods = WatchCache.of(api, kinds.PODS, on_change=poke)
-        self.podgroups = WatchCache.of(api, kinds.PODGROUPS, on_change=poke)
-        self.queues = WatchCache.of(api, kinds.QUEUES, on_change=poke)
-        self.priority_classes = WatchCache.of(api, kinds.PRIORITY_CLASSES, on_change=poke)
-        self.reservations = WatchCache.of(api, kinds.RESERVATIONS, on_change=poke)
-        self.configmaps = WatchCache.of(api, kinds.config_map(namespace), on_change=self._config_changed)
+        poke, skip = self._poke, count_skips(self.metrics.registry)  # an unreadable object: skipped, counted
+        self.nodes = WatchCache.of(api, kinds.NODES, on_change=poke, on_skip=skip)
+        self.pods = WatchCache.of(api, kinds.PODS, on_change=poke, on_skip=skip)
+        self.podgroups = WatchCache.of(api, kinds.PODGROUPS, on_change=poke, on_skip=skip)
+        self.queues = WatchCache.of(api, kinds.QUEUES, on_change=poke, on_skip=skip)
+        self.priority_classes = WatchCache.of(api, kinds.PRIORITY_CLASSES, on_change=poke, on_skip=skip)
+        self.reservations = WatchCache.of(api, kinds.RESERVATIONS, on_change=poke, on_skip=skip)
+        self.configmaps = WatchCache.of(api, kinds.config_map(namespace), on_change=self._config_changed,
+                                        on_skip=skip)
         self.caches = [self.nodes, self.pods, self.podgroups, self.queues, self.priority_classes, self.reservations,
                        self.configmaps]
         self._pending_events: list[tuple[str, str, str]] = []  # (reason, message, ConfigMap name) to report
@@ -81,8 +207,14 @@ class Agent:
     def _poke(self, kind: str, obj: Any) -> None:
         self.changed.set()
 
+    def _protecting(self, config: ReservoirConfig) -> ReservoirConfig:
+        """The config the agent plans with: the agent's namespaces (`--namespace`, `--lease-namespace`) among those
+        whose pods are never evicted (guarantee.protected_namespaces)."""
+        return config.protecting(self.namespace).protecting(self.lease_namespace)
+
     def _config_changed(self, event: str, configmap: Mapping[str, Any] | None) -> None:
-        self.config, error = kinds.config_from(event, configmap, self.config)
+        config, error = kinds.config_from(event, configmap, self.config)
+        self.config = self._protecting(config)
         if error is not None:
             self.metrics.config_errors.inc()
             log.warning("config=rejected kept=last-good error=%s", error)
@@ -130,6 +262,7 @@ class Agent:
         for reason, message, name in self._drain_events():
             await self.writer.event(name, reason, message, kind="ConfigMap", namespace=self.namespace,
                                     event_type="Warning")
+        self.writer.configure(self.config)
         await self.writer.write(result, snapshot, current, dry_run=self.config.dry_run)
         self.metrics.reconcile.observe(time.perf_counter() - began)
         return result
@@ -142,8 +275,11 @@ class Agent:
 
     async def reconcile_loop(self) -> None:
         while True:
+            wait = self.config.resync_period.total_seconds()
+            if self.writer.retry_after is not None:  # evictions deferred: come back when the minute has room
+                wait = min(wait, self.writer.retry_after + 0.1)
             try:
-                await asyncio.wait_for(self.changed.wait(), timeout=self.config.resync_period.total_seconds())
+                await asyncio.wait_for(self.changed.wait(), timeout=wait)
             except TimeoutError:
                 pass
             await asyncio.sleep(self.config.debounce.total_seconds())
@@ -156,9 +292,10 @@ class Agent:
                 log.exception("reconcile failed; retrying on the next event or resync")
 
     async def _lead(self) -> None:
+        self._lead_task = asyncio.current_task()
         self.leading = True
         self.metrics.leader.set(1)
-        log.info("leader=acquired identity=%s", self.identity)
+        log.info("leader=acquired identity=%s lease=%s/%s", self.identity, self.lease_namespace, LEASE_NAME)
         self.changed.set()
         try:
             await self.reconcile_loop()
@@ -180,12 +317,14 @@ class Agent:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _elect(self) -> None:
-        """Run for the Lease for ever: while held, the reconcile loop runs (the library cancels it on loss)."""
+        """Run for the Lease for ever: while held, the reconcile loop runs (the library cancels it on loss; so does
+        this loop if the library fails), and the fence lets the writer write (module docstring, "Fencing")."""
         async def stopped() -> None:
+            self.fence.lost()
             log.warning("leader=lost identity=%s: stopped writing", self.identity)
 
         while True:
-            lock = LeaseLock(LEASE_NAME, self.namespace, self.identity, self.api)
+            lock = FencedLeaseLock(LEASE_NAME, self.lease_namespace, self.identity, self.api, self.fence)
             config = electionconfig.Config(lock, LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD, self._lead, stopped)
             try:
                 await leaderelection.LeaderElection(config).run()
@@ -193,18 +332,31 @@ class Agent:
                 raise
             except Exception:
                 log.exception("leader election failed; trying again in %ss", RETRY_PERIOD)
+            finally:
+                self.fence.lost()
+                await self._stop_leading()
             await asyncio.sleep(RETRY_PERIOD)
+
+    async def _stop_leading(self) -> None:
+        """The reconcile loop ends with the election that started it, whatever way that ended."""
+        task, self._lead_task = self._lead_task, None
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
 
 
 def metrics_app(agent: Agent) -> web.Application:
     """/healthz, /readyz (waits for every watch cache), /metrics."""
-    return probes_app(agent.metrics.registry, agent.waiting, describe=lambda names: f"waiting for {names}")
+    return probes_app(agent.metrics.registry, agent.waiting, describe=lambda names: f"waiting for {names}",
+                      caches=lambda: agent.caches)
 
 
 async def run(kubeconfig: str | None, namespace: str, metrics_port: int, impersonate: str | None = None,
-              identity: str | None = None) -> None:
+              identity: str | None = None, lease_namespace: str = keys.NAMESPACE) -> None:
     api = await new_api_client(kubeconfig, impersonate=impersonate)
-    agent = Agent(api, namespace, identity)
+    agent = Agent(api, namespace, identity, lease_namespace=lease_namespace)
+    log.info("agent identity=%s config=%s/%s lease=%s/%s", agent.identity, namespace, keys.CONFIGMAP_NAME,
+             lease_namespace, LEASE_NAME)
     runner = web.AppRunner(metrics_app(agent), access_log=None)
     await runner.setup()
     if metrics_port:

@@ -14,24 +14,42 @@ and an async method of `Writer` that sends it through the client edge (`shared.k
 A node's taints are one list, so a patch replaces the whole list: each node patch starts with a JSON Patch `test` of
 `metadata.resourceVersion`, so a concurrent writer makes it fail, and the node is read again and the patch rebuilt
 (up to MAX_ATTEMPTS). Taints, labels and annotations Reservoir did not write are kept as they are.
+
+Fencing (issue 10): the Writer is given a `fence`, a function saying why this replica may not write now (None: it may;
+the agent's says so while it holds the Lease and renewed it within the lease duration). It is asked before the whole
+plan, before each sub-batch (node locks, repairs, Queue outputs, Reservation outputs), and again before every single
+write, so a Lease lost in the middle of a batch stops the batch at the next write: a fenced writer writes nothing
+(Events included) and logs why (`decision=fenced`).
+
+Evictions (issue 10): each is checked again against the planner's guard rails (`guarantee.never_evicted`), and at
+most `guarantee.maxEvictionsPerMinute` are made in any sliding minute (`EvictionBudget`); the rest are deferred to a
+later reconcile (`decision=evict-deferred`, counted by `on_deferred`), which the agent schedules for when the window
+has room again (`Writer.retry_after`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
+import time
+from collections import deque
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from agent.planner.guarantee import ALWAYS_PROTECTED_NAMESPACES, never_evicted, protected_namespaces
 from agent.planner.model import Lock, Plan, QueueGuaranteeStatus, Repair, ReservationStatus, Snapshot, lock_on
 from shared import keys
+from shared.config import ReservoirConfig
 from shared.jsonpatch import Op, add, pointer
 from shared.keys import LockKind
 from shared.kube import (
+    JSON,
     JSON_PATCH,
     MERGE_PATCH,
     Conflict,
@@ -44,7 +62,7 @@ from shared.kube import (
 )
 from shared.timestamps import stamp
 from shared.tolerations import toleration_ops
-from shared.views import NodeView, QueueView, ReservationView
+from shared.views import NodeView, PodView, QueueView, ReservationView
 
 log = logging.getLogger("reservoir.agent")
 CLUSTER_SCOPED = frozenset(("Node", "Queue", "Reservation"))
@@ -152,67 +170,186 @@ def event_body(name: str, reason: str, message: str, *, now: datetime, component
     }
 
 
+def evict_refused(key: str, pods: Mapping[str, PodView] | None, protected: Collection[str]) -> str | None:
+    """The writer's last check of a planned eviction (`key` "namespace/name"): why the guard rails refuse it
+    (guarantee.never_evicted), or None. With `pods` (the snapshot's, by key) the whole rule, and a pod not among them
+    is refused; without, its namespace only."""
+    namespace, _ = _split(key)
+    if pods is None:
+        return f"namespace {namespace} is protected" if namespace in protected else None
+    pod = pods.get(key)
+    return "not in the snapshot the plan was made from" if pod is None else never_evicted(pod, protected)
+
+
 def _split(key: str) -> tuple[str, str]:
     namespace, name = key.split("/", 1)
     return namespace, name
 
 
-# Failpoint for crash tests: `RESERVOIR_FAILPOINT=exit-after-node-patches:N` makes the process die (exit 137, as
-# SIGKILL would) right after its N-th successful node patch, in the middle of a reconcile.
+# Failpoints for fault tests, right after the N-th successful node patch, in the middle of a reconcile:
+# `RESERVOIR_FAILPOINT=exit-after-node-patches:N` makes the process die (exit 137, as SIGKILL would);
+# `RESERVOIR_FAILPOINT=pause-after-node-patches:N:S` makes the reconcile wait S seconds there (once), the rest of the
+# agent (Lease renewal, watches) running on, so a test can take the Lease away between two writes of one batch.
 FAILPOINT = "RESERVOIR_FAILPOINT"
 _EXIT_AFTER = "exit-after-node-patches:"
+_PAUSE_AFTER = "pause-after-node-patches:"
 
 
-def _exit_after_from_env() -> int | None:
+@dataclass(frozen=True)
+class Failpoint:
+    action: str  # "exit" or "pause"
+    after: int  # node patches
+    seconds: float = 0.0  # how long a pause lasts
+
+
+def _failpoint_from_env() -> Failpoint | None:
     value = os.environ.get(FAILPOINT, "")
     if not value:
         return None
-    if not value.startswith(_EXIT_AFTER) or not value[len(_EXIT_AFTER):].isdigit():
-        raise ValueError(f"{FAILPOINT}={value!r}: expected {_EXIT_AFTER}N with N a whole number")
-    return int(value[len(_EXIT_AFTER):])
+    if value.startswith(_EXIT_AFTER) and value[len(_EXIT_AFTER):].isdigit():
+        return Failpoint("exit", int(value[len(_EXIT_AFTER):]))
+    count, _, seconds = value.removeprefix(_PAUSE_AFTER).partition(":")
+    if value.startswith(_PAUSE_AFTER) and count.isdigit() and seconds.replace(".", "", 1).isdigit():
+        return Failpoint("pause", int(count), float(seconds))
+    raise ValueError(f"{FAILPOINT}={value!r}: expected {_EXIT_AFTER}N or {_PAUSE_AFTER}N:SECONDS with N a whole "
+                     "number")
+
+
+Fence = Callable[[], str | None]  # why this replica may not write now; None when it may
+
+
+class Fenced(Exception):
+    """A write refused because this replica's Lease is not fresh; the message says why."""
+
+
+class EvictionBudget:
+    """At most `per_minute` evictions in any sliding window of `window` seconds (guarantee.maxEvictionsPerMinute)."""
+
+    def __init__(self, per_minute: int, clock: Callable[[], float] = time.monotonic, window: float = 60.0) -> None:
+        self.per_minute = per_minute
+        self.clock = clock
+        self.window = window
+        self._made: deque[float] = deque()  # when each eviction in the window was made, oldest first
+
+    def _expire(self) -> float:
+        now = self.clock()
+        while self._made and self._made[0] <= now - self.window:
+            self._made.popleft()
+        return now
+
+    def allows(self) -> bool:
+        """One more eviction fits in the window now."""
+        self._expire()
+        return len(self._made) < self.per_minute
+
+    def spend(self) -> None:
+        self._made.append(self._expire())
+
+    def retry_after(self) -> float:
+        """Seconds until the window has room for one more (0 when it has now; the full window when the limit is 0)."""
+        now = self._expire()
+        if len(self._made) < self.per_minute:
+            return 0.0
+        if not self._made or self.per_minute == 0:
+            return self.window
+        return max(self._made[len(self._made) - self.per_minute] + self.window - now, 0.0)
 
 
 # --- sending ---
 
 class Writer:
     """Sends the writes. `on_failure` is called once per failed node, pod, Queue or Reservation write (not for
-    Events, which are best effort, nor for deletions); the agent counts them in a metric."""
+    Events, which are best effort, nor for deletions); `on_fenced` once per batch a stale Lease kept from writing;
+    `on_deferred` with the number of evictions put off by the per-minute limit; the agent counts them in metrics.
+    `fence` (module docstring) says why this replica may not write now; without one it always may."""
 
     def __init__(self, api: client.ApiClient, component: str = "reservoir-agent",
-                 on_failure: Callable[[], None] | None = None) -> None:
+                 on_failure: Callable[[], None] | None = None, *, fence: Fence | None = None,
+                 on_fenced: Callable[[], None] | None = None, on_deferred: Callable[[int], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.api = api
         self.component = component
         self.on_failure = on_failure
+        self.fence = fence
+        self.on_fenced = on_fenced
+        self.on_deferred = on_deferred
         self.node_patches = 0
-        self.exit_after = _exit_after_from_env()
+        self.failpoint = _failpoint_from_env()
+        self.protected: frozenset[str] = ALWAYS_PROTECTED_NAMESPACES  # namespaces never evicted from
+        self.evictions = EvictionBudget(ReservoirConfig().guarantee.max_evictions_per_minute, clock=clock)
+        self.retry_after: float | None = None  # evictions deferred: seconds until the window has room again
         self._queue_warnings: dict[str, str | None] = {}  # the refusal last reported per queue
         self._blocked_evictions: set[str] = set()  # evictions a budget blocks, reported once each
+
+    def configure(self, config: ReservoirConfig) -> None:
+        """The guard rails of evictions, from the config in force: protected namespaces, evictions per minute."""
+        self.protected = protected_namespaces(config)
+        self.evictions.per_minute = config.guarantee.max_evictions_per_minute
 
     def _failed(self) -> None:
         if self.on_failure is not None:
             self.on_failure()
 
+    # fencing
+
+    def stale(self) -> str | None:
+        """Why this replica may not write now (the fence's answer); None when it may."""
+        return self.fence() if self.fence is not None else None
+
+    def may_write(self, batch: str) -> bool:
+        """Before a batch of writes: True when the fence allows writing; else log why, count it, and say False."""
+        why = self.stale()
+        if why is None:
+            return True
+        log.warning("batch=%s decision=fenced reason=%s: writing nothing", batch, why)
+        if self.on_fenced is not None:
+            self.on_fenced()
+        return False
+
+    async def _send(self, method: str, path: str, body: Any = None, *, content_type: str = JSON) -> dict[str, Any]:
+        """Every write goes through here: refused (Fenced) when the fence says this replica may not write now."""
+        why = self.stale()
+        if why is not None:
+            raise Fenced(why)
+        return await send_json(self.api, method, path, body, content_type=content_type)
+
     # the whole plan
 
     async def write(self, result: Plan, snapshot: Snapshot, current: Mapping[str, Lock], dry_run: bool) -> None:
         """Make the cluster say what `result` says: node locks, repairs, Queue and Reservation outputs, in that order;
-        with `dry_run`, only log the locks it would write."""
+        with `dry_run`, only log the locks it would write. Nothing at all without a fresh Lease (the fence); a Lease
+        lost in the middle stops the writes there."""
         if dry_run:
             self.report_dry_run(result.locks, current)
             return
-        await self.apply(result.locks, current)
-        await self.repair(result.repairs)
-        await self.write_queues(result.guarantees, snapshot.queues)
-        await self.write_reservations(result.reservations, snapshot.reservations)
+        if not self.may_write("plan"):
+            return
+        try:
+            await self.apply(result.locks, current)
+            await self.repair(result.repairs)
+            pods = {p.key: p for p in snapshot.pods} if any(g.evict for g in result.guarantees) else {}
+            await self.write_queues(result.guarantees, snapshot.queues, pods=pods)
+            await self.write_reservations(result.reservations, snapshot.reservations)
+        except Fenced as err:
+            log.warning("batch=plan decision=fenced reason=%s: stopped mid-batch, the rest left unwritten", err)
+            if self.on_fenced is not None:
+                self.on_fenced()
 
     # node locks
 
-    def _patched(self, name: str) -> None:
+    async def _patched(self, name: str) -> None:
         self.node_patches += 1
-        if self.exit_after is not None and self.node_patches >= self.exit_after:
-            log.warning("node=%s failpoint=%s%d: exiting now, mid-reconcile", name, _EXIT_AFTER, self.exit_after)
+        point = self.failpoint
+        if point is None or self.node_patches != point.after:
+            return
+        if point.action == "exit":
+            log.warning("node=%s failpoint=%s%d: exiting now, mid-reconcile", name, _EXIT_AFTER, point.after)
             logging.shutdown()
             os._exit(137)
+        log.warning("node=%s failpoint=%s%d:%g: pausing mid-reconcile", name, _PAUSE_AFTER, point.after,
+                    point.seconds)
+        await asyncio.sleep(point.seconds)
+        log.warning("node=%s failpoint=%s%d:%g: resuming", name, _PAUSE_AFTER, point.after, point.seconds)
 
     async def _read_node(self, name: str) -> dict[str, Any] | None:
         try:
@@ -231,8 +368,8 @@ class Writer:
             if ops is None:
                 return before, False
             try:
-                await send_json(self.api, "PATCH", resource_path("v1", "nodes", name), ops, content_type=JSON_PATCH)
-                self._patched(name)
+                await self._send("PATCH", resource_path("v1", "nodes", name), ops, content_type=JSON_PATCH)
+                await self._patched(name)
                 return before, True
             except (Conflict, Invalid):  # Invalid: the resourceVersion `test` failed, a concurrent write
                 if attempt < MAX_ATTEMPTS:
@@ -251,6 +388,8 @@ class Writer:
 
     async def apply(self, desired: Mapping[str, Lock], current: Mapping[str, Lock]) -> None:
         """Patch every node whose lock differs from `desired`, with an Event on the node and on the owner."""
+        if not self.may_write("node-locks"):
+            return
         for name in sorted(set(desired) | set(current)):
             want = desired.get(name)
             have = current.get(name)
@@ -278,13 +417,15 @@ class Writer:
 
     async def repair(self, repairs: Sequence[Repair]) -> None:
         """DESIGN section 4 "Repair": add to each pending pod the lock tolerations the plan found it lacking."""
+        if repairs and not self.may_write("repairs"):
+            return
         for repair in repairs:
             ops = repair_patch(repair)
             if not ops:
                 continue
             try:
-                await send_json(self.api, "PATCH", resource_path("v1", "pods", repair.name, repair.namespace), ops,
-                                content_type=JSON_PATCH)
+                await self._send("PATCH", resource_path("v1", "pods", repair.name, repair.namespace), ops,
+                                 content_type=JSON_PATCH)
                 log.info("pod=%s/%s decision=repair added=%s reason=lock held for its owner but not tolerated",
                          repair.namespace, repair.name, [t["value"] for t in repair.add])
             except ApiException as err:
@@ -296,8 +437,8 @@ class Writer:
         """Ask the Eviction API to evict a pod (PodDisruptionBudgets apply). Returns "evicted", "gone", or "blocked"
         (429: a budget forbids it now; the caller tries again on a later reconcile)."""
         try:
-            await send_json(self.api, "POST", resource_path("v1", "pods", name, namespace, "eviction"),
-                            eviction_body(namespace, name))
+            await self._send("POST", resource_path("v1", "pods", name, namespace, "eviction"),
+                             eviction_body(namespace, name))
             return "evicted"
         except NotFound:
             return "gone"
@@ -306,20 +447,27 @@ class Writer:
 
     # Queues (seed 002)
 
-    async def write_queues(self, outcomes: Sequence[QueueGuaranteeStatus], queues: Mapping[str, QueueView]) -> None:
+    async def write_queues(self, outcomes: Sequence[QueueGuaranteeStatus], queues: Mapping[str, QueueView],
+                           pods: Mapping[str, PodView] | None = None) -> None:
         """Seed 002 outputs: each Queue's `status.reservation` (written when it changes, cleared when its guarantee
         goes), a Warning Event for a refused guarantee (once per change of its text), and, for `Guaranteed`,
         evictions of other pods on the locked nodes through the Eviction API (blocked ones are retried on the next
-        reconcile and reported once)."""
+        reconcile and reported once). Each eviction passes the guard rails again (`evict_refused`, with `pods` the
+        snapshot's pods by "namespace/name") and the per-minute limit; those over the limit wait for a later
+        reconcile (`retry_after`)."""
+        if not self.may_write("queues"):
+            return
+        self.retry_after = None
+        deferred: list[str] = []
         by_queue = {o.queue: o for o in outcomes}
         for name, queue in sorted(queues.items()):
             outcome = by_queue.get(name)
             body = queue_status_patch(outcome, queue)
             if body is not None:
                 try:
-                    await send_json(self.api, "PATCH",
-                                    resource_path(VOLCANO_API_VERSION, keys.QUEUE_PLURAL, name, subresource="status"),
-                                    body, content_type=MERGE_PATCH)
+                    await self._send("PATCH",
+                                     resource_path(VOLCANO_API_VERSION, keys.QUEUE_PLURAL, name, subresource="status"),
+                                     body, content_type=MERGE_PATCH)
                     log.info("queue=%s decision=status reservation=%s", name, body["status"]["reservation"])
                 except ApiException as err:
                     self._failed()
@@ -331,22 +479,44 @@ class Writer:
                                  event_type="Warning", api_version=VOLCANO_API_VERSION)
             self._queue_warnings[name] = warning
             for key in outcome.evict if outcome is not None else ():
-                namespace, pod = _split(key)
-                try:
-                    evicted = await self.evict(namespace, pod)
-                except ApiException as err:
-                    self._failed()
-                    log.warning("pod=%s decision=evict-failed queue=%s status=%s", key, name, err.status)
+                refused = evict_refused(key, pods, self.protected)
+                if refused is not None:
+                    log.warning("pod=%s decision=evict-refused queue=%s reason=%s (guard rail)", key, name, refused)
                     continue
-                log.info("pod=%s decision=evict outcome=%s queue=%s reason=Guaranteed guarantee holds its node",
-                         key, evicted, name)
-                if evicted == "blocked" and key not in self._blocked_evictions:  # reported once, retried always
-                    self._blocked_evictions.add(key)
-                    await self.event(name, "EvictionBlocked", f"evicting {key} is blocked by a "
-                                     "PodDisruptionBudget; retrying", kind="Queue", event_type="Warning",
-                                     api_version=VOLCANO_API_VERSION)
-                elif evicted != "blocked":
-                    self._blocked_evictions.discard(key)
+                if self.evictions.per_minute == 0:  # guarantee.maxEvictionsPerMinute 0: evictions are off
+                    continue
+                if not self.evictions.allows():
+                    deferred.append(key)
+                    continue
+                await self._evict_one(key, name)
+        if deferred:
+            self.retry_after = self.evictions.retry_after()
+            log.warning("pods=%s decision=evict-deferred count=%d reason=guarantee.maxEvictionsPerMinute (%d) "
+                        "reached; next in %.0fs", ",".join(deferred), len(deferred), self.evictions.per_minute,
+                        self.retry_after)
+            if self.on_deferred is not None:
+                self.on_deferred(len(deferred))
+
+    async def _evict_one(self, key: str, queue: str) -> None:
+        """One `Guaranteed` eviction, counted in the per-minute window when the Eviction API accepts it."""
+        namespace, pod = _split(key)
+        try:
+            evicted = await self.evict(namespace, pod)
+        except ApiException as err:
+            self._failed()
+            log.warning("pod=%s decision=evict-failed queue=%s status=%s", key, queue, err.status)
+            return
+        if evicted == "evicted":
+            self.evictions.spend()
+        log.info("pod=%s decision=evict outcome=%s queue=%s reason=Guaranteed guarantee holds its node",
+                 key, evicted, queue)
+        if evicted == "blocked" and key not in self._blocked_evictions:  # reported once, retried always
+            self._blocked_evictions.add(key)
+            await self.event(queue, "EvictionBlocked", f"evicting {key} is blocked by a "
+                             "PodDisruptionBudget; retrying", kind="Queue", event_type="Warning",
+                             api_version=VOLCANO_API_VERSION)
+        elif evicted != "blocked":
+            self._blocked_evictions.discard(key)
 
     # Reservations (seed 003)
 
@@ -356,13 +526,15 @@ class Writer:
         the `reservoir.sh/reservation-allocated` annotation on its current owners, and the deletion of one that
         ended longer than `gcGracePeriod` ago."""
         plural = keys.RESERVATION_PLURAL
+        if outcomes and not self.may_write("reservations"):
+            return
         for outcome in outcomes:
             reservation = reservations.get(outcome.name)
             if reservation is None:
                 continue
             if outcome.delete:
                 try:
-                    await send_json(self.api, "DELETE", resource_path(RESERVATION_API_VERSION, plural, outcome.name))
+                    await self._send("DELETE", resource_path(RESERVATION_API_VERSION, plural, outcome.name))
                     log.info("reservation=%s decision=delete reason=%s for longer than gcGracePeriod", outcome.name,
                              outcome.phase)
                 except NotFound:
@@ -375,9 +547,9 @@ class Writer:
             body = reservation_status_patch(outcome, reservation)
             if body is not None:
                 try:
-                    await send_json(self.api, "PATCH", resource_path(RESERVATION_API_VERSION, plural, outcome.name,
-                                                                     subresource="status"),
-                                    body, content_type=MERGE_PATCH)
+                    await self._send("PATCH", resource_path(RESERVATION_API_VERSION, plural, outcome.name,
+                                                            subresource="status"),
+                                     body, content_type=MERGE_PATCH)
                 except ApiException as err:
                     self._failed()
                     log.warning("reservation=%s decision=status-failed status=%s reason=%s", outcome.name, err.status,
@@ -390,8 +562,8 @@ class Writer:
             for key in outcome.annotate:
                 namespace, name = _split(key)
                 try:
-                    await send_json(self.api, "PATCH", resource_path("v1", "pods", name, namespace),
-                                    allocated_annotation_patch(outcome.name), content_type=MERGE_PATCH)
+                    await self._send("PATCH", resource_path("v1", "pods", name, namespace),
+                                     allocated_annotation_patch(outcome.name), content_type=MERGE_PATCH)
                     log.info("pod=%s decision=allocated reservation=%s node=%s", key, outcome.name, outcome.node)
                 except NotFound:
                     pass
@@ -410,10 +582,13 @@ class Writer:
 
     async def event(self, name: str, reason: str, message: str, kind: str = "Node", namespace: str = "default",
                     event_type: str = "Normal", api_version: str = "v1") -> None:
-        """A core/v1 Event on object `name` of `kind` (best effort: a failed event is logged, never fatal)."""
+        """A core/v1 Event on object `name` of `kind` (best effort: a failed event is logged, never fatal; none without
+        a fresh Lease)."""
         body = event_body(name, reason, message, now=datetime.now(UTC), component=self.component, kind=kind,
                           namespace=namespace, event_type=event_type, api_version=api_version)
         try:
-            await send_json(self.api, "POST", resource_path("v1", "events", namespace=namespace), body)
+            await self._send("POST", resource_path("v1", "events", namespace=namespace), body)
         except ApiException as err:
             log.warning("event=%s object=%s/%s not recorded: %s", reason, kind, name, err.reason)
+        except Fenced as err:
+            log.warning("event=%s object=%s/%s decision=fenced reason=%s: not recorded", reason, kind, name, err)

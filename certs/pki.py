@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -42,6 +43,23 @@ def key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
 
 def public_key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     return key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+
+
+def issued_by(cert: x509.Certificate, issuer: x509.Certificate) -> bool:
+    """True when `issuer`'s key signed `cert` (and `cert` names `issuer` as its issuer). A name alone proves
+    nothing: two CAs made the same day have the same subject, and anyone can write any issuer name."""
+    try:
+        cert.verify_directly_issued_by(issuer)
+    except (ValueError, TypeError, InvalidSignature):
+        return False
+    return True
+
+
+def matches(key: ec.EllipticCurvePrivateKey, cert: x509.Certificate) -> bool:
+    """True when `cert` certifies `key`'s public key (the pair on disk belongs together)."""
+    spki = serialization.PublicFormat.SubjectPublicKeyInfo
+    return (cert.public_key().public_bytes(serialization.Encoding.PEM, spki)
+            == key.public_key().public_bytes(serialization.Encoding.PEM, spki))
 
 
 def _name(common_name: str, organizations: Iterable[str] = ()) -> x509.Name:

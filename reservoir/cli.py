@@ -43,9 +43,12 @@ def _certs(args: argparse.Namespace) -> int:
 
 def _agent(args: argparse.Namespace) -> int:
     from agent.controller import run
+    from shared.kube import own_namespace
 
+    # the Lease follows the agent's own namespace, never --namespace by accident
+    lease_namespace = args.lease_namespace or own_namespace(keys.NAMESPACE)
     asyncio.run(run(args.kubeconfig, args.namespace, args.metrics_port, impersonate=args.impersonate,
-                    identity=args.identity))
+                    identity=args.identity, lease_namespace=lease_namespace))
     return 0
 
 
@@ -101,7 +104,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     agent = commands.add_parser("agent", help="run the node-lock agent")
     agent.add_argument("--kubeconfig", default=None, help="default: $KUBECONFIG, else in-cluster")
-    agent.add_argument("--namespace", default=keys.NAMESPACE, help="where the ConfigMap and the Lease live")
+    agent.add_argument("--namespace", default=keys.NAMESPACE, help="where the reservoir-config ConfigMap lives")
+    agent.add_argument("--lease-namespace", default=None,
+                       help="where the reservoir-agent Lease lives (default: the agent's own namespace, from the "
+                            f"in-cluster service account, else {keys.NAMESPACE}; not --namespace)")
     agent.add_argument("--metrics-port", type=int, default=9090, help="/metrics, /healthz, /readyz (0: off)")
     agent.add_argument("--identity", default=None, help="leader-election identity (default host-pid)")
     agent.add_argument("--as", dest="impersonate", default=None, help="act as this user, like kubectl --as")

@@ -93,6 +93,10 @@ class WindowConfig(_Model):
     duration: Duration | None = None
     start_reserve_ago: Duration = Field(timedelta(0), alias="startReserveAgo")
     pod_num_to_reserve: Annotated[int, Field(gt=0)] | None = Field(None, alias="podNumToReserve")
+    # who may use the window's lock (DESIGN section 1, "Entitlement"): reserve pods of these namespaces and queues;
+    # empty means any
+    namespaces: list[str] = Field(default_factory=list)
+    queues: list[str] = Field(default_factory=list)
 
     @field_validator("timezone")
     @classmethod
@@ -140,10 +144,15 @@ class QueueOrderConfig(_Model):
 
 
 class GuaranteeConfig(_Model):
-    """Seed 002 (DESIGN 4.2)."""
+    """Seed 002 (DESIGN 4.2), and the guard rails of `Guaranteed` evictions (issue 10)."""
 
     enabled: bool = True
     search_budget: Annotated[int, Field(gt=0)] = Field(2000, alias="searchBudget")
+    # at most this many evictions (accepted by the Eviction API) in any sliding minute; the rest wait for a later
+    # reconcile. 0: `Guaranteed` evicts nothing.
+    max_evictions_per_minute: Annotated[int, Field(ge=0)] = Field(10, alias="maxEvictionsPerMinute")
+    # pods in these namespaces are never evicted; kube-system and Reservoir's own namespace never are, listed or not
+    protected_namespaces: list[str] = Field(default_factory=list, alias="protectedNamespaces")
 
 
 class ReservationsConfig(_Model):
@@ -158,6 +167,8 @@ class WebhookConfig(_Model):
 
     tolerate_best_effort: bool = Field(True, alias="tolerateBestEffort")
     tolerate_daemonsets: bool = Field(True, alias="tolerateDaemonSets")
+    # namespaces whose pods may use every lock and carry any lock toleration (an admin's own, e.g. monitoring)
+    trusted_namespaces: list[str] = Field(default_factory=list, alias="trustedNamespaces")
 
 
 class ReservoirConfig(_Model):
@@ -173,6 +184,14 @@ class ReservoirConfig(_Model):
     guarantee: GuaranteeConfig = Field(default_factory=GuaranteeConfig)
     reservations: ReservationsConfig = Field(default_factory=ReservationsConfig)
     webhook: WebhookConfig = Field(default_factory=WebhookConfig)
+
+    def protecting(self, namespace: str) -> ReservoirConfig:
+        """This config with `namespace` (the agent's own) among `guarantee.protectedNamespaces`."""
+        if namespace in self.guarantee.protected_namespaces:
+            return self
+        guarantee = self.guarantee.model_copy(
+            update={"protected_namespaces": [*self.guarantee.protected_namespaces, namespace]})
+        return self.model_copy(update={"guarantee": guarantee})
 
     @field_validator("windows")
     @classmethod

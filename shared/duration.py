@@ -1,5 +1,11 @@
 """Durations in Go's `time.ParseDuration` syntax (`500s`, `2h30m`, `1h0m0s`, `90m`, `1.5h`), exact to the
-microsecond."""
+microsecond.
+
+Bounds, so that no text costs more than microseconds and none overflows: at most `MAX_LENGTH` (64) characters,
+checked before any arithmetic; and at most `MAX_NANOSECONDS` (2^63-1 ns, about 292 years: `2562047h47m16.854775807s`)
+in magnitude, Go's own limit (time.ParseDuration refuses more with "invalid duration"), which also keeps every result
+far inside `datetime.timedelta` (999999999 days). `999999999999h` is a DurationError, never an OverflowError.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +24,9 @@ _UNIT_NS = {
     "h": 3600 * 10**9,
 }
 _PART = re.compile(r"([0-9]*(?:\.[0-9]*)?)(ns|us|µs|μs|ms|s|m|h)")
+MAX_LENGTH = 64
+MAX_NANOSECONDS = 2**63 - 1
+LARGEST = "2562047h47m16.854775807s"
 ACCEPTED = "a Go duration such as 500s, 90m, 2h30m or 1.5h (units ns, us, ms, s, m, h)"
 
 
@@ -28,8 +37,11 @@ class DurationError(ValueError):
 def parse_duration(text: str) -> timedelta:
     """Parse a Go duration. `0` alone is accepted; every other number needs a unit."""
     if not isinstance(text, str):
-        raise DurationError(f"duration {text!r} is not valid: expected {ACCEPTED}")
+        raise DurationError(f"duration of type {type(text).__name__} is not valid: expected {ACCEPTED}")
     body = text.strip()
+    if len(body) > MAX_LENGTH:
+        raise DurationError(f"duration {text[:MAX_LENGTH]!r}... ({len(text)} characters) is too long: at most "
+                            f"{MAX_LENGTH} characters")
     sign = -1 if body.startswith("-") else 1
     if body[:1] in ("+", "-"):
         body = body[1:]
@@ -43,8 +55,10 @@ def parse_duration(text: str) -> timedelta:
         match = _PART.match(body, pos)
         if not match or match.group(1) in ("", "."):
             raise DurationError(f"duration {text!r} is not valid: expected {ACCEPTED}")
-        total += Fraction(match.group(1)) * _UNIT_NS[match.group(2)]
+        total += Fraction(match.group(1)) * _UNIT_NS[match.group(2)]  # bounded by MAX_LENGTH: cheap
         pos = match.end()
+    if total > MAX_NANOSECONDS:
+        raise DurationError(f"duration {text!r} is out of range: at most {LARGEST} (2^63-1 ns, Go's limit)")
     microseconds = total / 1000
     whole = microseconds.numerator // microseconds.denominator
     return timedelta(microseconds=sign * whole)

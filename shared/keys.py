@@ -23,6 +23,7 @@ LOCK_EFFECT = "NoSchedule"
 # --- on pods and other objects ---
 IGNORE = f"{DOMAIN}/ignore"  # label: the webhook leaves the object alone
 QUEUE_PRIORITY_CLASS = f"{DOMAIN}/priority-class"  # Queue annotation naming a PriorityClass
+QUEUE_NAMESPACES = f"{DOMAIN}/namespaces"  # Queue annotation: comma-separated namespaces whose pods may use its lock
 RESERVATION_AFFINITY = f"{DOMAIN}/reservation-affinity"  # pod annotation naming a Reservation
 KOORDINATOR_RESERVATION_AFFINITY = "scheduling.koordinator.sh/reservation-affinity"
 RESERVATION_ALLOCATED = f"{DOMAIN}/reservation-allocated"  # pod annotation: bound through this Reservation

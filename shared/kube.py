@@ -4,6 +4,7 @@ turned into error classes once.
 Every request goes through `send_json` (or `get_stream` for a watch), which raises on any answer outside 2xx: a
 404, 409, 410, 422 or 429 as the class below that names it, anything else as a plain `ApiException`. The classes
 subclass `ApiException`, so a handler of any API error still catches them, with the same `status` and `reason`.
+Every request has a timeout (REQUEST_TIMEOUT unless the caller gives one): no answer in time raises TimeoutError.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ Query = Sequence[tuple[str, Any]]
 JSON = "application/json"
 JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
+# Every request has a deadline: a call the API server does not answer in time raises TimeoutError, never hangs.
+# send_json / get_json use this unless told otherwise (a list passes its own, a watch its own).
+REQUEST_TIMEOUT = 10.0
 
 
 class NotFound(ApiException):
@@ -90,8 +94,9 @@ async def _send(api: client.ApiClient, method: str, path: str, *, body: Any = No
 
 
 async def send_json(api: client.ApiClient, method: str, path: str, body: Any = None, *, content_type: str = JSON,
-                    query: Query = (), timeout: float | None = None) -> dict[str, Any]:
-    """Send `body` (JSON) with `method` to `path`; the answer's JSON object ({} when it has no body)."""
+                    query: Query = (), timeout: float = REQUEST_TIMEOUT) -> dict[str, Any]:
+    """Send `body` (JSON) with `method` to `path`; the answer's JSON object ({} when it has no body). The whole
+    exchange, answer read included, must end within `timeout` seconds (TimeoutError)."""
     response = await _send(api, method, path, body=body, content_type=content_type, query=query, timeout=timeout)
     try:
         raw = await response.read()
@@ -105,8 +110,9 @@ async def send_json(api: client.ApiClient, method: str, path: str, body: Any = N
     return data
 
 
-async def get_json(api: client.ApiClient, path: str, query: Query = (), timeout: float | None = None) -> dict[str, Any]:
-    """GET `path`: the object or list, as JSON."""
+async def get_json(api: client.ApiClient, path: str, query: Query = (),
+                   timeout: float = REQUEST_TIMEOUT) -> dict[str, Any]:
+    """GET `path`: the object or list, as JSON (within `timeout` seconds)."""
     return await send_json(api, "GET", path, query=query, timeout=timeout)
 
 
@@ -114,6 +120,18 @@ async def get_stream(api: client.ApiClient, path: str, query: Query = (),
                      timeout: float | None = None) -> aiohttp.ClientResponse:
     """GET `path` and hand back the open response, for a watch read line by line; the caller releases it."""
     return await _send(api, "GET", path, query=query, timeout=timeout)
+
+
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+def own_namespace(fallback: str, path: Path = SERVICE_ACCOUNT_NAMESPACE) -> str:
+    """The namespace this process runs in: the in-cluster service account's namespace file, else `fallback` (outside
+    a cluster, or when the file is unreadable or empty)."""
+    try:
+        return path.read_text().strip() or fallback
+    except OSError:
+        return fallback
 
 
 async def new_api_client(kubeconfig: str | Path | None = None, impersonate: str | None = None) -> client.ApiClient:

@@ -1,26 +1,50 @@
-"""Label selectors and Reservation owner matching (seed 003: owners ORed, fields within one owner ANDed)."""
+"""Label selectors and Reservation owner matching (seed 003: owners ORed, fields within one owner ANDed).
+
+Every function here is total over arbitrary JSON: a selector, requirement or owner whose shape is wrong (a string
+where an object belongs, `values` that is not a list of strings, a key that is not a string, an unknown operator)
+matches nothing and never raises. A Reservation the webhook's validation let in, or one created while it was down,
+can therefore never make a pod mutation or a plan fail; it only matches no pod.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+
+def _list(value: Any) -> Sequence[Any] | None:
+    """A JSON array (list or tuple), () for an absent one (None), None when it is something else."""
+    if value is None:
+        return ()
+    return value if isinstance(value, (list, tuple)) else None
 
 
 def label_selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
     """metav1.LabelSelector semantics: matchLabels and every matchExpression must hold; an empty selector
-    matches everything; a None selector matches nothing."""
-    if selector is None:
+    matches everything; a None selector matches nothing, and so does a malformed one (module docstring)."""
+    if not isinstance(selector, Mapping) or not isinstance(labels, Mapping):
         return False
-    for key, value in (selector.get("matchLabels") or {}).items():
-        if labels.get(key) != value:
+    match_labels = selector.get("matchLabels")
+    if match_labels is not None and not isinstance(match_labels, Mapping):
+        return False
+    for key, value in (match_labels or {}).items():
+        if not isinstance(key, str) or not isinstance(value, str) or labels.get(key) != value:
             return False
-    return all(expression_holds(e, labels) for e in selector.get("matchExpressions") or ())
+    expressions = _list(selector.get("matchExpressions"))
+    if expressions is None:
+        return False
+    return all(expression_holds(e, labels) for e in expressions)
 
 
 def expression_holds(expression: Mapping[str, Any], labels: Mapping[str, str], numeric: bool = False) -> bool:
     """One selector requirement: In, NotIn (an absent label is not in), Exists, DoesNotExist; with `numeric`
-    (node selector terms) also Gt and Lt, comparing integers. An unknown operator matches nothing."""
-    key, operator, values = expression.get("key", ""), expression.get("operator"), expression.get("values") or ()
+    (node selector terms) also Gt and Lt, comparing integers. An unknown operator, or a requirement whose key is not
+    a string or whose values are not a list of strings, matches nothing."""
+    if not isinstance(expression, Mapping) or not isinstance(labels, Mapping):
+        return False
+    key, operator, values = expression.get("key", ""), expression.get("operator"), _list(expression.get("values"))
+    if not isinstance(key, str) or values is None or not all(isinstance(v, str) for v in values):
+        return False
     if operator == "In":
         return labels.get(key) in values
     if operator == "NotIn":
@@ -30,15 +54,21 @@ def expression_holds(expression: Mapping[str, Any], labels: Mapping[str, str], n
     if operator == "DoesNotExist":
         return key not in labels
     if numeric and operator in ("Gt", "Lt") and key in labels and values:
+        have, bound = labels[key], values[0]
+        # Kubernetes reads both as int64: a longer text is not one (and int() of thousands of digits is slow)
+        if not isinstance(have, str) or len(have) > 20 or len(bound) > 20:
+            return False
         try:
-            have, bound = int(labels[key]), int(values[0])
+            have_int, bound_int = int(have), int(bound)
         except ValueError:
             return False
-        return have > bound if operator == "Gt" else have < bound
+        return have_int > bound_int if operator == "Gt" else have_int < bound_int
     return False
 
 
-def _object_matches(ref: Mapping[str, Any], meta: Mapping[str, Any], namespace: str) -> bool:
+def _object_matches(ref: Any, meta: Mapping[str, Any], namespace: str) -> bool:
+    if not isinstance(ref, Mapping):
+        return False
     checks = {"name": meta.get("name"), "namespace": namespace, "uid": meta.get("uid")}
     for field, actual in checks.items():
         wanted = ref.get(field)
@@ -49,11 +79,13 @@ def _object_matches(ref: Mapping[str, Any], meta: Mapping[str, Any], namespace: 
     return any(ref.get(f) for f in ("name", "uid"))
 
 
-def _controller_matches(ref: Mapping[str, Any], meta: Mapping[str, Any], namespace: str) -> bool:
+def _controller_matches(ref: Any, meta: Mapping[str, Any], namespace: str) -> bool:
+    if not isinstance(ref, Mapping):
+        return False
     if ref.get("namespace") and ref["namespace"] != namespace:
         return False
-    for owner in meta.get("ownerReferences") or ():
-        if not owner.get("controller"):
+    for owner in _list(meta.get("ownerReferences")) or ():
+        if not isinstance(owner, Mapping) or not owner.get("controller"):
             continue
         if all(not ref.get(f) or ref.get(f) == owner.get(f) for f in ("uid", "name", "kind", "apiVersion")):
             return True
@@ -61,8 +93,13 @@ def _controller_matches(ref: Mapping[str, Any], meta: Mapping[str, Any], namespa
 
 
 def owner_matches(owner: Mapping[str, Any], pod: Mapping[str, Any], namespace: str) -> bool:
-    """One ReservationOwner: every field it sets must match (ANDed); an owner with no field matches nothing."""
+    """One ReservationOwner: every field it sets must match (ANDed); an owner with no field matches nothing, and so
+    does one that is not an object or whose fields are malformed (module docstring)."""
+    if not isinstance(owner, Mapping) or not isinstance(pod, Mapping):
+        return False
     meta = pod.get("metadata") or {}
+    if not isinstance(meta, Mapping):
+        return False
     fields = [f for f in ("object", "controller", "labelSelector") if owner.get(f) is not None]
     if not fields:
         return False
@@ -70,12 +107,13 @@ def owner_matches(owner: Mapping[str, Any], pod: Mapping[str, Any], namespace: s
         return False
     if "controller" in fields and not _controller_matches(owner["controller"], meta, namespace):
         return False
-    if "labelSelector" in fields and not label_selector_matches(owner["labelSelector"], meta.get("labels") or {}):
+    labels = meta.get("labels") or {}
+    if "labelSelector" in fields and not label_selector_matches(owner["labelSelector"], labels):
         return False
     return True
 
 
 def reservation_matches(owners: tuple[Mapping[str, Any], ...] | list[Mapping[str, Any]],
                         pod: Mapping[str, Any], namespace: str) -> bool:
-    """Seed 003: the pod may use the reservation when any owner matches it."""
-    return any(owner_matches(owner, pod, namespace) for owner in owners)
+    """Seed 003: the pod may use the reservation when any owner matches it (none when `owners` is not a list)."""
+    return any(owner_matches(owner, pod, namespace) for owner in _list(owners) or ())

@@ -3,6 +3,14 @@
 cpu is counted in millicores, everything else (memory, storage, pods, extended resources) in whole units,
 rounding up exactly as the apiserver's `MilliValue()` / `Value()` do. No floats: a quantity is parsed to a
 `Fraction` and rounded once.
+
+Bounds, checked on the text before any arithmetic, so that no quantity costs more than microseconds (an unbounded
+`1e10000000` took 9 s of big-number arithmetic): at most `MAX_LENGTH` (64) characters, at most `MAX_DIGITS` (40)
+digits in the number, an exponent (`1e3`) within +-`MAX_EXPONENT` (40); and the value at most `MAX_MAGNITUDE`
+(2^63-1 whole units) in magnitude, Kubernetes' own limit ("no quantity may represent a number greater than 2^63-1 in
+magnitude", apimachinery `resource.Quantity`; it caps larger ones, Reservoir refuses them). A quantity outside them
+raises `QuantityError` naming the value and the bound. Kubernetes' own canonical form never comes near them: 19
+integer digits and 9 decimal places at most, suffixes up to `E` (10^18) and `Ei` (2^60).
 """
 
 from __future__ import annotations
@@ -29,32 +37,66 @@ _DECIMAL = {
 }
 ACCEPTED = "a number with an optional suffix: m, k, M, G, T, P, E, Ki, Mi, Gi, Ti, Pi, Ei or an exponent like 1e3"
 MILLI_RESOURCES = frozenset({"cpu"})
+MAX_LENGTH = 64
+MAX_DIGITS = 40
+MAX_EXPONENT = 40
+MAX_MAGNITUDE = 2**63 - 1
 
 
 class QuantityError(ValueError):
     """A quantity string the apiserver would not accept; the message quotes it."""
 
 
+def _shown(text: object) -> str:
+    """The value as an error message quotes it: a string (shortened past MAX_LENGTH), an int (by its size past
+    MAX_DIGITS: Python refuses to print an int of more than 4300 digits), else only its type."""
+    if isinstance(text, str):
+        return repr(text) if len(text) <= MAX_LENGTH else f"{text[:MAX_LENGTH]!r}... ({len(text)} characters)"
+    if isinstance(text, int) and not isinstance(text, bool):
+        return repr(text) if abs(text) < 10**MAX_DIGITS else f"an integer of about {text.bit_length() * 3 // 10} digits"
+    return f"of type {type(text).__name__}"
+
+
+def _invalid(text: object) -> QuantityError:
+    return QuantityError(f"quantity {_shown(text)} is not valid: expected {ACCEPTED}")
+
+
+def _too_large(text: object) -> QuantityError:
+    return QuantityError(f"quantity {_shown(text)} is out of range: at most {MAX_MAGNITUDE} (2^63-1) in magnitude, "
+                         "Kubernetes' own limit")
+
+
 def parse_quantity(text: str | int) -> Fraction:
-    """The exact value of a Kubernetes quantity (`500m`, `2Gi`, `1.5`, `1e3`, `128974848`)."""
-    if isinstance(text, bool):
-        raise QuantityError(f"quantity {text!r} is not valid: expected {ACCEPTED}")
+    """The exact value of a Kubernetes quantity (`500m`, `2Gi`, `1.5`, `1e3`, `128974848`); QuantityError for
+    anything else, or anything outside the bounds of the module docstring."""
+    if isinstance(text, bool) or not isinstance(text, (str, int)):
+        raise _invalid(text)
     if isinstance(text, int):
+        if abs(text) > MAX_MAGNITUDE:
+            raise _too_large(text)
         return Fraction(text)
-    if not isinstance(text, str):
-        raise QuantityError(f"quantity {text!r} is not valid: expected {ACCEPTED}")
-    match = _GRAMMAR.match(text.strip())
-    if not match or not text.strip():
-        raise QuantityError(f"quantity {text!r} is not valid: expected {ACCEPTED}")
-    value = Fraction(match["number"]) if match["number"] != "." else None
-    if value is None:
-        raise QuantityError(f"quantity {text!r} is not valid: expected {ACCEPTED}")
+    body = text.strip()
+    if len(body) > MAX_LENGTH:
+        raise QuantityError(f"quantity {_shown(text)} is too long: at most {MAX_LENGTH} characters")
+    match = _GRAMMAR.match(body)
+    if not match or match["number"] == ".":
+        raise _invalid(text)
+    number = match["number"]
+    digits = len(number) - ("." in number)
+    if digits > MAX_DIGITS:
+        raise QuantityError(f"quantity {text!r} has {digits} digits: at most {MAX_DIGITS}")
     if match["binary"]:
-        value *= _BINARY[match["binary"]]
+        scale = Fraction(_BINARY[match["binary"]])
     elif match["exp"]:
-        value *= Fraction(10) ** int(match["exp"][1:])
+        exponent = int(match["exp"][1:])  # bounded by MAX_LENGTH: a few digits at most
+        if abs(exponent) > MAX_EXPONENT:
+            raise QuantityError(f"quantity {text!r} has exponent {exponent}: at most {MAX_EXPONENT} in magnitude")
+        scale = Fraction(10) ** exponent
     else:
-        value *= _DECIMAL[match["decimal"] or ""]
+        scale = _DECIMAL[match["decimal"] or ""]
+    value = Fraction(number) * scale  # at most 10^(MAX_DIGITS + MAX_EXPONENT): cheap
+    if value > MAX_MAGNITUDE:
+        raise _too_large(text)
     return -value if match["sign"] == "-" else value
 
 

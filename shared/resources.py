@@ -190,5 +190,15 @@ def qos_class(spec: Mapping[str, Any]) -> str:
 
 
 def is_best_effort(spec: Mapping[str, Any]) -> bool:
-    """DESIGN section 1: no requests and no limits in any container (QoS class BestEffort)."""
-    return qos_class(spec) == "BestEffort"
+    """DESIGN section 1, Volcano's BestEffort: no request and no limit of ANY resource (extended resources such as
+    `nvidia.com/gpu` included) in any container, init container or the pod-level `spec.resources`. Stricter than the
+    Kubernetes QoS class (qos_class), which looks at cpu and memory only: a pod asking only for GPUs is not
+    BestEffort, so it does not tolerate every lock."""
+    holders = [*(spec.get("containers") or ()), *(spec.get("initContainers") or ()), spec]
+    for holder in holders:
+        resources = holder.get("resources") if isinstance(holder, Mapping) else None
+        if not isinstance(resources, Mapping):
+            continue
+        if any(resources.get(kind) for kind in ("requests", "limits")):
+            return False
+    return True

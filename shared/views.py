@@ -2,14 +2,25 @@
 
 Each view is built from the object's JSON (a dict, as the API returns it) by `from_obj`. Quantities become
 exact integers, timestamps become aware datetimes, annotations stay strings.
+
+`from_obj` is total in one sense: for any JSON at all it either returns a view or raises `ViewError`, whose message
+names the object and the field (`PodGroup ns/pg: spec.minMember: expected an integer, got 'x'`); a field of the wrong
+type is never let through to fail later in the planner or the webhook. The watch caches skip (and name) an object
+that raises it. Raw subtrees a view keeps (a Reservation's template, owners and status) are refused when nested more
+than `MAX_DEPTH` levels, so that nothing recursive (==, copy, json.dumps) can meet Python's recursion limit later.
+A few fields are tolerated instead of refused where a fallback is the better answer: an unreadable
+`volcano.sh/maximum-runtime` reads as none (the webhook refuses bad ones; the pod still counts), and a Reservation
+owner that is not an object is dropped (it could match nothing anyway; shared.matching is total over the rest).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from shared import keys
 from shared.duration import parse_duration
@@ -21,8 +32,190 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 TERMINAL = frozenset(("Succeeded", "Failed"))  # pod phases that hold nothing
 
 
+MAX_DEPTH = 64  # nesting of a kept raw subtree; Kubernetes objects nest about 20 deep at most (managedFields)
+_V = TypeVar("_V")
+
+
+class ViewError(ValueError):
+    """An object Reservoir cannot read: the message names the object, the field and what is wrong with it; `detail`
+    is the same without the object (for a report that names the object already), `kind` the object's kind."""
+
+    def __init__(self, message: str, detail: str | None = None, kind: str = "") -> None:
+        super().__init__(message)
+        self.detail = detail if detail is not None else message
+        self.kind = kind
+
+
+def _described(value: Any) -> str:
+    """A value as an error message shows it: short scalars quoted, anything else by its JSON type."""
+    if isinstance(value, bool) or value is None:
+        return "true" if value is True else "false" if value is False else "null"
+    if isinstance(value, (int, float)):
+        return f"the number {value}" if abs(value) < 1e15 else "a large number"
+    if isinstance(value, str):
+        return repr(value) if len(value) <= 40 else f"{value[:40]!r}... ({len(value)} characters)"
+    if isinstance(value, Mapping):
+        return "an object"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    return f"a {type(value).__name__}"
+
+
+def _mapping(value: Any, path: str) -> Mapping[str, Any]:
+    """A JSON object; {} when absent (null)."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ViewError(f"{path}: expected an object, got {_described(value)}")
+    return value
+
+
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
+    return _mapping(obj.get("metadata"), "metadata")
+
+
+def _array(value: Any, path: str) -> Sequence[Any]:
+    """A JSON array; () when absent."""
+    if value is None:
+        return ()
+    if not isinstance(value, (list, tuple)):
+        raise ViewError(f"{path}: expected a list, got {_described(value)}")
+    return value
+
+
+def _objects(value: Any, path: str) -> tuple[Mapping[str, Any], ...]:
+    """A JSON array of objects."""
+    items = _array(value, path)
+    for i, item in enumerate(items):
+        if not isinstance(item, Mapping):
+            raise ViewError(f"{path}[{i}]: expected an object, got {_described(item)}")
+    return tuple(items)
+
+
+def _text(value: Any, path: str, default: str = "") -> str:
+    """A JSON string; `default` when absent or empty."""
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise ViewError(f"{path}: expected a string, got {_described(value)}")
+    return value or default
+
+
+def _strings(value: Any, path: str) -> dict[str, str]:
+    """A map of strings to strings (labels, annotations, nodeSelector)."""
+    out = dict(_mapping(value, path))
+    for key, item in out.items():
+        if not isinstance(item, str):
+            raise ViewError(f"{path}[{key!r}]: expected a string, got {_described(item)}")
+    return out
+
+
+def _integer(value: Any, path: str, default: int) -> int:
+    """A JSON integer within int64 (or an integral number, or a string of one, as before); `default` when absent."""
+    if value is None:
+        return default
+    number: int | None = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        number = int(value)
+    elif isinstance(value, str) and 0 < len(value.strip()) <= 20:
+        try:
+            number = int(value)
+        except ValueError:
+            pass
+    if number is None or not -(2**63) <= number < 2**63:
+        raise ViewError(f"{path}: expected an integer (64 bits), got {_described(value)}")
+    return number
+
+
+def _flag(value: Any, path: str, default: bool = False) -> bool:
+    """A JSON boolean; `default` when absent."""
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ViewError(f"{path}: expected true or false, got {_described(value)}")
+    return value
+
+
+def _time(value: Any, path: str) -> datetime | None:
+    """An RFC 3339 timestamp with a zone; None when absent."""
+    if value is None or value == "":
+        return None
+    try:
+        moment = parse_time(_text(value, path))
+    except ValueError:
+        moment = None
+    if moment is None or moment.tzinfo is None or not 1970 <= moment.year <= 9000:
+        raise ViewError(f"{path}: expected an RFC 3339 time (2026-11-22T10:17:00Z) between the years 1970 and 9000, "
+                        f"got {_described(value)}")
+    return moment
+
+
+def _resources(value: Any, path: str) -> Resources:
+    """A ResourceList; the error names the resource and quotes the quantity."""
+    quantities = _mapping(value, path)
+    try:
+        return Resources.parse(quantities)
+    except ValueError:
+        for name, amount in quantities.items():
+            try:
+                Resources.parse({name: amount})
+            except ValueError as err:
+                raise ViewError(f"{path}.{name}: {err}") from None
+        raise
+
+
+def _computed(path: str, compute: Callable[[], _V]) -> _V:
+    """`compute()` reading the subtree at `path` through code that knows nothing of views: any error names `path`."""
+    try:
+        return compute()
+    except ViewError:
+        raise
+    except Exception as err:
+        raise ViewError(f"{path}: {err}") from None
+
+
+def _shallow(value: Any, path: str) -> Any:
+    """`value`, refused when it nests deeper than MAX_DEPTH (checked without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, Mapping) else item if isinstance(item, (list, tuple)) else None
+        if children is None:
+            continue
+        if depth > MAX_DEPTH:
+            raise ViewError(f"{path}: nested more than {MAX_DEPTH} levels deep")
+        stack.extend((child, depth + 1) for child in children)
+    return value
+
+
+def _identity(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping):
+        return "(no metadata)"
+    name, namespace = meta.get("name"), meta.get("namespace")
+    shown = name if isinstance(name, str) and name else "(no name)"
+    return f"{namespace}/{shown}" if isinstance(namespace, str) and namespace else shown
+
+
+def _readable(kind: str) -> Callable[[Callable[[Any, Mapping[str, Any]], _V]], Callable[[Any, Mapping[str, Any]], _V]]:
+    """Make a `from_obj` total: any error reading the object becomes a ViewError naming `kind`, the object and,
+    where the reader knows it, the field."""
+    def wrap(build: Callable[[Any, Mapping[str, Any]], _V]) -> Callable[[Any, Mapping[str, Any]], _V]:
+        @functools.wraps(build)
+        def from_obj(cls: Any, obj: Mapping[str, Any]) -> _V:
+            if not isinstance(obj, Mapping):
+                raise ViewError(f"{kind}: expected an object, got {_described(obj)}", kind=kind)
+            try:
+                return build(cls, obj)
+            except ViewError as err:
+                raise ViewError(f"{kind} {_identity(obj)}: {err.detail}", err.detail, kind) from None
+            except Exception as err:  # a bug here, or RecursionError: still this one object only
+                why = f"unreadable: {type(err).__name__}: {str(err)[:200]}"
+                raise ViewError(f"{kind} {_identity(obj)}: {why}", why, kind) from None
+        return from_obj
+    return wrap
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,22 +234,35 @@ class NodeView:
     allocatable: Resources
     unschedulable: bool
     created: datetime
+    # The kubelet says the node is up: no Ready condition other than "True" and no not-ready / unreachable taint
+    # (the node lifecycle controller's). A node reporting no Ready condition at all yet counts as ready, as
+    # kube-scheduler, which reads taints and not conditions, would place pods on it.
+    ready: bool = True
 
     @classmethod
+    @_readable("Node")
     def from_obj(cls, obj: Mapping[str, Any]) -> NodeView:
         meta = _meta(obj)
-        spec = obj.get("spec") or {}
-        status = obj.get("status") or {}
+        spec = _mapping(obj.get("spec"), "spec")
+        status = _mapping(obj.get("status"), "status")
+        taints = tuple(
+            Taint(_text(t.get("key"), f"spec.taints[{i}].key"), _text(t.get("value"), f"spec.taints[{i}].value"),
+                  _text(t.get("effect"), f"spec.taints[{i}].effect"))
+            for i, t in enumerate(_objects(spec.get("taints"), "spec.taints"))
+        )
+        ready = not any(isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") != "True"
+                        for c in _array(status.get("conditions"), "status.conditions"))
+        ready = ready and not any(t.key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+                                  for t in taints)
         return cls(
-            name=meta.get("name", ""),
-            labels=dict(meta.get("labels") or {}),
-            annotations=dict(meta.get("annotations") or {}),
-            taints=tuple(
-                Taint(t.get("key", ""), t.get("value", ""), t.get("effect", "")) for t in spec.get("taints") or ()
-            ),
-            allocatable=Resources.parse(status.get("allocatable")),
-            unschedulable=bool(spec.get("unschedulable")),
-            created=parse_time(meta.get("creationTimestamp")) or EPOCH,
+            name=_text(meta.get("name"), "metadata.name"),
+            labels=_strings(meta.get("labels"), "metadata.labels"),
+            annotations=_strings(meta.get("annotations"), "metadata.annotations"),
+            taints=taints,
+            allocatable=_resources(status.get("allocatable"), "status.allocatable"),
+            unschedulable=_flag(spec.get("unschedulable"), "spec.unschedulable"),
+            created=_time(meta.get("creationTimestamp"), "metadata.creationTimestamp") or EPOCH,
+            ready=ready,
         )
 
     @property
@@ -84,7 +290,7 @@ def _runtime(annotations: Mapping[str, str]) -> timedelta | None:
         return None
     try:
         return parse_duration(text)
-    except ValueError:
+    except ValueError:  # DurationError: malformed, or beyond Go's 2^63-1 ns
         return None
 
 
@@ -113,36 +319,44 @@ class PodView:
     daemon: bool = False  # controlled by a DaemonSet (ownership.is_daemonset_pod)
 
     @classmethod
+    @_readable("Pod")
     def from_obj(cls, obj: Mapping[str, Any]) -> PodView:
         meta = _meta(obj)
-        spec = obj.get("spec") or {}
-        status = obj.get("status") or {}
+        spec = _mapping(obj.get("spec"), "spec")
+        status = _mapping(obj.get("status"), "status")
+        name = _text(meta.get("name"), "metadata.name")
+        namespace = _text(meta.get("namespace"), "metadata.namespace")
+        annotations = _strings(meta.get("annotations"), "metadata.annotations")
+        owner_refs = _objects(meta.get("ownerReferences"), "metadata.ownerReferences")
         return cls(
-            namespace=meta.get("namespace", ""),
-            name=meta.get("name", ""),
-            uid=meta.get("uid", ""),
-            labels=dict(meta.get("labels") or {}),
-            annotations=dict(meta.get("annotations") or {}),
-            node_name=spec.get("nodeName") or "",
-            phase=status.get("phase") or "Pending",
-            requests=pod_requests(spec),
-            best_effort=is_best_effort(spec),
-            priority=int(spec.get("priority") or 0),
-            priority_class_name=spec.get("priorityClassName") or "",
-            tolerations=tuple(spec.get("tolerations") or ()),
+            namespace=namespace,
+            name=name,
+            uid=_text(meta.get("uid"), "metadata.uid"),
+            labels=_strings(meta.get("labels"), "metadata.labels"),
+            annotations=annotations,
+            node_name=_text(spec.get("nodeName"), "spec.nodeName"),
+            phase=_text(status.get("phase"), "status.phase", "Pending"),
+            requests=_computed("spec (resources)", lambda: pod_requests(spec)),
+            best_effort=_computed("spec (resources)", lambda: is_best_effort(spec)),
+            priority=_integer(spec.get("priority"), "spec.priority", 0),
+            priority_class_name=_text(spec.get("priorityClassName"), "spec.priorityClassName"),
+            tolerations=_objects(spec.get("tolerations"), "spec.tolerations"),
             owners=tuple(
-                OwnerRef(o.get("apiVersion", ""), o.get("kind", ""), o.get("name", ""), o.get("uid", ""),
-                         bool(o.get("controller")))
-                for o in meta.get("ownerReferences") or ()
+                OwnerRef(_text(o.get("apiVersion"), f"metadata.ownerReferences[{i}].apiVersion"),
+                         _text(o.get("kind"), f"metadata.ownerReferences[{i}].kind"),
+                         _text(o.get("name"), f"metadata.ownerReferences[{i}].name"),
+                         _text(o.get("uid"), f"metadata.ownerReferences[{i}].uid"),
+                         _flag(o.get("controller"), f"metadata.ownerReferences[{i}].controller"))
+                for i, o in enumerate(owner_refs)
             ),
-            created=parse_time(meta.get("creationTimestamp")) or EPOCH,
-            started=parse_time(status.get("startTime")),
+            created=_time(meta.get("creationTimestamp"), "metadata.creationTimestamp") or EPOCH,
+            started=_time(status.get("startTime"), "status.startTime"),
             deleting=bool(meta.get("deletionTimestamp")),
-            scheduler_name=spec.get("schedulerName") or "default-scheduler",
-            node_selector=dict(spec.get("nodeSelector") or {}),
-            maximum_runtime=_runtime(meta.get("annotations") or {}),
-            job=(meta.get("namespace", ""), *(job_identity(meta) or ("Pod", meta.get("name", "")))),
-            daemon=is_daemonset_pod(meta),
+            scheduler_name=_text(spec.get("schedulerName"), "spec.schedulerName", "default-scheduler"),
+            node_selector=_strings(spec.get("nodeSelector"), "spec.nodeSelector"),
+            maximum_runtime=_runtime(annotations),
+            job=(namespace, *(_computed("metadata", lambda: job_identity(meta)) or ("Pod", name))),
+            daemon=_computed("metadata.ownerReferences", lambda: is_daemonset_pod(meta)),
         )
 
     @property
@@ -187,23 +401,38 @@ class PodGroupView:
     created: datetime
 
     @classmethod
+    @_readable("PodGroup")
     def from_obj(cls, obj: Mapping[str, Any]) -> PodGroupView:
         meta = _meta(obj)
-        spec = obj.get("spec") or {}
+        spec = _mapping(obj.get("spec"), "spec")
         return cls(
-            namespace=meta.get("namespace", ""),
-            name=meta.get("name", ""),
-            uid=meta.get("uid", ""),
-            annotations=dict(meta.get("annotations") or {}),
-            min_member=int(spec.get("minMember") or 1),
-            queue=spec.get("queue") or keys.DEFAULT_QUEUE,
-            priority_class_name=spec.get("priorityClassName") or "",
-            created=parse_time(meta.get("creationTimestamp")) or EPOCH,
+            namespace=_text(meta.get("namespace"), "metadata.namespace"),
+            name=_text(meta.get("name"), "metadata.name"),
+            uid=_text(meta.get("uid"), "metadata.uid"),
+            annotations=_strings(meta.get("annotations"), "metadata.annotations"),
+            min_member=_integer(spec.get("minMember"), "spec.minMember", 1) or 1,
+            queue=_text(spec.get("queue"), "spec.queue", keys.DEFAULT_QUEUE),
+            priority_class_name=_text(spec.get("priorityClassName"), "spec.priorityClassName"),
+            created=_time(meta.get("creationTimestamp"), "metadata.creationTimestamp") or EPOCH,
         )
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+
+def _fraction(value: Any, path: str) -> float | None:
+    """A finite JSON number (or a string of one, as before); None when absent."""
+    if value is None:
+        return None
+    if isinstance(value, (int, float, str)) and not isinstance(value, bool) and len(str(value)) <= 40:
+        try:
+            number = float(value)
+        except ValueError:
+            number = math.nan
+        if math.isfinite(number):
+            return number
+    raise ViewError(f"{path}: expected a number, got {_described(value)}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,31 +466,38 @@ class QueueView:
         return self.priority_class_name or self.annotations.get(keys.QUEUE_PRIORITY_CLASS, "")
 
     @classmethod
+    @_readable("Queue")
     def from_obj(cls, obj: Mapping[str, Any]) -> QueueView:
         meta = _meta(obj)
-        spec = obj.get("spec") or {}
-        raw = spec.get("guarantee") or {}
+        spec = _mapping(obj.get("spec"), "spec")
+        raw = _mapping(spec.get("guarantee"), "spec.guarantee")
         guarantee = None
         if raw.get("resource") or raw.get("percentage") or raw.get("policy"):
-            percentage = raw.get("percentage") or {}
+            percentage = _mapping(raw.get("percentage"), "spec.guarantee.percentage")
+            dimensions = _array(percentage.get("dimensions"), "spec.guarantee.percentage.dimensions")
+            if not all(isinstance(d, str) for d in dimensions):
+                raise ViewError("spec.guarantee.percentage.dimensions: expected a list of strings")
             guarantee = Guarantee(
-                policy=raw.get("policy") or "Best-Effort",
-                resource=Resources.parse(raw.get("resource")),
-                percentage_dimensions=tuple(percentage.get("dimensions") or ()),
-                percentage_value=float(percentage["value"]) if "value" in percentage else None,
+                policy=_text(raw.get("policy"), "spec.guarantee.policy", "Best-Effort"),
+                resource=_resources(raw.get("resource"), "spec.guarantee.resource"),
+                percentage_dimensions=tuple(dimensions),
+                percentage_value=_fraction(percentage.get("value"), "spec.guarantee.percentage.value"),
             )
+        status = _mapping(obj.get("status"), "status")
+        reservation = status.get("reservation")
         return cls(
-            name=meta.get("name", ""),
-            uid=meta.get("uid", ""),
-            annotations=dict(meta.get("annotations") or {}),
-            weight=int(spec.get("weight") or 1),
-            priority=spec.get("priority"),
-            priority_class_name=spec.get("priorityClassName") or "",
-            capability=Resources.parse(spec.get("capability")),
+            name=_text(meta.get("name"), "metadata.name"),
+            uid=_text(meta.get("uid"), "metadata.uid"),
+            annotations=_strings(meta.get("annotations"), "metadata.annotations"),
+            weight=_integer(spec.get("weight"), "spec.weight", 1) or 1,
+            priority=None if spec.get("priority") is None else _integer(spec.get("priority"), "spec.priority", 0),
+            priority_class_name=_text(spec.get("priorityClassName"), "spec.priorityClassName"),
+            capability=_resources(spec.get("capability"), "spec.capability"),
             guarantee=guarantee,
-            created=parse_time(meta.get("creationTimestamp")) or EPOCH,
-            deserved=Resources.parse(spec.get("deserved")),
-            reservation=(obj.get("status") or {}).get("reservation"),
+            created=_time(meta.get("creationTimestamp"), "metadata.creationTimestamp") or EPOCH,
+            deserved=_resources(spec.get("deserved"), "spec.deserved"),
+            reservation=None if reservation is None else _shallow(_mapping(reservation, "status.reservation"),
+                                                                  "status.reservation"),
         )
 
 
@@ -273,13 +509,30 @@ class PriorityClassView:
     preemption_policy: str
 
     @classmethod
+    @_readable("PriorityClass")
     def from_obj(cls, obj: Mapping[str, Any]) -> PriorityClassView:
         return cls(
-            name=_meta(obj).get("name", ""),
-            value=int(obj.get("value") or 0),
-            global_default=bool(obj.get("globalDefault")),
-            preemption_policy=obj.get("preemptionPolicy") or "PreemptLowerPriority",
+            name=_text(_meta(obj).get("name"), "metadata.name"),
+            value=_integer(obj.get("value"), "value", 0),
+            global_default=_flag(obj.get("globalDefault"), "globalDefault"),
+            preemption_policy=_text(obj.get("preemptionPolicy"), "preemptionPolicy", "PreemptLowerPriority"),
         )
+
+
+def _template_spec(template: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A Reservation's `spec.template.spec`, with the fields the planner reads to place it checked for shape: nodeName,
+    nodeSelector, required node affinity terms and tolerations."""
+    spec = _mapping(template.get("spec"), "spec.template.spec")
+    _text(spec.get("nodeName"), "spec.template.spec.nodeName")
+    _strings(spec.get("nodeSelector"), "spec.template.spec.nodeSelector")
+    _objects(spec.get("tolerations"), "spec.template.spec.tolerations")
+    affinity = _mapping(spec.get("affinity"), "spec.template.spec.affinity")
+    node_affinity = _mapping(affinity.get("nodeAffinity"), "spec.template.spec.affinity.nodeAffinity")
+    where = "spec.template.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+    required = _mapping(node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution"), where)
+    for i, term in enumerate(_objects(required.get("nodeSelectorTerms"), f"{where}.nodeSelectorTerms")):
+        _objects(term.get("matchExpressions"), f"{where}.nodeSelectorTerms[{i}].matchExpressions")
+    return spec
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,28 +557,36 @@ class ReservationView:
     status: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
+    @_readable("Reservation")
     def from_obj(cls, obj: Mapping[str, Any]) -> ReservationView:
         meta = _meta(obj)
-        spec = obj.get("spec") or {}
-        status = obj.get("status") or {}
-        template = spec.get("template") or {}
-        ttl_text = spec.get("ttl")
-        ttl = parse_duration(ttl_text) if ttl_text else (None if spec.get("expires") else timedelta(hours=24))
+        spec = _mapping(obj.get("spec"), "spec")
+        status = _shallow(_mapping(obj.get("status"), "status"), "status")
+        template = _shallow(_mapping(spec.get("template"), "spec.template"), "spec.template")
+        template_spec = _template_spec(template)
+        ttl_text = _text(spec.get("ttl"), "spec.ttl")
+        expires = _time(spec.get("expires"), "spec.expires")
+        try:
+            ttl = parse_duration(ttl_text) if ttl_text else (None if expires else timedelta(hours=24))
+        except ValueError as err:
+            raise ViewError(f"spec.ttl: {err}") from None
         return cls(
-            name=meta.get("name", ""),
-            uid=meta.get("uid", ""),
-            labels=dict(meta.get("labels") or {}),
+            name=_text(meta.get("name"), "metadata.name"),
+            uid=_text(meta.get("uid"), "metadata.uid"),
+            labels=_strings(meta.get("labels"), "metadata.labels"),
             template=template,
-            requests=pod_requests(template.get("spec") or {}),
-            owners=tuple(spec.get("owners") or ()),
+            requests=_computed("spec.template.spec (resources)", lambda: pod_requests(template_spec)),
+            # an owner that is not an object could match nothing: dropped (module docstring)
+            owners=tuple(o for o in _shallow(_array(spec.get("owners"), "spec.owners"), "spec.owners")
+                         if isinstance(o, Mapping)),
             ttl=ttl if ttl else None,
-            expires=parse_time(spec.get("expires")),
-            pre_allocation=bool(spec.get("preAllocation")),
-            allocate_once=spec.get("allocateOnce", True) is not False,
-            allocate_policy=spec.get("allocatePolicy") or "",
-            unschedulable=bool(spec.get("unschedulable")),
-            phase=status.get("phase") or "Pending",
-            node_name=status.get("nodeName") or "",
-            created=parse_time(meta.get("creationTimestamp")) or EPOCH,
+            expires=expires,
+            pre_allocation=_flag(spec.get("preAllocation"), "spec.preAllocation"),
+            allocate_once=_flag(spec.get("allocateOnce"), "spec.allocateOnce", default=True),
+            allocate_policy=_text(spec.get("allocatePolicy"), "spec.allocatePolicy"),
+            unschedulable=_flag(spec.get("unschedulable"), "spec.unschedulable"),
+            phase=_text(status.get("phase"), "status.phase", "Pending"),
+            node_name=_text(status.get("nodeName"), "status.nodeName"),
+            created=_time(meta.get("creationTimestamp"), "metadata.creationTimestamp") or EPOCH,
             status=dict(status),
         )

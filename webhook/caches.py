@@ -1,30 +1,39 @@
-"""The webhook's watch caches and the `Lookup` it builds from them for each request."""
+"""The webhook's watch caches and the `Lookup` it builds from them for each request.
+
+An object a cache cannot read is left out of it and listed in `skipped()` (shared.watchcache); `on_skip` (for example
+`shared.watchcache.count_skips(metrics.registry)`) counts each. A cache that has not heard from the API server for
+longer than `shared.serving.STALE_AFTER` counts as not synced, so `/readyz` turns false until it hears again.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kubernetes_asyncio import client
 
 from shared import keys, kinds
 from shared.config import ReservoirConfig
-from shared.watchcache import WatchCache
+from shared.serving import STALE_AFTER, stale_caches
+from shared.watchcache import Skipped, WatchCache
 from webhook.lookup import Lookup
 
 log = logging.getLogger("reservoir.webhook")
 
 
 class WebhookCaches:
-    def __init__(self, api: client.ApiClient, namespace: str = keys.NAMESPACE) -> None:
-        self.podgroups = WatchCache.of(api, kinds.PODGROUPS)
-        self.queues = WatchCache.of(api, kinds.QUEUES)
-        self.priority_classes = WatchCache.of(api, kinds.PRIORITY_CLASSES)
-        self.reservations = WatchCache.of(api, kinds.RESERVATIONS)
-        self.configmaps = WatchCache.of(api, kinds.config_map(namespace), on_change=self._config_changed)
-        self.nodes = WatchCache.of(api, kinds.NODES)  # only to refuse a Queue guarantee larger than the cluster
+    def __init__(self, api: client.ApiClient, namespace: str = keys.NAMESPACE,
+                 on_skip: Callable[[Skipped], None] | None = None) -> None:
+        self.podgroups = WatchCache.of(api, kinds.PODGROUPS, on_skip=on_skip)
+        self.queues = WatchCache.of(api, kinds.QUEUES, on_skip=on_skip)
+        self.priority_classes = WatchCache.of(api, kinds.PRIORITY_CLASSES, on_skip=on_skip)
+        self.reservations = WatchCache.of(api, kinds.RESERVATIONS, on_skip=on_skip)
+        self.configmaps = WatchCache.of(api, kinds.config_map(namespace), on_change=self._config_changed,
+                                        on_skip=on_skip)
+        # only to refuse a Queue guarantee larger than the cluster
+        self.nodes = WatchCache.of(api, kinds.NODES, on_skip=on_skip)
         self.all = [self.podgroups, self.queues, self.priority_classes, self.reservations, self.configmaps, self.nodes]
         self.config = ReservoirConfig()
         self._tasks: list[asyncio.Task[None]] = []
@@ -47,8 +56,17 @@ class WebhookCaches:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    def synced(self) -> dict[str, bool]:
-        return {cache.name: cache.synced.is_set() for cache in self.all}
+    def synced(self, now: float | None = None) -> dict[str, bool]:
+        """Cache name -> synced and still following the cluster (heard from the API server within STALE_AFTER)."""
+        return {cache.name: cache.synced.is_set() and cache.stale_for(now) <= STALE_AFTER for cache in self.all}
+
+    def stale(self, now: float | None = None) -> list[str]:
+        """One line per cache that has not heard from the API server for longer than STALE_AFTER (how long)."""
+        return stale_caches(self.all, now)
+
+    def skipped(self) -> dict[str, dict[str, str]]:
+        """Cache name -> the objects it skips now because they cannot be read (name -> error); only non-empty ones."""
+        return {cache.name: dict(cache.skipped) for cache in self.all if cache.skipped}
 
     def lookup(self) -> Lookup:
         """One Lookup per cache state: what it derives (indexes) is computed once, not per request."""

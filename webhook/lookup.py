@@ -50,11 +50,14 @@ class Lookup:
                 selector = owner.get("labelSelector") if isinstance(owner, Mapping) else None
                 obj = owner.get("object") if isinstance(owner, Mapping) else None
                 match_labels = (selector or {}).get("matchLabels") if isinstance(selector, Mapping) else None
-                if isinstance(obj, Mapping) and obj.get("name"):
+                # an owner of a shape no pod can match (a name that is not a string, ...) is still a candidate
+                # (`always`): the matcher itself decides, and it matches nothing it cannot read
+                if isinstance(obj, Mapping) and isinstance(obj.get("name"), str) and obj["name"]:
                     by_name[obj["name"]].append(reservation)
-                elif isinstance(match_labels, Mapping) and match_labels:
+                elif (isinstance(match_labels, Mapping) and match_labels
+                      and all(isinstance(k, str) and isinstance(v, str) for k, v in match_labels.items())):
                     key = min(match_labels)
-                    by_label[(key, str(match_labels[key]))].append(reservation)
+                    by_label[(key, match_labels[key])].append(reservation)
                 else:
                     always.append(reservation)
         return by_label, by_name, always

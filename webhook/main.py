@@ -11,8 +11,9 @@ from aiohttp import web
 from shared import keys
 from shared.kube import new_api_client
 from shared.serving import stop_on_signals
+from shared.watchcache import count_skips
 from webhook.caches import WebhookCaches
-from webhook.server import Metrics, ReloadingTLS, make_app
+from webhook.server import Metrics, ReloadingTLS, make_app, make_runner
 
 log = logging.getLogger("reservoir.webhook")
 
@@ -20,11 +21,11 @@ log = logging.getLogger("reservoir.webhook")
 async def run(cert_file: Path, key_file: Path, host: str, port: int, kubeconfig: str | None,
               namespace: str = keys.NAMESPACE, impersonate: str | None = None) -> None:
     api = await new_api_client(kubeconfig, impersonate=impersonate)
-    caches = WebhookCaches(api, namespace)
     metrics = Metrics()
+    caches = WebhookCaches(api, namespace, on_skip=count_skips(metrics.registry))  # objects no cache can read
     tls = ReloadingTLS(cert_file, key_file, metrics)
     app = make_app(caches.lookup, caches.synced, metrics)
-    runner = web.AppRunner(app, access_log=None)
+    runner = make_runner(app)  # the server's limits: keep-alive, header sizes (webhook.server)
     await runner.setup()
     site = web.TCPSite(runner, host, port, ssl_context=tls.context, backlog=1024)
     caches.start()

@@ -27,6 +27,7 @@ from shared.ownership import (
 from shared.resources import is_best_effort
 from shared.tolerations import BYPASS_TOLERATION, lock_toleration, toleration_ops
 from shared.views import PodGroupView, PriorityClassView, QueueView
+from webhook.admission import shown
 from webhook.lookup import Lookup
 
 MIRROR_POD = "kubernetes.io/config.mirror"
@@ -88,17 +89,25 @@ def named_reservations(annotations: Mapping[str, str], lookup: Lookup) -> list[s
     return sorted(r.name for r in lookup.reservations.values() if label_selector_matches(selector, r.labels))
 
 
+MAX_AFFINITY_LENGTH = 4096  # a name is at most 253 characters; a selector of a few labels fits many times over
+
+
 def parse_reservation_affinity(text: str) -> dict[str, Any]:
     """Seed 003's reservation affinity: `name`, `{"name": "x"}` or `{"reservationSelector": {"k": "v"}}`;
-    ValueError names what is accepted."""
+    ValueError names what is accepted (and what is too long or not readable at all)."""
+    if not isinstance(text, str):
+        raise ValueError(f"reservation affinity must be a string, not {type(text).__name__}")
     stripped = text.strip()
+    if len(stripped) > MAX_AFFINITY_LENGTH:
+        raise ValueError(f"reservation affinity is {len(stripped)} characters long: at most {MAX_AFFINITY_LENGTH}; "
+                         'give a Reservation name, {"name": "<reservation>"} or {"reservationSelector": {...}}')
     if not stripped.startswith("{"):
         if not stripped:
             raise ValueError("empty reservation affinity")
         return {"name": stripped}
     try:
         data = json.loads(stripped)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # not JSON, or nested past what the parser follows
         data = None
     if isinstance(data, dict) and isinstance(data.get("name"), str) and data["name"]:
         return {"name": data["name"]}
@@ -107,7 +116,7 @@ def parse_reservation_affinity(text: str) -> dict[str, Any]:
     ):
         return {"reservationSelector": data["reservationSelector"]}
     raise ValueError(
-        f"reservation affinity {text!r} is not valid: expected a Reservation name, "
+        f"reservation affinity {shown(text)} is not valid: expected a Reservation name, "
         '{"name": "<reservation>"} or {"reservationSelector": {"<label>": "<value>"}}'
     )
 

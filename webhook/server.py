@@ -1,4 +1,12 @@
-"""The webhook's HTTPS server: admission routes, health, readiness, metrics, certificate reload."""
+"""The webhook's HTTPS server: admission routes, health, readiness, metrics, certificate reload.
+
+Limits (issue 10), each a module constant: a body over 3 MiB is refused 413 (declared or counted as it comes,
+chunked too); idle keep-alive and header sizes are bounded (`runner_options`); a malformed request is a 400 with a
+one-line reason (`webhook.admission`); and every request is answered within the `?timeout=` the API server sends
+(its webhook's timeoutSeconds): bodies over INLINE_BODY and the ConfigMap route run in a worker thread so the loop
+stays free to answer at the deadline (`_late`), the rest is answered on the loop, bounded by the checks and parser
+bounds that make any one of them cost milliseconds (`make fuzz-webhook` measures the slowest).
+"""
 
 from __future__ import annotations
 
@@ -9,12 +17,16 @@ import os
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from shared.duration import DurationError, parse_duration
+from shared.quantity import QuantityError
 from shared.serving import add_probes
 from webhook import admission, mutate, validate
 from webhook.admission import BadReview, Request, ReviewResponse
@@ -59,17 +71,24 @@ def _route_mutate_podgroup(request: Request, lookup: Lookup) -> ReviewResponse:
     return admission.response(request.uid, patch=result.patch)
 
 
-Check = Callable[[Mapping[str, Any], Lookup], validate.Verdict]
+# A validator: the object, the object before the update (None on CREATE), the read model.
+Check = Callable[[Mapping[str, Any], Mapping[str, Any] | None, Lookup], validate.Verdict]
 Route = Callable[[Request, Lookup], ReviewResponse]
 
 
 def _validating(check: Check) -> Route:
+    """CREATE and UPDATE judged by `check`; an UPDATE only for what it changes (validate.judge_update, against
+    the old object judged the same way); DELETE and CONNECT let through."""
     def route(request: Request, lookup: Lookup) -> ReviewResponse:
-        if request.operation == "DELETE":
+        if request.operation not in ("CREATE", "UPDATE"):
             return admission.response(request.uid)
-        verdict = check(request.obj, lookup)
+        old = request.old if request.operation == "UPDATE" else None
+        verdict = check(request.obj, old, lookup)
+        if old is not None and not verdict.allowed:
+            verdict = validate.judge_update(verdict, check(old, None, lookup))
         if not verdict.allowed:
-            log.info("decision=deny kind=%s name=%s reason=%r", request.kind, request.name, verdict.message)
+            log.info("decision=deny kind=%s name=%s reason=%r", request.kind, request.name,
+                     admission.clip(verdict.message, 500))
         return admission.response(request.uid, allowed=verdict.allowed, message=verdict.message,
                                   warnings=verdict.warnings, code=422)
     return route
@@ -79,47 +98,183 @@ def _noop(request: Request, lookup: Lookup) -> ReviewResponse:
     return admission.response(request.uid)
 
 
-ROUTES: dict[str, Route] = {
-    "/mutate/pods": _route_mutate_pod,
-    "/mutate/podgroups": _route_mutate_podgroup,
-    "/validate/pods": _validating(lambda obj, _: validate.validate_pod(obj)),
-    "/validate/podgroups": _validating(lambda obj, _: validate.validate_podgroup(obj)),
-    "/validate/queues": _validating(lambda obj, lookup: validate.validate_queue(obj, lookup.schedulable_allocatable)),
-    "/validate/reservations": _validating(lambda obj, _: validate.validate_reservation(obj)),
-    "/validate/configmaps": _validating(lambda obj, _: validate.validate_configmap(obj)),
-    "/noop": _noop,  # the ceiling of the stack, for the benchmark
+@dataclass(frozen=True)
+class Endpoint:
+    """One admission route: what answers, the shape of the object it reads (admission module docstring), whether
+    it mutates (a late answer then admits unchanged: fail open), and whether it always runs off the event loop."""
+
+    route: Route
+    shape: admission.Shape | None
+    mutating: bool = False
+    offload: bool = False
+
+
+ROUTES: dict[str, Endpoint] = {
+    "/mutate/pods": Endpoint(_route_mutate_pod, admission.POD, mutating=True),
+    "/mutate/podgroups": Endpoint(_route_mutate_podgroup, admission.PODGROUP, mutating=True),
+    "/validate/pods": Endpoint(_validating(lambda obj, old, _: validate.validate_pod(obj)), admission.POD),
+    "/validate/podgroups": Endpoint(_validating(lambda obj, old, _: validate.validate_podgroup(obj)),
+                                    admission.PODGROUP),
+    "/validate/queues": Endpoint(_validating(lambda obj, old, lookup: validate.validate_queue(
+        obj, lookup.schedulable_allocatable, old)), admission.QUEUE),
+    "/validate/reservations": Endpoint(_validating(lambda obj, old, _: validate.validate_reservation(obj)),
+                                       admission.RESERVATION),
+    # YAML and the config model are pure Python and cost milliseconds per KiB: never on the event loop
+    "/validate/configmaps": Endpoint(_validating(lambda obj, old, _: validate.validate_configmap(obj)),
+                                     admission.CONFIGMAP, offload=True),
+    "/noop": Endpoint(_noop, None),  # the ceiling of the stack, for the benchmark
 }
+
+# --- limits (issue 10: safe in a shared cluster) ---
+MAX_BODY = 3 * 1024 * 1024  # the API server's own limit on a request body: no AdmissionReview it sends is larger
+# Idle keep-alive, and (aiohttp starts the same timer when a connection opens) the time a client has to finish its
+# first request's headers. Longer than the API server's idle timeout for webhook connections (90 s, Go's default
+# that client-go keeps), so the API server closes an idle connection first and never reuses one we are closing
+# (Go does not retry a POST that fails so).
+KEEPALIVE_TIMEOUT = 120.0
+# Request line (the URL with ?timeout=2s), each header, and how many: the API server sends about ten short ones.
+MAX_LINE_SIZE = 8190
+MAX_FIELD_SIZE = 8190
+MAX_HEADERS = 64
+# After a 413 aiohttp reads and drops the rest of the body for this long, so a client still sending it can read the
+# answer; then the connection is closed (aiohttp's default is 10 s).
+LINGERING_TIME = 2.0
+DEFAULT_TIMEOUT = 2.0  # timeoutSeconds of every webhook in deploy/webhook-configurations.yaml
+MIN_TIMEOUT, MAX_TIMEOUT = 0.1, 30.0  # what `?timeout=` may ask for (the API server allows 1-30 s)
+DEADLINE_MARGIN = 0.2  # answer this much before the caller's deadline (at most a tenth of it), so it arrives in time
+INLINE_BODY = 64 * 1024  # bodies up to this are answered on the event loop: parsing and judging them costs < 10 ms
+ADMISSION_THREADS = 2
+
+
+def runner_options() -> dict[str, Any]:
+    """The server's connection limits, as `web.AppRunner` keyword arguments (module constants above). Bodies are
+    not decompressed: the API server never compresses them, and a compressed body is a way past MAX_BODY."""
+    return {"keepalive_timeout": KEEPALIVE_TIMEOUT, "lingering_time": LINGERING_TIME, "max_line_size": MAX_LINE_SIZE,
+            "max_field_size": MAX_FIELD_SIZE, "max_headers": MAX_HEADERS, "auto_decompress": False, "access_log": None}
+
+
+def make_runner(app: web.Application) -> web.AppRunner:
+    """The AppRunner that serves `app` within the limits (runner_options)."""
+    return web.AppRunner(app, **runner_options())
+
+
+def deadline(timeout: str | None) -> tuple[float, float]:
+    """(the caller's timeout, the time this webhook allows itself) in seconds, from the `?timeout=` the API server
+    sends (a Go duration, the webhook's timeoutSeconds); DEFAULT_TIMEOUT when it is absent or unreadable."""
+    seconds = DEFAULT_TIMEOUT
+    if timeout:
+        try:
+            seconds = parse_duration(timeout).total_seconds()
+        except (DurationError, OverflowError, ValueError):
+            seconds = DEFAULT_TIMEOUT
+    seconds = min(max(seconds, MIN_TIMEOUT), MAX_TIMEOUT)
+    return seconds, seconds - min(DEADLINE_MARGIN, seconds / 10)
+
+
+@dataclass
+class _Progress:
+    """What is known of a request so far, for an answer at its deadline (set from a worker thread too)."""
+
+    uid: str = ""
+
+
+@dataclass(frozen=True)
+class _Answer:
+    status: int
+    body: Mapping[str, Any]
+    outcome: str
+
+
+def _error(status: int, reason: str, outcome: str) -> _Answer:
+    return _Answer(status, {"error": admission.clip(reason)}, outcome)
+
+
+def _answer(path: str, endpoint: Endpoint, body: bytes, lookup: Callable[[], Lookup], progress: _Progress) -> _Answer:
+    """The whole answer to one request body: parse, check its shape, route. Pure computation (it may run in a
+    worker thread); every malformed request ends as a 400 with a one-line reason."""
+    try:
+        review = admission.parse_review(body, endpoint.shape)
+    except BadReview as err:
+        return _error(400, str(err), "bad-request")
+    progress.uid = review.uid
+    try:
+        answer = endpoint.route(review, lookup())
+    except (QuantityError, DurationError) as err:  # a value the shape check does not parse, read by the route
+        return _error(400, admission.locate(endpoint.shape, review, err), "bad-request")
+    except UnicodeError as err:  # a lone surrogate escape (\ud800): JSON allows it, UTF-8 cannot hold it
+        return _error(400, f"request.object holds text that is not valid Unicode: {err}", "bad-request")
+    except Exception:  # a bug must not turn into a stack trace for the apiserver
+        log.exception("route=%s unexpected error", path)
+        return _error(500, "internal error; see the webhook log", "error")
+    outcome = "allowed" if answer["response"]["allowed"] else "denied"
+    if answer["response"].get("patch"):
+        outcome = "patched"
+    return _Answer(200, answer, outcome)
+
+
+def _late(endpoint: Endpoint, progress: _Progress, timeout: float) -> _Answer:
+    """The answer at the deadline. A mutation whose review was read is admitted unchanged (fail open, as its
+    failurePolicy Ignore intends; the agent adds a lock toleration it lacks). Anything else is a 504, so the API
+    server applies the webhook's own failurePolicy: Reservoir's objects (Fail) are refused naming the timeout, pods
+    and PodGroups (Ignore) are admitted."""
+    reason = f"the webhook did not finish within the request's {timeout:g}s timeout"
+    if endpoint.mutating and progress.uid:
+        return _Answer(200, admission.response(progress.uid, warnings=[f"reservoir: not mutated: {reason}"]),
+                       "timeout")
+    return _error(504, reason, "timeout")
 
 
 def make_app(lookup: Callable[[], Lookup], synced: Callable[[], dict[str, bool]],
              metrics: Metrics | None = None) -> web.Application:
     metrics = metrics or Metrics()
-    app = web.Application(client_max_size=3 * 1024 * 1024)
+    app = web.Application(client_max_size=MAX_BODY)
+    pool = ThreadPoolExecutor(ADMISSION_THREADS, thread_name_prefix="admission")
 
-    def handler(path: str, route: Route) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def stop_pool(_: web.Application) -> None:
+        pool.shutdown(wait=False, cancel_futures=True)  # a request still running there is past its deadline
+
+    app.on_cleanup.append(stop_pool)
+
+    async def respond(path: str, endpoint: Endpoint, http: web.Request, progress: _Progress) -> _Answer:
+        if http.content_length is not None and http.content_length > MAX_BODY:
+            return _error(413, f"request body of {http.content_length} bytes is over the limit of {MAX_BODY} "
+                               "bytes (3 MiB, the API server's own)", "too-large")
+        try:
+            body = await http.read()  # counts a chunked body as it comes, and stops past client_max_size
+        except web.HTTPRequestEntityTooLarge:
+            return _error(413, f"request body is over the limit of {MAX_BODY} bytes (3 MiB, the API server's own)",
+                          "too-large")
+        except (web.RequestPayloadError, ConnectionError) as err:
+            return _error(400, f"request body could not be read: {err}", "bad-request")
+        if len(body) <= INLINE_BODY and not endpoint.offload:
+            return _answer(path, endpoint, body, lookup, progress)
+        snapshot = lookup()  # read on the loop: the caches change there
+        return await asyncio.get_running_loop().run_in_executor(
+            pool, _answer, path, endpoint, body, lambda: snapshot, progress)
+
+    def handler(path: str, endpoint: Endpoint) -> Callable[[web.Request], Awaitable[web.Response]]:
         async def handle(http: web.Request) -> web.Response:
             started = time.perf_counter()
-            outcome = "error"
+            timeout, allowed = deadline(http.query.get("timeout"))
+            progress = _Progress()
             try:
-                review = admission.parse_review(await http.read())
-                answer = route(review, lookup())
-                outcome = "allowed" if answer["response"]["allowed"] else "denied"
-                if answer["response"].get("patch"):
-                    outcome = "patched"
-                return web.Response(body=json.dumps(answer).encode(), content_type="application/json")
-            except BadReview as err:
-                outcome = "bad-request"
-                return web.json_response({"error": str(err)}, status=400)
-            except Exception:  # a bug must not turn into a stack trace for the apiserver
-                log.exception("route=%s unexpected error", path)
-                return web.json_response({"error": "internal error; see the webhook log"}, status=500)
-            finally:
-                metrics.requests.labels(path, outcome).inc()
-                metrics.latency.labels(path, outcome).observe(time.perf_counter() - started)
+                async with asyncio.timeout(allowed):
+                    answer = await respond(path, endpoint, http, progress)
+            except TimeoutError:
+                answer = _late(endpoint, progress, timeout)
+            response = web.Response(body=json.dumps(answer.body).encode(), status=answer.status,
+                                     content_type="application/json")
+            if answer.status == 504:
+                response.force_close()  # the body may be unread: close after answering, do not wait for the rest
+            if answer.status == 400:
+                log.info("route=%s bad-request reason=%r", path, answer.body.get("error", "")[:300])
+            metrics.requests.labels(path, answer.outcome).inc()
+            metrics.latency.labels(path, answer.outcome).observe(time.perf_counter() - started)
+            return response
         return handle
 
-    for path, route in ROUTES.items():
-        app.router.add_post(path, handler(path, route))
+    for path, endpoint in ROUTES.items():
+        app.router.add_post(path, handler(path, endpoint))
 
     def waiting() -> list[str]:
         """The caches not synced yet, sorted; records every cache's state in `reservoir_webhook_cache_synced`."""

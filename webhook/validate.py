@@ -4,6 +4,15 @@ field, the bad value and what would be accepted; a warning lets the object in an
 Each object's validator is composed of small functions bound to a field path, as kueue's webhooks are
 (`validateClusterQueueSpec` and friends): each checks the one field its `FieldPath` names and returns its
 problems, each starting with that path; the object's validator prefixes the object's name and joins them.
+
+Every validator is total over the JSON it may be given: the fields the route reads without checking have been
+checked by the request's shape (`webhook.admission`), and every other field is checked here, whatever its type, with
+its value quoted short (`shown`) so a hostile value cannot flood a message.
+
+On UPDATE only what the update changes is judged (`judge_update`): a problem the old object already had is carried
+as a warning, not a denial, so an object admitted while the webhook was down (or before a rule existed) can still be
+edited, its finalizers removed, its other fields fixed one at a time. A Queue's guarantee is held against the
+cluster's size only where the update raises it.
 """
 
 from __future__ import annotations
@@ -14,18 +23,26 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+import yaml
+
 from shared import keys
 from shared.config import ConfigError, load_config
 from shared.duration import DurationError, parse_duration
-from shared.quantity import QuantityError, format_quantity
+from shared.quantity import QuantityError, format_quantity, to_int
 from shared.resources import PODS, Resources, pod_requests
 from shared.timestamps import parse_time
+from webhook.admission import POD_SPEC, shown
 from webhook.mutate import parse_reservation_affinity
 
 GUARANTEE_POLICIES = ("Best-Effort", "Guaranteed")
 ALLOCATE_POLICIES = (None, "", "Aligned", "Restricted")
 OWNER_FIELDS = ("object", "controller", "labelSelector")
 _STANDARD_RESOURCES = {"cpu", "memory", "ephemeral-storage", "pods", "storage"}
+MAX_RESOURCE_NAME = 253 + 1 + 63  # a DNS subdomain prefix, "/", a name
+MAX_RESOURCES = 128  # names in one ResourceList: a cluster has a handful of resources, extended ones included
+MAX_CONFIG_BYTES = 64 * 1024  # config.yaml: a real one is a few KiB; parsing it is pure Python
+MAX_CONFIG_DEPTH = 32  # nesting of config.yaml; the model itself nests 4 deep
+MAX_CONFIG_NODES = 20_000  # values in config.yaml once its aliases are expanded (a "billion laughs" has 10^9)
 _PREFIXED_RESOURCE = re.compile(
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 )
@@ -36,6 +53,7 @@ class Verdict:
     allowed: bool = True
     message: str = ""
     warnings: list[str] = field(default_factory=list)
+    problems: tuple[str, ...] = ()  # each problem of a denial, the object named: the message joins them
 
 
 ALLOW = Verdict()
@@ -67,8 +85,8 @@ DATA = FieldPath("data")
 
 
 def invalid(path: FieldPath, value: Any, expected: str) -> str:
-    """kueue's `field.Invalid`: the field, its bad value and what would be accepted."""
-    return f"{path} is {value!r}: {expected}"
+    """kueue's `field.Invalid`: the field, its bad value (quoted short) and what would be accepted."""
+    return f"{path} is {shown(value)}: {expected}"
 
 
 def unreadable(path: FieldPath, err: Exception) -> str:
@@ -79,18 +97,37 @@ def unreadable(path: FieldPath, err: Exception) -> str:
 def _verdict(what: str, problems: list[str], warnings: list[str] | None = None) -> Verdict:
     """Allowed when there is no problem; else denied, naming the object before each problem."""
     if problems:
-        return Verdict(False, "; ".join(f"{what}: {problem}" for problem in problems), warnings or [])
+        named = tuple(f"{what}: {problem}" for problem in problems)
+        return Verdict(False, "; ".join(named), warnings or [], named)
     return Verdict(True, "", warnings or [])
 
 
+def judge_update(new: Verdict, old: Verdict) -> Verdict:
+    """UPDATE: `new` (the object after the update) denied only for problems `old` (the object before it, judged
+    the same way) did not have; the problems it already had are carried as warnings (module docstring)."""
+    if new.allowed:
+        return new
+    fresh = [problem for problem in new.problems if problem not in old.problems]
+    carried = [f"{problem} (let through: this update does not change it)"
+               for problem in new.problems if problem in old.problems]
+    if fresh:
+        return Verdict(False, "; ".join(fresh), carried + new.warnings, tuple(fresh))
+    return Verdict(True, "", carried + new.warnings)
+
+
 def _name(obj: Mapping[str, Any], kind: str) -> str:
-    meta = obj.get("metadata") or {}
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    meta = meta if isinstance(meta, Mapping) else {}
     name = meta.get("name") or meta.get("generateName") or "(unnamed)"
-    return f"{kind} {meta['namespace']}/{name}" if meta.get("namespace") else f"{kind} {name}"
+    namespace = meta.get("namespace")
+    name, namespace = shown(name) if not isinstance(name, str) else name, str(namespace or "")
+    return f"{kind} {namespace}/{name}" if namespace else f"{kind} {name}"
 
 
 def is_known_resource_name(name: str) -> bool:
     """cpu, memory, ephemeral-storage, pods, hugepages-<size>, or a domain-prefixed name such as nvidia.com/gpu."""
+    if len(name) > MAX_RESOURCE_NAME:
+        return False
     return name in _STANDARD_RESOURCES or name.startswith("hugepages-") or bool(_PREFIXED_RESOURCE.match(name))
 
 
@@ -144,53 +181,76 @@ def _validate_reservation_affinity(annotations: Mapping[str, Any], key: str) -> 
 def _blanket_toleration_warnings(what: str, tolerations: Any) -> list[str]:
     """The locks of every seed (DESIGN section 3): a pod tolerating every taint (empty key, operator Exists) is let
     in, with a warning that no lock holds it off."""
-    for toleration in tolerations or ():
-        if not toleration.get("key") and toleration.get("operator") == "Exists":
+    for toleration in tolerations if isinstance(tolerations, list) else ():
+        if isinstance(toleration, Mapping) and not toleration.get("key") and toleration.get("operator") == "Exists":
             return [f"{what} tolerates every taint (empty key, operator Exists): it ignores every "
                     f"{keys.LOCK} lock, so reserved nodes are not reserved against it"]
     return []
+
+
+def _annotations(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata") or {}
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    return annotations if isinstance(annotations, Mapping) else {}
+
+
+def _spec(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    spec = obj.get("spec")
+    return spec if isinstance(spec, Mapping) else {}
 
 
 def validate_pod(pod: Mapping[str, Any]) -> Verdict:
     """Seed 004 (reserve annotations) and seed 003 (reservation affinity) refused when malformed; a blanket
     toleration let in with a warning."""
     what = _name(pod, "Pod")
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    annotations = _annotations(pod)
     problems = _validate_reserve_annotations(ANNOTATIONS, annotations)
     for key in (keys.RESERVATION_AFFINITY, keys.KOORDINATOR_RESERVATION_AFFINITY):
         problems += _validate_reservation_affinity(annotations, key)
-    warnings = _blanket_toleration_warnings(what, (pod.get("spec") or {}).get("tolerations"))
+    warnings = _blanket_toleration_warnings(what, _spec(pod).get("tolerations"))
     return _verdict(what, problems, warnings)
 
 
 def validate_podgroup(podgroup: Mapping[str, Any]) -> Verdict:
-    """Seed 004: a PodGroup's reserve annotations (the mutating webhook copies them to its pods)."""
-    annotations = (podgroup.get("metadata") or {}).get("annotations") or {}
-    return _verdict(_name(podgroup, "PodGroup"), _validate_reserve_annotations(ANNOTATIONS, annotations))
+    """Seed 004: a PodGroup's reserve annotations (the mutating webhook copies them to its pods); seed 000 and
+    Volcano: `spec.minResources`, the resources the job needs to start, a ResourceList the agent reads."""
+    problems = _validate_reserve_annotations(ANNOTATIONS, _annotations(podgroup))
+    problems += _validate_resource_list(SPEC.child("minResources"), _spec(podgroup).get("minResources"))[1]
+    return _verdict(_name(podgroup, "PodGroup"), problems)
 
 
 # --- Seed 002: Queues ---
 
 def _validate_resource_name(path: FieldPath, name: Any) -> list[str]:
-    """One key of a resource list (`path` is the list's path with the key appended)."""
+    """One key of a resource list (`path` is the list's path)."""
     if is_known_resource_name(str(name)):
         return []
-    return [f"{path}: unknown resource name {name!r}: expected cpu, memory, ephemeral-storage, pods, "
+    return [f"{path}: unknown resource name {shown(name)}: expected cpu, memory, ephemeral-storage, pods, "
             "hugepages-<size> or a prefixed name such as nvidia.com/gpu"]
 
 
 def _validate_resource_list(path: FieldPath, quantities: Any) -> tuple[Resources | None, list[str]]:
-    """A ResourceList (`{cpu: "4", memory: 8Gi}`): known names, valid quantities, none negative. Returns it parsed
-    (None when absent or unreadable) with its problems."""
+    """A ResourceList (`{cpu: "4", memory: 8Gi}`): known names, valid quantities within the parser's bounds, none
+    negative. Returns it parsed (None when absent or unreadable) with its problems; a quantity the parser refuses is
+    reported with its own error (which quotes it and says what is accepted) and the field it is in."""
     if quantities is None:
         return None, []
     if not isinstance(quantities, Mapping):
-        return None, [f"{path} must be a mapping of resource names to quantities"]
-    problems = [problem for name in quantities for problem in _validate_resource_name(path.child(str(name)), name)]
-    try:
-        resources = Resources.parse(quantities)
-    except QuantityError as err:
-        return None, problems + [unreadable(path, err)]
+        return None, [f"{path} must be a mapping of resource names to quantities such as {{cpu: \"4\", memory: "
+                      f"8Gi}}, not {shown(quantities)}"]
+    if len(quantities) > MAX_RESOURCES:
+        return None, [f"{path} names {len(quantities)} resources: at most {MAX_RESOURCES} (each resource once: cpu, "
+                      "memory, nvidia.com/gpu, ...)"]
+    problems = [problem for name in quantities for problem in _validate_resource_name(path, name)]
+    amounts: dict[str, int] = {}
+    for name, value in quantities.items():
+        try:
+            amounts[name] = to_int(name, value)
+        except (QuantityError, OverflowError) as err:
+            problems.append(f"{unreadable(path, err)} (at {path.child(shown(name) if len(name) > 80 else name)})")
+    if len(amounts) < len(quantities):
+        return None, problems
+    resources = Resources(amounts)
     negative = [name for name, value in resources.items() if value < 0]
     if negative:
         problems.append(f"{path.child(negative[0])} is negative: expected a quantity >= 0")
@@ -229,34 +289,57 @@ def _validate_percentage(path: FieldPath, percentage: Any) -> list[str]:
             + _validate_percentage_dimensions(path.child("dimensions"), fields.get("dimensions")))
 
 
+def _as_written(value: Any) -> str:
+    """A quantity quoted back as it was written: `8`, `500m` (not `'500m'`)."""
+    return value if isinstance(value, str) and len(value) <= 80 else shown(value)
+
+
 def _validate_within_capability(path: FieldPath, resource: Resources, given: Mapping[str, Any],
                                 capability_path: FieldPath, capability: Resources,
                                 capability_given: Mapping[str, Any]) -> list[str]:
     """Seed 002: the guaranteed resource is <= `spec.capability` in every dimension the capability names.
     `given` and `capability_given` are the quantities as written, quoted back."""
-    return [f"{path.child(name)} ({given[name]}) exceeds {capability_path.child(name)} ({capability_given[name]}): "
-            "lower the guarantee or raise the capability"
+    return [f"{path.child(name)} ({_as_written(given[name])}) exceeds {capability_path.child(name)} "
+            f"({_as_written(capability_given[name])}): lower the guarantee or raise the capability"
             for name, amount in sorted(resource.items()) if name in capability and amount > capability[name]]
 
 
 def _validate_within_cluster(path: FieldPath, resource: Resources, given: Mapping[str, Any],
-                             cluster: Resources) -> list[str]:
+                             cluster: Resources, before: Resources, warnings: list[str]) -> list[str]:
     """Seed 002: the guaranteed resource is <= what the cluster's schedulable nodes hold (a larger one would lock
-    every node and still not be met)."""
-    return [f"{path.child(name)} ({given[name]}) is more than the cluster's schedulable nodes hold "
-            f"({format_quantity(name, cluster[name])}): it would lock every node and still not be met; lower it "
-            "or add nodes"
-            for name, amount in sorted(resource.items()) if amount > cluster[name]]
+    every node and still not be met), in each dimension where it is more than `before` (the guarantee before this
+    update; nothing on CREATE): a guarantee the cluster shrank under can still be kept, or lowered, by an edit, with
+    a warning in `warnings`."""
+    problems = []
+    for name, amount in sorted(resource.items()):
+        if amount <= cluster[name]:
+            continue
+        too_much = (f"{path.child(name)} ({_as_written(given[name])}) is more than the cluster's schedulable nodes "
+                    f"hold ({format_quantity(name, cluster[name])})")
+        if amount > before[name]:
+            problems.append(f"{too_much}: it would lock every node and still not be met; lower it or add nodes")
+        else:
+            warnings.append(f"{too_much}: kept as it was (this update does not raise it), but it cannot be met "
+                            "until it is lowered or nodes are added")
+    return problems
+
+
+def _guaranteed(queue: Mapping[str, Any] | None) -> Resources:
+    """`spec.guarantee.resource` of a Queue as it was (before an update); nothing when absent or unreadable."""
+    guarantee = _spec(queue).get("guarantee") if isinstance(queue, Mapping) else None
+    resource = guarantee.get("resource") if isinstance(guarantee, Mapping) else None
+    return _validate_resource_list(FieldPath(""), resource)[0] or Resources()
 
 
 def _validate_guarantee(path: FieldPath, guarantee: Any, spec: Mapping[str, Any], capability: Resources | None,
-                        cluster: Resources | None) -> list[str]:
+                        cluster: Resources | None, before: Resources, warnings: list[str]) -> list[str]:
     """Seed 002: `spec.guarantee`, when set: policy, percentage, resource (one of percentage and resource at
-    least), resource <= capability (`capability`, parsed from `spec`) and resource <= `cluster`."""
+    least), resource <= capability (`capability`, parsed from `spec`) and resource <= `cluster` where it is raised
+    above `before`."""
     if guarantee is None:
         return []
     if not isinstance(guarantee, Mapping):
-        return [f"{path} must be an object with policy, percentage and/or resource"]
+        return [f"{path} must be an object with policy, percentage and/or resource, not {shown(guarantee)}"]
     problems = _validate_guarantee_policy(path.child("policy"), guarantee.get("policy"))
     percentage = guarantee.get("percentage")
     problems += _validate_percentage(path.child("percentage"), percentage)
@@ -269,26 +352,34 @@ def _validate_guarantee(path: FieldPath, guarantee: Any, spec: Mapping[str, Any]
         problems += _validate_within_capability(resource_path, resource, guarantee["resource"],
                                                 SPEC.child("capability"), capability, spec["capability"])
     if resource and cluster:
-        problems += _validate_within_cluster(resource_path, resource, guarantee["resource"], cluster)
+        problems += _validate_within_cluster(resource_path, resource, guarantee["resource"], cluster, before,
+                                             warnings)
     return problems
 
 
-def validate_queue(queue: Mapping[str, Any], cluster: Resources | None = None) -> Verdict:
+def validate_queue(queue: Mapping[str, Any], cluster: Resources | None = None,
+                   old: Mapping[str, Any] | None = None) -> Verdict:
     """Seed 002: guarantee policy, percentage {dimensions, value in [0,1]}, resource <= capability, and resource
-    <= `cluster` (the schedulable nodes' allocatable, when the webhook knows any node)."""
-    spec = queue.get("spec") or {}
+    <= `cluster` (the schedulable nodes' allocatable, when the webhook knows any node) where an UPDATE (`old`: the
+    Queue before it) does not lower or keep it; Volcano's `spec.capability` and `spec.deserved` are ResourceLists."""
+    spec = _spec(queue)
     capability, problems = _validate_resource_list(SPEC.child("capability"), spec.get("capability"))
-    problems += _validate_guarantee(SPEC.child("guarantee"), spec.get("guarantee"), spec, capability, cluster)
-    return _verdict(_name(queue, "Queue"), problems)
+    problems += _validate_resource_list(SPEC.child("deserved"), spec.get("deserved"))[1]
+    warnings: list[str] = []
+    problems += _validate_guarantee(SPEC.child("guarantee"), spec.get("guarantee"), spec, capability, cluster,
+                                    _guaranteed(old), warnings)
+    what = _name(queue, "Queue")
+    return _verdict(what, problems, [f"{what}: {warning}" for warning in warnings])
 
 
 # --- Seed 003: Reservations ---
 
 def _validate_owner(path: FieldPath, owner: Any) -> list[str]:
-    """Seed 003: one `spec.owners[i]` sets at least one of object, controller, labelSelector."""
-    if isinstance(owner, Mapping) and any(owner.get(name) is not None for name in OWNER_FIELDS):
-        return []
-    return [f"{path} sets none of object, controller, labelSelector"]
+    """Seed 003: one `spec.owners[i]` sets at least one of object, controller, labelSelector, each an object."""
+    if not isinstance(owner, Mapping) or all(owner.get(name) is None for name in OWNER_FIELDS):
+        return [f"{path} sets none of object, controller, labelSelector"]
+    return [invalid(path.child(name), owner[name], "expected an object such as {name: ...} or {matchLabels: {...}}")
+            for name in OWNER_FIELDS if owner.get(name) is not None and not isinstance(owner[name], Mapping)]
 
 
 def _validate_owners(path: FieldPath, owners: Any) -> list[str]:
@@ -302,16 +393,19 @@ def _validate_ttl_or_expires(ttl_path: FieldPath, ttl: Any, expires_path: FieldP
     """Seed 003: `spec.ttl` and `spec.expires` are mutually exclusive."""
     if ttl is None or expires is None:
         return []
-    return [f"{ttl_path} ({ttl}) and {expires_path} ({expires}) are mutually exclusive: keep one"]
+    return [f"{ttl_path} ({_as_written(ttl)}) and {expires_path} ({_as_written(expires)}) are mutually exclusive: "
+            "keep one"]
 
 
 def _validate_ttl(path: FieldPath, ttl: Any) -> list[str]:
     """Seed 003: `spec.ttl`, when set, is a Go duration >= 0 (0 disables expiry)."""
     if ttl is None:
         return []
+    if not isinstance(ttl, str):
+        return [invalid(path, ttl, "expected a Go duration string such as 24h or 90m (0 disables expiry)")]
     try:
-        duration = parse_duration(str(ttl))
-    except DurationError as err:
+        duration = parse_duration(ttl)
+    except (DurationError, OverflowError) as err:
         return [unreadable(path, err)]
     if duration < timedelta(0):
         return [invalid(path, ttl, "expected a duration >= 0 (0 disables expiry)")]
@@ -323,8 +417,8 @@ def _validate_expires(path: FieldPath, expires: Any) -> list[str]:
     if expires is None:
         return []
     try:
-        moment = parse_time(str(expires))
-    except ValueError:
+        moment = parse_time(expires) if isinstance(expires, str) and len(expires) <= 64 else None
+    except (ValueError, OverflowError):
         moment = None
     if moment is None:
         return [invalid(path, expires, "expected an RFC 3339 time such as 2026-12-01T00:00:00Z")]
@@ -337,10 +431,13 @@ def _validate_template(path: FieldPath, template: Any) -> list[str]:
     spec_path = path.child("spec")
     if not isinstance(template_spec, Mapping) or not template_spec.get("containers"):
         return [f"{spec_path.child('containers')} is missing: give a pod template with resource requests"]
+    wrong = POD_SPEC.check(template_spec, str(spec_path))  # a pod's spec, as the API server would hold it
+    if wrong:
+        return [wrong]
     try:
         requests = pod_requests(template_spec) - {PODS: 1}
-    except QuantityError as err:
-        return [unreadable(spec_path, err)]
+    except (QuantityError, OverflowError) as err:  # the field it is in, found by parsing each quantity again
+        return [POD_SPEC.problem(template_spec, str(spec_path), deep=True) or unreadable(spec_path, err)]
     if not requests:
         return [f"{path} requests nothing: set resources.requests (cpu, memory, ...) on its containers"]
     return []
@@ -356,7 +453,7 @@ def _validate_allocate_policy(path: FieldPath, policy: Any) -> list[str]:
 def validate_reservation(reservation: Mapping[str, Any]) -> Verdict:
     """Seed 003: owners non-empty (each with object, controller or labelSelector), ttl and expires exclusive,
     template requests present."""
-    spec = reservation.get("spec") or {}
+    spec = _spec(reservation)
     ttl, expires = spec.get("ttl"), spec.get("expires")
     problems = _validate_owners(SPEC.child("owners"), spec.get("owners"))
     problems += _validate_ttl_or_expires(SPEC.child("ttl"), ttl, SPEC.child("expires"), expires)
@@ -369,26 +466,81 @@ def validate_reservation(reservation: Mapping[str, Any]) -> Verdict:
 
 # --- the Reservoir ConfigMap ---
 
+_YAML_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's event parser when built with it
+
+
+def _yaml_bounds(path: FieldPath, text: str) -> list[str]:
+    """`config.yaml` within bounds before the model parses it: its size, its nesting, and its values counted with
+    every alias expanded (a few lines of anchors can stand for 10^9 values). The event stream is walked with an
+    explicit stack (neither PyYAML's parser nor this recurses), so depth and size are known before anything is built.
+    Malformed YAML is left to the model's own error."""
+    if len(text) > MAX_CONFIG_BYTES:
+        return [f"{path} is {len(text)} characters: at most {MAX_CONFIG_BYTES}"]
+    sizes: dict[str, int] = {}  # values under each anchor, itself included
+    open_collections: list[list[Any]] = []  # [anchor, values inside so far] of each open mapping or sequence
+    total = 0
+    try:
+        for event in yaml.parse(text, Loader=_YAML_LOADER):
+            if isinstance(event, yaml.CollectionStartEvent):
+                if len(open_collections) >= MAX_CONFIG_DEPTH:
+                    return [f"{path} nests deeper than {MAX_CONFIG_DEPTH} levels (the config itself is 4 deep)"]
+                open_collections.append([event.anchor, 1])
+                count = 1
+            elif isinstance(event, yaml.CollectionEndEvent):
+                anchor, inside = open_collections.pop()
+                if anchor:
+                    sizes[anchor] = inside
+                if open_collections:
+                    open_collections[-1][1] += inside
+                continue
+            elif isinstance(event, (yaml.ScalarEvent, yaml.AliasEvent)):
+                if isinstance(event, yaml.AliasEvent):
+                    count = sizes.get(event.anchor or "", 1)
+                else:
+                    count = 1
+                    if event.anchor:
+                        sizes[event.anchor] = 1
+                if open_collections:
+                    open_collections[-1][1] += count
+            else:
+                continue
+            total += count
+            if total > MAX_CONFIG_NODES:
+                return [f"{path} holds more than {MAX_CONFIG_NODES} values once its YAML aliases are expanded"]
+    except yaml.YAMLError:
+        return []
+    return []
+
+
 def _validate_config(path: FieldPath, text: Any) -> list[str]:
     """`data["config.yaml"]` parses with the model the agent uses (every seed's settings live there)."""
+    if isinstance(text, str):
+        bounds = _yaml_bounds(path, text)
+        if bounds:
+            return bounds
     try:
         load_config(text)
     except ConfigError as err:
         return [unreadable(path, err)]
+    except RecursionError:
+        return [f"{path} nests too deep to read"]
+    except (ValueError, TypeError, OverflowError) as err:  # what YAML itself refuses to build (an int of 5000 digits)
+        return [f"{path} cannot be read: {err}"]
     return []
 
 
 def validate_configmap(configmap: Mapping[str, Any]) -> Verdict:
     """The Reservoir ConfigMap is parsed by the same model the agent uses; other ConfigMaps pass."""
     meta = configmap.get("metadata") or {}
-    if meta.get("name") != keys.CONFIGMAP_NAME:
+    if not isinstance(meta, Mapping) or meta.get("name") != keys.CONFIGMAP_NAME:
         return ALLOW
-    data = configmap.get("data") or {}
+    data = configmap.get("data")
+    data = data if isinstance(data, Mapping) else {}
     problems = _validate_config(DATA.key(keys.CONFIG_KEY), data.get(keys.CONFIG_KEY))
     if problems:
         return _verdict(f"ConfigMap {meta.get('namespace', '')}/{keys.CONFIGMAP_NAME}", problems)
     unknown = sorted(set(data) - {keys.CONFIG_KEY})
     if unknown:
-        return Verdict(True, "", [f"ConfigMap {keys.CONFIGMAP_NAME}: keys {unknown} are ignored; the config lives "
-                                   f"under {keys.CONFIG_KEY}"])
+        return Verdict(True, "", [f"ConfigMap {keys.CONFIGMAP_NAME}: keys {shown(unknown)} are ignored; the config "
+                                   f"lives under {keys.CONFIG_KEY}"])
     return ALLOW

@@ -153,6 +153,19 @@ def idle_fraction(state: NodeState) -> float:
     return base
 
 
+# A node carrying one of these labels runs the control plane: never locked, not in the caps' base.
+CONTROL_PLANE_LABELS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")
+
+
+def control_plane(node: NodeView) -> bool:
+    """Guard rail (issue 10): the node is labelled as a control-plane node (the label's value does not matter)."""
+    return any(label in node.labels for label in CONTROL_PLANE_LABELS)
+
+
 def schedulable(node: NodeView) -> bool:
-    """Not cordoned: the nodes the caps' percentages are of (seed 000 reservedNodePercent, seed 002 "Safety")."""
-    return not node.unschedulable
+    """The nodes Reservoir may lock, and the nodes the caps' percentages are of (seed 000 reservedNodePercent, seed 002
+    "Safety", maxLockedNodePercent): not cordoned, Ready (NodeView.ready), and not a control-plane node.
+
+    Every policy chooses its nodes among these only, so a lock already on a node that becomes NotReady, cordoned or
+    control-plane is not planned again and the writer releases it: a lock Reservoir made stays removable."""
+    return not node.unschedulable and node.ready and not control_plane(node)

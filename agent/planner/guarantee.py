@@ -14,12 +14,14 @@ and, per allocatable shape, the most idle candidates (`search_pool`). A queue al
 keeps it unless a fresh search scores more than 5% better (no churn as idle moves).
 
 Policy `Guaranteed` ("scheduler will reserve resource without evicting running workloads [for Best-Effort], while
-"Guaranteed" is opposite"): the pods of other queues on the locked nodes are to be evicted (`guaranteed_evictions`).
+"Guaranteed" is opposite"): the pods of other queues on the locked nodes are to be evicted (`guaranteed_evictions`),
+never those the guard rails keep (`never_evicted`: kube-system, Reservoir's namespace and
+`guarantee.protectedNamespaces`, mirror pods, DaemonSet pods, system-critical priority).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -28,11 +30,12 @@ from agent.planner.displacement import may_take
 from agent.planner.guarantee_search import Problem, best_of_each_shape, search
 from agent.planner.model import Lock, QueueGuaranteeStatus
 from agent.planner.policy import PlanContext, Policy, PolicyResult, Statuses, kept_since
+from shared import keys
 from shared.config import ReservoirConfig
 from shared.keys import LockKind
 from shared.ownership import pod_queue, queue_owner_id
 from shared.resources import EMPTY, Resources
-from shared.views import Guarantee, QueueView
+from shared.views import Guarantee, PodView, QueueView
 
 KEEP_MARGIN = 0.05
 
@@ -270,15 +273,47 @@ def queue_locks(seat: QueueSeat, *, chosen: Option, current: Mapping[str, Lock],
             for name in sorted(chosen.nodes)}
 
 
+# Guard rails of `Guaranteed` evictions (issue 10): pods Reservoir never evicts, whatever the queue.
+ALWAYS_PROTECTED_NAMESPACES = frozenset(("kube-system", keys.NAMESPACE))
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"  # a static pod's mirror: the kubelet owns it, the API cannot evict
+SYSTEM_CRITICAL_PRIORITY = 2_000_000_000  # system-cluster-critical; system-node-critical is 2000001000
+SYSTEM_CRITICAL_CLASSES = frozenset(("system-cluster-critical", "system-node-critical"))
+
+
+def protected_namespaces(config: ReservoirConfig) -> frozenset[str]:
+    """Guard rail: the namespaces whose pods are never evicted: kube-system, Reservoir's own (`reservoir-system`, and
+    the agent's `--namespace`, which the agent adds to the config it plans with) and `guarantee.protectedNamespaces`."""
+    return ALWAYS_PROTECTED_NAMESPACES | frozenset(config.guarantee.protected_namespaces)
+
+
+def never_evicted(pod: PodView, protected: Collection[str]) -> str | None:
+    """Guard rail (issue 10): why `pod` must not be evicted, or None when it may be: in a protected namespace, a mirror
+    pod, a DaemonSet pod (it would come back), at system-critical priority (>= 2000000000 or a system-*-critical
+    class), or being deleted already. The planner leaves such pods out; the writer checks again before each eviction."""
+    if pod.namespace in protected:
+        return f"namespace {pod.namespace} is protected"
+    if MIRROR_ANNOTATION in pod.annotations:
+        return "mirror pod"
+    if pod.daemon:
+        return "DaemonSet pod"
+    if pod.priority >= SYSTEM_CRITICAL_PRIORITY or pod.priority_class_name in SYSTEM_CRITICAL_CLASSES:
+        return "system-critical priority"
+    if pod.deleting:
+        return "being deleted already"
+    return None
+
+
 def guaranteed_evictions(seat: QueueSeat, *, nodes: Sequence[str], context: PlanContext) -> tuple[str, ...]:
-    """Seed 002 policy `Guaranteed`: the pods of other queues on the locked nodes, "namespace/name" (DaemonSet pods
-    stay: they would return; pods being deleted are going already)."""
+    """Seed 002 policy `Guaranteed`: the pods of other queues on the locked nodes, "namespace/name", except those the
+    guard rails keep (`never_evicted`). How many go per minute is the writer's to limit
+    (`guarantee.maxEvictionsPerMinute`)."""
     if seat.guarantee.policy != "Guaranteed":
         return ()
     podgroups, states = context.snapshot.podgroups, seat.cluster.states
+    protected = protected_namespaces(context.config)
     evict: list[str] = []
     for name in nodes:
-        evict += sorted(p.key for p in states[name].pods if not p.deleting and not p.daemon
+        evict += sorted(p.key for p in states[name].pods if never_evicted(p, protected) is None
                         and pod_queue(p, podgroups) != seat.queue.name)
     return tuple(evict)
 

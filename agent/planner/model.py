@@ -86,22 +86,45 @@ def lock_on(node: NodeView) -> Lock | None:
     """Read back the lock Reservoir wrote on a node (taint + labels + info annotation), or None.
 
     A taint whose info annotation is missing or unreadable still counts as a lock of its owner, so the agent
-    can always find and remove what it wrote."""
+    can always find and remove what it wrote. Total over any annotation text: one that is not JSON (or nested too
+    deep to parse), not an object, or whose fields have the wrong shape (a `since` that is no RFC 3339 time with a
+    zone between the years 1970 and 9000, `reserved` with a bad quantity or not an object, `tasks` that is not a
+    list of strings) gives that field's default (node creation time, nothing reserved, no tasks), never an error:
+    one hand-edited node must not fail the plan."""
     owner = node.lock_owner
     if owner is None:
         return None
-    info = read_lock_info(node.annotations.get(keys.LOCK_INFO, ""))
+    try:
+        info: Mapping[str, Any] = read_lock_info(node.annotations.get(keys.LOCK_INFO, ""))
+    except Exception:  # RecursionError from JSON nested too deep, or anything else: unreadable
+        info = {}
+
+    def text(name: str) -> str:
+        value = info.get(name)
+        return value if isinstance(value, str) else ""
+
+    def moment(name: str) -> datetime | None:
+        try:
+            value = parse_time(text(name))
+        except ValueError:
+            return None
+        if value is None or value.tzinfo is None or not 1970 <= value.year <= 9000:
+            return None  # naive (not comparable), or so far off that adding a duration overflows
+        return value
+
     label_kind = node.labels.get(keys.LOCK_KIND, "")
     from_label = LockKind(label_kind) if label_kind in LockKind.__members__.values() else LockKind.JOB
     kind = keys.owner_kind(owner) or from_label
+    raw_reserved = info.get("reserved")
     try:
-        reserved = Resources.parse(info.get("reserved") or {})
+        reserved = Resources.parse(raw_reserved) if isinstance(raw_reserved, Mapping) else EMPTY
     except ValueError:
         reserved = EMPTY
+    raw_tasks = info.get("tasks")
+    tasks = tuple(t for t in raw_tasks if isinstance(t, str)) if isinstance(raw_tasks, list) else ()
     return Lock(
-        node=node.name, owner=owner, kind=kind, subject=str(info.get("subject") or owner),
-        reason=str(info.get("reason") or ""), since=parse_time(info.get("since")) or node.created,
-        expires=parse_time(info.get("expires")), reserved=reserved, tasks=tuple(info.get("tasks") or ()),
+        node=node.name, owner=owner, kind=kind, subject=text("subject") or owner, reason=text("reason"),
+        since=moment("since") or node.created, expires=moment("expires"), reserved=reserved, tasks=tasks,
     )
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 
-from agent.planner.capacity import node_states, schedulable
+from agent.planner.capacity import NodeState, control_plane, node_states, schedulable
 from agent.planner.guarantee import GUARANTEES, guaranteed_queues
 from agent.planner.jobs import build_jobs, usage_by_queue
 from agent.planner.model import Lock, Plan, Snapshot, lock_on
@@ -34,9 +34,11 @@ def current_locks(snapshot: Snapshot) -> dict[str, Lock]:
 def plan(snapshot: Snapshot, config: ReservoirConfig, now: datetime,
          current: Mapping[str, Lock] | None = None, previous: Plan | None = None) -> Plan:
     """Desired locks. Precedence: POLICIES, in order; all kinds together hold at most `maxLockedNodePercent` of
-    schedulable nodes, starvation locks at most `reservedNodePercent`. Jobs and guaranteed queues are ordered by
-    QueueScoreOrder (seed 001). `previous`, the last plan, only saves work: the result is the same without it.
-    Every note is tagged `policy=<name>`; the repairs (repair.plan_repairs) follow from the locks and statuses."""
+    schedulable nodes (capacity.schedulable: not cordoned, Ready, not control-plane), starvation locks at most
+    `reservedNodePercent`; never a lock on a NotReady or control-plane node (guard_locks). Jobs and guaranteed queues
+    are ordered by QueueScoreOrder (seed 001). `previous`, the last plan, only saves work: the result is the same
+    without it. Every note is tagged `policy=<name>`; the repairs (repair.plan_repairs) follow from the locks and
+    statuses."""
     context = plan_context(snapshot=snapshot, config=config, now=now,
                            current=dict(current) if current is not None else current_locks(snapshot),
                            previous=previous)
@@ -49,11 +51,30 @@ def plan(snapshot: Snapshot, config: ReservoirConfig, now: datetime,
         statuses += result.statuses
         notes += [tagged(policy, note) for note in result.notes]
         context = context.after(result.locks)
+    locks, refused = guard_locks(locks, context.states)
+    notes += refused
     repairs = plan_repairs(jobs=context.jobs, pods=snapshot.pods, locks=locks, statuses=statuses.reservations,
                            reservations=snapshot.reservations, windows=config.windows)
     return Plan(locks=locks, jobs=list(statuses.jobs), windows=list(statuses.windows), notes=notes,
                 queues=list(context.scores), guarantees=list(statuses.guarantees),
                 reservations=list(statuses.reservations), repairs=repairs, states=context.states)
+
+
+def guard_locks(locks: Mapping[str, Lock], states: Mapping[str, NodeState]) -> tuple[dict[str, Lock], list[str]]:
+    """Guard rail (issue 10), the last word on every planned lock: none on a node that is NotReady or a control-plane
+    node (capacity.schedulable keeps the policies off them already; this also catches a lock a policy keeps on the
+    node it holds, such as a placed Reservation's). A lock already there is thus released by the writer."""
+    kept: dict[str, Lock] = {}
+    notes: list[str] = []
+    for name, lock in locks.items():
+        state = states.get(name)
+        why = ("node gone" if state is None else "control-plane node" if control_plane(state.node)
+               else "node NotReady" if not state.node.ready else None)
+        if why is None:
+            kept[name] = lock
+        else:
+            notes.append(f"policy=guard node={name} decision=no-lock owner={lock.owner} reason={why}")
+    return kept, notes
 
 
 def plan_context(*, snapshot: Snapshot, config: ReservoirConfig, now: datetime, current: Mapping[str, Lock],

@@ -43,3 +43,44 @@ def test_format_examples() -> None:
     assert format_duration(timedelta(hours=2, minutes=30)) == "2h30m"
     assert format_duration(timedelta(0)) == "0s"
     assert format_duration(timedelta(seconds=61)) == "1m1s"
+
+
+# --- bounds (issue 10) ---
+
+def test_a_duration_beyond_go_s_limit_is_a_duration_error_not_an_overflow() -> None:
+    """`volcano.sh/maximum-runtime: "999999999999h"` raised OverflowError from timedelta."""
+    with pytest.raises(DurationError) as err:
+        parse_duration("999999999999h")
+    assert "'999999999999h'" in str(err.value) and "2562047h47m16.854775807s" in str(err.value)
+
+
+def test_the_largest_go_duration_parses_and_one_nanosecond_more_does_not() -> None:
+    assert parse_duration("2562047h47m16.854775807s") == timedelta(seconds=9223372036, microseconds=854775)
+    with pytest.raises(DurationError):
+        parse_duration("2562047h47m16.854775808s")
+    with pytest.raises(DurationError):
+        parse_duration("-2562048h")
+
+
+def test_a_long_text_fails_before_any_arithmetic() -> None:
+    import time
+
+    started = time.perf_counter()
+    with pytest.raises(DurationError) as err:
+        parse_duration("1" * 1_000_000 + "h")
+    assert time.perf_counter() - started < 0.01 and "at most 64 characters" in str(err.value)
+
+
+@pytest.mark.parametrize("value", [5, None, ["1h"], 1.5])
+def test_values_of_other_types_fail_with_a_duration_error(value: object) -> None:
+    with pytest.raises(DurationError) as err:
+        parse_duration(value)  # type: ignore[arg-type]
+    assert type(value).__name__ in str(err.value)
+
+
+@given(st.text(max_size=80))
+def test_any_text_parses_or_fails_with_a_duration_error(text: str) -> None:
+    try:
+        parse_duration(text)
+    except DurationError:
+        pass

@@ -89,3 +89,66 @@ def test_rounding_is_ceiling(value, suffix) -> None:
     exact = parse_quantity(text)
     units = to_int("memory", text)
     assert units - 1 < exact <= units
+
+
+# --- bounds (issue 10): checked on the text before any big-number arithmetic ---
+
+def test_a_huge_exponent_fails_in_microseconds_not_seconds() -> None:
+    """`1e10000000` took 9 s of Fraction arithmetic before the exponent was bounded."""
+    import time
+
+    started = time.perf_counter()
+    with pytest.raises(QuantityError) as err:
+        to_int("cpu", "1e10000000")
+    assert time.perf_counter() - started < 0.01
+    assert "'1e10000000'" in str(err.value) and "exponent 10000000" in str(err.value) and "at most 40" in str(err.value)
+
+
+@pytest.mark.parametrize(("text", "bound"), [
+    ("1e41", "exponent 41: at most 40"),
+    ("1e-41", "exponent -41: at most 40"),
+    ("1" * 41, "41 digits: at most 40"),
+    ("0." + "0" * 39 + "1", "41 digits: at most 40"),
+    ("1" * 65, "at most 64 characters"),
+    ("9" * 100000, "at most 64 characters"),
+    ("9223372036854775808", "at most 9223372036854775807"),
+    ("8Ei", "at most 9223372036854775807"),
+    ("10E", "at most 9223372036854775807"),
+    ("1e19", "at most 9223372036854775807"),
+    ("-1e19", "at most 9223372036854775807"),
+])
+def test_each_bound_fails_with_a_quantity_error_naming_it(text: str, bound: str) -> None:
+    with pytest.raises(QuantityError) as err:
+        parse_quantity(text)
+    assert bound in str(err.value)
+    assert text[:20] in str(err.value)
+
+
+@pytest.mark.parametrize("text", ["9e18", "1e-40", "9223372036854775807", "-9223372036854775807", "7Ei", "9E",
+                                  "0." + "0" * 38 + "1", "1" * 19, "1e18", "9223372036854775807000m"])
+def test_values_inside_the_bounds_parse(text: str) -> None:
+    parse_quantity(text)
+
+
+def test_an_integer_outside_the_bounds_fails_without_printing_it() -> None:
+    with pytest.raises(QuantityError) as err:
+        parse_quantity(10**5000)  # Python refuses to print an int this long: the message must not try
+    assert "digits" in str(err.value) and "9223372036854775807" in str(err.value)
+    with pytest.raises(QuantityError):
+        parse_quantity(2**63)
+    assert parse_quantity(2**63 - 1) == 2**63 - 1
+
+
+@pytest.mark.parametrize("value", [1.5, None, [1], {"a": 1}, True])
+def test_values_of_other_types_fail_with_a_quantity_error(value: object) -> None:
+    with pytest.raises(QuantityError) as err:
+        parse_quantity(value)  # type: ignore[arg-type]
+    assert type(value).__name__ in str(err.value)
+
+
+@given(st.text(max_size=80))
+def test_any_text_parses_or_fails_with_a_quantity_error(text: str) -> None:
+    try:
+        parse_quantity(text)
+    except QuantityError:
+        pass

@@ -82,4 +82,17 @@ def test_pod_level_resources_replace_cpu_and_memory() -> None:
 ])
 def test_qos_class(spec: dict, qos: str) -> None:
     assert qos_class(spec) == qos
-    assert is_best_effort(spec) == (qos == "BestEffort")
+
+
+@pytest.mark.parametrize(("spec", "best_effort"), [
+    ({"containers": [c("a")]}, True),
+    ({"containers": [c("a", {})]}, True),
+    # Volcano's BestEffort: an extended resource alone makes a pod not BestEffort (the QoS class says BestEffort)
+    ({"containers": [c("a", {"nvidia.com/gpu": "8"})]}, False),
+    ({"containers": [c("a", limits={"nvidia.com/gpu": "8"})]}, False),
+    ({"containers": [c("a"), c("b", {"cpu": "1"})]}, False),
+    ({"initContainers": [c("i", {"memory": "1Gi"})], "containers": [c("a")]}, False),
+    ({"resources": {"limits": {"cpu": "1"}}, "containers": [c("a")]}, False),
+])
+def test_best_effort_means_no_request_or_limit_of_any_resource(spec: dict, best_effort: bool) -> None:
+    assert is_best_effort(spec) is best_effort

@@ -178,3 +178,48 @@ async def test_mutate_route_fuzz_never_500(server, pod: dict) -> None:
     session, _, _ = server
     async with session.post("/mutate/pods", json=review(pod)) as response:
         assert response.status == 200, await response.text()
+
+
+# --- issue 10: UPDATE judged by what it changes; malformed objects answered 400 ---
+
+BAD_POD = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "p", "namespace": "ns", "finalizers": ["example.com/keep"],
+                        "annotations": {keys.MAXIMUM_RUNTIME: "forever"}}, "spec": {"containers": [{"name": "c"}]}}
+
+
+def update(obj: dict, old: dict, kind: str = "Pod") -> dict:
+    body = review(obj, operation="UPDATE", kind=kind)
+    body["request"]["oldObject"] = old
+    return body
+
+
+async def test_pod_admitted_while_the_webhook_was_down_can_drop_its_finalizers(server) -> None:
+    session, _, _ = server
+    async with session.post("/validate/pods", json=review(BAD_POD)) as response:
+        assert (await response.json())["response"]["allowed"] is False, "on CREATE it is refused"
+    released = {**BAD_POD, "metadata": {**BAD_POD["metadata"], "finalizers": []}}
+    async with session.post("/validate/pods", json=update(released, BAD_POD)) as response:
+        answer = (await response.json())["response"]
+    assert answer["allowed"] is True
+    assert "maximum-runtime" in answer["warnings"][0] and "this update does not change it" in answer["warnings"][0]
+
+
+async def test_pod_update_that_writes_a_new_bad_value_is_refused(server) -> None:
+    session, _, _ = server
+    changed = {**BAD_POD, "metadata": {**BAD_POD["metadata"], "annotations": {keys.MAXIMUM_RUNTIME: "9 years"}}}
+    async with session.post("/validate/pods", json=update(changed, BAD_POD)) as response:
+        answer = (await response.json())["response"]
+    assert answer["allowed"] is False and "'9 years'" in answer["status"]["message"]
+
+
+@pytest.mark.parametrize(("path", "obj", "field"), [
+    ("/mutate/pods", {"metadata": {"ownerReferences": 5}}, "request.object.metadata.ownerReferences"),
+    ("/validate/pods", {"metadata": {"annotations": 7}}, "request.object.metadata.annotations"),
+    ("/mutate/pods", {"spec": {"tolerations": {"key": "x"}}}, "request.object.spec.tolerations"),
+    ("/validate/podgroups", {"spec": {"queue": ["q"]}}, "request.object.spec.queue"),
+])
+async def test_wrong_types_are_a_400_naming_the_field_never_a_500(server, path: str, obj: dict, field: str) -> None:
+    session, _, _ = server
+    async with session.post(path, json=review(obj)) as response:
+        assert response.status == 400
+        assert (await response.json())["error"].startswith(f"{field} must be ")

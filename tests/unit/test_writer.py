@@ -27,12 +27,13 @@ from agent.writer import (
     reservation_status_patch,
 )
 from shared import keys
+from shared.config import load_config
 from shared.jsonpatch import apply
 from shared.keys import LockKind
 from shared.kube import JSON, JSON_PATCH, MERGE_PATCH, api_error
 from shared.resources import Resources
 from shared.tolerations import lock_toleration
-from shared.views import NodeView, QueueView, ReservationView
+from shared.views import NodeView, PodView, QueueView, ReservationView
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 OWNER = "job-ns-train-abcdef"
@@ -418,3 +419,96 @@ async def test_reservation_outputs(recorder: Recorder) -> None:
     assert (event["reason"], event["type"], event["involvedObject"]["apiVersion"]) == (
         "Available", "Normal", "reservoir.sh/v1alpha1")
     assert failures == [], "a deleted pod or an already deleted Reservation is no failure"
+
+
+# --- guard rails of evictions (issue 10): the writer's last check and the per-minute limit ---
+
+def running_pod(namespace: str, name: str, **meta: Any) -> PodView:
+    return PodView.from_obj({"metadata": {"namespace": namespace, "name": name, **meta},
+                             "spec": {"nodeName": "n1", "containers": []}, "status": {"phase": "Running"}})
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_evictions_beyond_the_per_minute_limit_wait_for_a_later_reconcile(
+        recorder: Recorder, caplog: pytest.LogCaptureFixture) -> None:
+    clock = FakeClock()
+    deferred: list[int] = []
+    writer = Writer(cast(client.ApiClient, object()), on_deferred=deferred.append, clock=clock)
+    writer.configure(load_config("guarantee: {maxEvictionsPerMinute: 2}"))
+    keys_ = ("ns/a", "ns/b", "ns/c")
+    pods = {key: running_pod(*key.split("/")) for key in keys_}
+    planned = [Guarantee("gold", nodes=("n1",), evict=keys_)]
+
+    def evicted() -> list[str]:
+        return [s.path for s in recorder.of("POST") if s.path.endswith("/eviction")]
+
+    with caplog.at_level(logging.INFO, logger="reservoir.agent"):
+        await writer.write_queues(planned, {"gold": queue()}, pods=pods)
+    assert evicted() == ["/api/v1/namespaces/ns/pods/a/eviction", "/api/v1/namespaces/ns/pods/b/eviction"]
+    assert deferred == [1] and writer.retry_after == pytest.approx(60)
+    assert ("pods=ns/c decision=evict-deferred count=1 reason=guarantee.maxEvictionsPerMinute (2) reached"
+            in caplog.text)
+    clock.now += 30
+    await writer.write_queues(planned, {"gold": queue()}, pods=pods)
+    assert len(evicted()) == 2 and deferred == [1, 3] and writer.retry_after == pytest.approx(30)
+    clock.now += 30  # a minute after the first two: room for two more
+    await writer.write_queues(planned, {"gold": queue()}, pods=pods)
+    assert len(evicted()) == 4 and writer.retry_after == pytest.approx(60)
+
+
+async def test_blocked_and_gone_evictions_do_not_spend_the_minute(recorder: Recorder) -> None:
+    writer = Writer(cast(client.ApiClient, object()), clock=FakeClock())
+    writer.configure(load_config("guarantee: {maxEvictionsPerMinute: 1}"))
+    recorder.fail[("POST", "/api/v1/namespaces/ns/pods/a/eviction")] = [429]
+    recorder.fail[("POST", "/api/v1/namespaces/ns/pods/b/eviction")] = [404]
+    pods = {key: running_pod(*key.split("/")) for key in ("ns/a", "ns/b", "ns/c", "ns/d")}
+    await writer.write_queues([Guarantee("gold", evict=("ns/a", "ns/b", "ns/c", "ns/d"))], {"gold": queue()},
+                              pods=pods)
+    posted = [s.path.split("/")[-2] for s in recorder.of("POST") if s.path.endswith("/eviction")]
+    assert posted == ["a", "b", "c"], "a blocked and a gone pod cost nothing; c spends the minute; d waits"
+    assert writer.retry_after == pytest.approx(60)
+
+
+async def test_the_writer_refuses_evictions_the_guard_rails_forbid(recorder: Recorder,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    writer = Writer(cast(client.ApiClient, object()))
+    writer.configure(load_config("guarantee: {protectedNamespaces: [vault]}").protecting("ops"))
+    daemonset = [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds", "uid": "u", "controller": True}]
+    pods = {
+        "kube-system/dns": running_pod("kube-system", "dns"),
+        "ops/agent": running_pod("ops", "agent"),
+        "vault/v": running_pod("vault", "v"),
+        "ns/ds": running_pod("ns", "ds", ownerReferences=daemonset),
+        "ns/mirror": running_pod("ns", "mirror", annotations={"kubernetes.io/config.mirror": "x"}),
+        "ns/ok": running_pod("ns", "ok"),
+    }
+    planned = [Guarantee("gold", evict=(*pods, "ns/unknown"))]
+    with caplog.at_level(logging.INFO, logger="reservoir.agent"):
+        await writer.write_queues(planned, {"gold": queue()}, pods=pods)
+    assert [s.path for s in recorder.of("POST") if s.path.endswith("/eviction")] == [
+        "/api/v1/namespaces/ns/pods/ok/eviction"]
+    for key, why in [("kube-system/dns", "namespace kube-system is protected"), ("ops/agent", "namespace ops"),
+                     ("vault/v", "namespace vault"), ("ns/ds", "DaemonSet pod"), ("ns/mirror", "mirror pod"),
+                     ("ns/unknown", "not in the snapshot")]:
+        assert f"pod={key} decision=evict-refused queue=gold reason={why}" in caplog.text
+    # without the snapshot's pods (a direct call), the namespace alone is checked
+    await writer.write_queues([Guarantee("gold", evict=("kube-system/x", "ns/y"))], {"gold": queue()})
+    assert [s.path for s in recorder.of("POST") if s.path.endswith("/eviction")][-1:] == [
+        "/api/v1/namespaces/ns/pods/y/eviction"]
+
+
+async def test_an_eviction_limit_of_zero_turns_evictions_off_without_deferring(recorder: Recorder) -> None:
+    deferred: list[int] = []
+    writer = Writer(cast(client.ApiClient, object()), on_deferred=deferred.append)
+    writer.configure(load_config("guarantee: {maxEvictionsPerMinute: 0}"))
+    await writer.write_queues([Guarantee("gold", evict=("ns/a",))], {"gold": queue()},
+                              pods={"ns/a": running_pod("ns", "a")})
+    assert not [s for s in recorder.of("POST") if s.path.endswith("/eviction")]
+    assert deferred == [] and writer.retry_after is None, "nothing to come back for"

@@ -1,0 +1,182 @@
+"""Entitlement (DESIGN section 1): the lock owners a pod may use, decided once, here, from what the pod IS, never from
+what it says about itself. The mutating webhook grants tolerations from it, the agent's repair adds them from it, and
+the validating check refuses a pod whose lock tolerations or `spec.nodeName` reach further.
+
+A pod may use the lock of:
+- its job (its PodGroup, controller, or itself: shared.ownership.job_identity; all in its own namespace);
+- its queue, when the Queue lets its namespace in: any namespace by default, as Volcano does; the admin may bind a
+  Queue to namespaces with the annotation `reservoir.sh/namespaces: "a,b"`;
+- every window it is a reserve pod of (`volcano.sh/reserveable: "true"` on the pod or its PodGroup), limited by the
+  window's `namespaces` and `queues` in the config when given;
+- every Reservation whose owners match it, while the Reservation is Available (seed 003: "Only owners may use the
+  reserved resources"); naming a Reservation (the affinity annotations) never adds one.
+And every lock when it is exempt: a BestEffort pod (no request or limit of any resource, shared.resources), a pod of a
+DaemonSet that exists with the uid its ownerReference gives, or any pod of a namespace the admin trusts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from shared import keys
+from shared.config import ReservoirConfig
+from shared.matching import reservation_matches
+from shared.ownership import (
+    job_of,
+    podgroup_of,
+    queue_of,
+    queue_owner_id,
+    reservation_owner_id,
+    window_owner_id,
+)
+from shared.resources import is_best_effort
+from shared.tolerations import tolerates_taint
+from shared.views import PodGroupView, QueueView, ReservationView
+
+USABLE_PHASES = ("Available",)
+
+
+@dataclass(frozen=True)
+class Grounds:
+    """What entitlement reads besides the pod: snapshots of the watch caches and the config."""
+
+    podgroups: Mapping[tuple[str, str], PodGroupView] = field(default_factory=dict)
+    queues: Mapping[str, QueueView] = field(default_factory=dict)
+    reservations: Mapping[str, ReservationView] = field(default_factory=dict)
+    daemonsets: Mapping[tuple[str, str], str] = field(default_factory=dict)  # (namespace, name) -> uid
+    config: ReservoirConfig = field(default_factory=ReservoirConfig)
+
+
+@dataclass(frozen=True)
+class Entitlement:
+    """The owners a pod may use, each with why; `every_lock` says why it may use every lock (None: it may not)."""
+
+    owners: Mapping[str, str]
+    every_lock: str | None = None
+
+    def allows(self, owner: str) -> bool:
+        return self.every_lock is not None or owner in self.owners
+
+
+def queue_admits(queue: QueueView | None, namespace: str) -> bool:
+    """A Queue lets every namespace use its lock unless its `reservoir.sh/namespaces` annotation lists them."""
+    listed = (queue.annotations.get(keys.QUEUE_NAMESPACES, "") if queue is not None else "").strip()
+    return not listed or namespace in {n.strip() for n in listed.split(",")}
+
+
+def daemonset_exemption(meta: Mapping[str, Any], namespace: str,
+                        daemonsets: Mapping[tuple[str, str], str]) -> str | None:
+    """Why a pod is a real DaemonSet's (its controller reference names a DaemonSet that exists with that uid), or
+    None: an ownerReference is something any tenant can write."""
+    for ref in meta.get("ownerReferences") or ():
+        if isinstance(ref, Mapping) and ref.get("controller") and ref.get("kind") == "DaemonSet":
+            name, uid = str(ref.get("name") or ""), str(ref.get("uid") or "")
+            if uid and daemonsets.get((namespace, name)) == uid:
+                return f"a pod of DaemonSet {namespace}/{name}"
+    return None
+
+
+def exemption(pod: Mapping[str, Any], namespace: str, grounds: Grounds, best_effort: bool | None = None) -> str | None:
+    """Why the pod may use every lock, or None. `best_effort`, when known (a pod view), saves reading the spec."""
+    meta = pod.get("metadata") or {}
+    config = grounds.config.webhook
+    if namespace in config.trusted_namespaces:
+        return f"namespace {namespace} is trusted (webhook.trustedNamespaces)"
+    if best_effort is None:
+        best_effort = is_best_effort(pod.get("spec") or {})
+    if config.tolerate_best_effort and best_effort:
+        return "a BestEffort pod (no request or limit of any resource)"
+    if config.tolerate_daemonsets:
+        return daemonset_exemption(meta, namespace, grounds.daemonsets)
+    return None
+
+
+def is_reserve_pod(pod: Mapping[str, Any], podgroup: PodGroupView | None) -> bool:
+    """Seed 004: `volcano.sh/reserveable: "true"` on the pod, or on its PodGroup when the pod does not say."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    value = annotations.get(keys.RESERVEABLE)
+    if value is None and podgroup is not None:
+        value = podgroup.annotations.get(keys.RESERVEABLE)
+    return value == "true"
+
+
+def entitlement(pod: Mapping[str, Any], namespace: str, grounds: Grounds,
+                reservations: Iterable[ReservationView] | None = None, best_effort: bool | None = None) -> Entitlement:
+    """The lock owners `pod` in `namespace` may use (module docstring). `pod` is API JSON; only `metadata` is read
+    when `best_effort` is given (the planner passes its pod view's). `reservations`, when given, are the candidates
+    to match (the webhook's index narrows them); by default every Reservation."""
+    every = exemption(pod, namespace, grounds, best_effort)
+    owners: dict[str, str] = {}
+    job = job_of(pod, namespace)
+    if job is not None:
+        owners[job.owner_id] = f"its job {job.full_name}"
+    podgroup = podgroup_of(pod, namespace, grounds.podgroups)
+    queue = queue_of(pod, podgroup)
+    if queue_admits(grounds.queues.get(queue), namespace):
+        owners[queue_owner_id(queue)] = f"its queue {queue}"
+    if is_reserve_pod(pod, podgroup):
+        for window in grounds.config.windows:
+            if (not window.namespaces or namespace in window.namespaces) and (
+                    not window.queues or queue in window.queues):
+                owners[window_owner_id(window.name)] = f"a reserve pod of window {window.name}"
+    for reservation in grounds.reservations.values() if reservations is None else reservations:
+        if (reservation.phase in USABLE_PHASES and not reservation.unschedulable
+                and reservation_matches(reservation.owners, pod, namespace)):
+            owners[reservation_owner_id(reservation.name)] = f"an owner of Reservation {reservation.name}"
+    return Entitlement(owners, every)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A toleration that lets a pod onto locked nodes: of one owner, or (owner None) of every owner."""
+
+    index: int
+    owner: str | None
+    toleration: Mapping[str, Any]
+
+
+def lock_claims(tolerations: Sequence[Any]) -> list[Claim]:
+    """The pod's tolerations that tolerate some `reservoir.sh/lock` taint (the one rule, shared.tolerations): an
+    `Equal` one tolerates its value's owner; an `Exists` one with the lock key or no key tolerates every owner."""
+    claims = []
+    for index, toleration in enumerate(tolerations):
+        if not isinstance(toleration, Mapping):
+            continue
+        if (toleration.get("operator") or "Equal") == "Exists":
+            if tolerates_taint(toleration, keys.LOCK, "", keys.LOCK_EFFECT):
+                claims.append(Claim(index, None, toleration))
+        elif tolerates_taint(toleration, keys.LOCK, str(toleration.get("value") or ""), keys.LOCK_EFFECT):
+            claims.append(Claim(index, str(toleration.get("value") or ""), toleration))
+    return claims
+
+
+def unentitled(pod: Mapping[str, Any], namespace: str, rights: Entitlement,
+               lock_of_node: Mapping[str, str]) -> list[str]:
+    """Why the pod reaches locked capacity it is not entitled to: each lock toleration beyond its rights, and a
+    `spec.nodeName` on a node locked for an owner it may not use (`lock_of_node`: node -> owner id). Empty: fine."""
+    if rights.every_lock is not None:
+        return []
+    spec = pod.get("spec") or {}
+    tolerations = spec.get("tolerations") or ()
+    problems = []
+    for claim in lock_claims(tolerations if isinstance(tolerations, Sequence) else ()):
+        where = f"spec.tolerations[{claim.index}]"
+        if claim.owner is None:
+            problems.append(f"{where} {dict(claim.toleration)} tolerates every Reservoir lock: only BestEffort pods, "
+                            "DaemonSet pods and trusted namespaces may; remove it")
+        elif not rights.allows(claim.owner):
+            problems.append(f"{where} tolerates the lock of {claim.owner}, which this pod may not use ("
+                            f"{_may_use(rights)}); remove it")
+    node = spec.get("nodeName")
+    if isinstance(node, str) and node in lock_of_node and not rights.allows(lock_of_node[node]):
+        problems.append(f"spec.nodeName {node!r} is locked for {lock_of_node[node]}, which this pod may not use "
+                        f"({_may_use(rights)}); leave spec.nodeName empty and let the scheduler place it")
+    return problems
+
+
+def _may_use(rights: Entitlement) -> str:
+    if not rights.owners:
+        return "it may use no lock"
+    return "it may use: " + ", ".join(f"{owner} ({why})" for owner, why in sorted(rights.owners.items()))

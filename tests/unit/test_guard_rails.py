@@ -1,0 +1,229 @@
+"""Issue 10, guard rails: what `Guaranteed` never evicts, which nodes are never locked nor counted in the cap's base,
+the per-minute limit of evictions, and the ceiling of maxLockedNodePercent.
+
+The views are built here from API JSON (not from tests/builders.py) so the nodes can carry conditions and labels and
+the pods every kind of protection."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from agent.planner.capacity import control_plane, schedulable
+from agent.planner.guarantee import never_evicted, protected_namespaces
+from agent.planner.model import Lock, Snapshot
+from agent.planner.plan import plan, plan_context
+from agent.writer import EvictionBudget
+from shared import keys
+from shared.config import ConfigError, ReservoirConfig, load_config
+from shared.keys import LockKind
+from shared.ownership import JobRef
+from shared.timestamps import stamp
+from shared.views import NodeView, PodView, QueueView, ReservationView
+
+NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+CONTROL_PLANE = {"node-role.kubernetes.io/control-plane": ""}
+STARVING = "starvation: {starvingJobTimeThreshold: 60s, reservedNodePercent: 100}\nmaxLockedNodePercent: 90\n"
+GUARANTEED = "starvation: {enabled: false}\nmaxLockedNodePercent: 90\n"
+
+
+def node(name: str, cpu: str = "4", *, labels: dict[str, str] | None = None, ready: str | None = "True",
+         taints: list[dict[str, str]] | None = None, lock: Lock | None = None) -> NodeView:
+    meta: dict[str, Any] = {"name": name, "labels": dict(labels or {}), "annotations": {},
+                            "creationTimestamp": stamp(NOW - timedelta(days=1))}
+    spec: dict[str, Any] = {"taints": list(taints or [])}
+    if lock is not None:
+        spec["taints"].append({"key": keys.LOCK, "value": lock.owner, "effect": keys.LOCK_EFFECT})
+        meta["labels"].update({keys.LOCK: lock.owner, keys.LOCK_KIND: lock.kind.value})
+        meta["annotations"][keys.LOCK_INFO] = lock.info_json()
+    status: dict[str, Any] = {"allocatable": {"cpu": cpu, "memory": "16Gi", "pods": "110"}}
+    if ready is not None:
+        status["conditions"] = [{"type": "MemoryPressure", "status": "False"}, {"type": "Ready", "status": ready}]
+    return NodeView.from_obj({"metadata": meta, "spec": spec, "status": status})
+
+
+def pod(name: str, cpu: str = "1", *, ns: str = "team", node_name: str = "", priority: int = 0,
+        priority_class: str = "", annotations: dict[str, str] | None = None,
+        owners: list[dict[str, Any]] | None = None, deleting: bool = False, labels: dict[str, str] | None = None,
+        age: timedelta = timedelta(minutes=5)) -> PodView:
+    meta: dict[str, Any] = {"name": name, "namespace": ns, "uid": f"uid-{ns}-{name}",
+                            "annotations": dict(annotations or {}), "labels": dict(labels or {}),
+                            "ownerReferences": list(owners or []), "creationTimestamp": stamp(NOW - age)}
+    if deleting:
+        meta["deletionTimestamp"] = stamp(NOW)
+    status: dict[str, Any] = {"phase": "Running" if node_name else "Pending"}
+    if node_name:
+        status["startTime"] = stamp(NOW - age)
+    spec: dict[str, Any] = {"nodeName": node_name, "priority": priority,
+                            "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}]}
+    if priority_class:
+        spec["priorityClassName"] = priority_class
+    return PodView.from_obj({"metadata": meta, "spec": spec, "status": status})
+
+
+def snapshot(nodes: list[NodeView], pods: list[PodView], queues: list[QueueView] = (),
+             reservations: list[ReservationView] = ()) -> Snapshot:
+    return Snapshot(nodes={n.name: n for n in nodes}, pods=pods, queues={q.name: q for q in queues},
+                    reservations={r.name: r for r in reservations})
+
+
+def guaranteed_queue(cpu: str = "8") -> QueueView:
+    return QueueView.from_obj({"metadata": {"name": "gold", "creationTimestamp": stamp(NOW - timedelta(days=1))},
+                               "spec": {"guarantee": {"resource": {"cpu": cpu}, "policy": "Guaranteed"}}})
+
+
+# --- what `Guaranteed` never evicts ---
+
+DAEMONSET = [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "logs", "uid": "ds-1", "controller": True}]
+
+
+def test_a_guaranteed_queue_evicts_only_ordinary_pods_of_other_queues() -> None:
+    # n1 is the only node that covers 8 cpu alone: the guarantee takes it, and whatever runs there is judged
+    nodes = [node("n1", "8"), node("n2", "2"), node("n3", "2"), node("n4", "2")]
+    on_n1 = [
+        pod("plain", ns="team", node_name="n1"),
+        pod("dns", ns="kube-system", node_name="n1"),
+        pod("webhook", ns=keys.NAMESPACE, node_name="n1"),
+        pod("agent", ns="ops-reservoir", node_name="n1"),  # the agent's own --namespace
+        pod("vault", ns="secrets", node_name="n1"),  # listed in guarantee.protectedNamespaces
+        pod("static", node_name="n1", annotations={"kubernetes.io/config.mirror": "abc"}),
+        pod("logs-x", node_name="n1", owners=DAEMONSET),
+        pod("critical", node_name="n1", priority=2_000_000_000),
+        pod("node-critical", node_name="n1", priority_class="system-node-critical"),
+        pod("leaving", node_name="n1", deleting=True),
+    ]
+    config = load_config(GUARANTEED + "guarantee: {protectedNamespaces: [secrets]}").protecting("ops-reservoir")
+    result = plan(snapshot(nodes, on_n1, [guaranteed_queue()]), config, NOW)
+    (gold,) = result.guarantees
+    assert gold.nodes == ("n1",) and set(result.locks) == {"n1"}
+    assert gold.evict == ("team/plain",)
+
+
+def test_without_the_agents_namespace_in_the_config_its_pods_would_be_evictable() -> None:
+    nodes = [node("n1", "8"), node("n2", "2"), node("n3", "2"), node("n4", "2")]
+    pods = [pod("agent", ns="ops-reservoir", node_name="n1")]
+    config = load_config(GUARANTEED)
+    cluster = snapshot(nodes, pods, [guaranteed_queue()])
+    assert plan(cluster, config, NOW).guarantees[0].evict == ("ops-reservoir/agent",)
+    protected = config.protecting("ops-reservoir")
+    assert plan(cluster, protected, NOW).guarantees[0].evict == ()
+    assert protected.protecting("ops-reservoir") is protected, "adding a namespace twice changes nothing"
+
+
+@pytest.mark.parametrize(("kw", "why"), [
+    ({"ns": "kube-system"}, "namespace kube-system is protected"),
+    ({"ns": keys.NAMESPACE}, f"namespace {keys.NAMESPACE} is protected"),
+    ({"annotations": {"kubernetes.io/config.mirror": "x"}}, "mirror pod"),
+    ({"owners": DAEMONSET}, "DaemonSet pod"),
+    ({"priority": 2_000_000_000}, "system-critical priority"),
+    ({"priority": 2_000_001_000}, "system-critical priority"),
+    ({"priority_class": "system-cluster-critical"}, "system-critical priority"),
+    ({"deleting": True}, "being deleted already"),
+    ({"priority": 1_999_999_999}, None),
+    ({"owners": [{"kind": "ReplicaSet", "name": "web", "uid": "rs", "controller": True}]}, None),
+])
+def test_never_evicted_names_the_guard_rail(kw: dict[str, Any], why: str | None) -> None:
+    assert never_evicted(pod("p", node_name="n1", **kw), protected_namespaces(ReservoirConfig())) == why
+
+
+# --- nodes never locked, and not in the cap's base ---
+
+def test_node_readiness_is_read_from_the_ready_condition_and_the_lifecycle_taints() -> None:
+    assert node("a").ready and node("b", ready=None).ready, "True, or no Ready condition reported yet"
+    assert not node("c", ready="False").ready and not node("d", ready="Unknown").ready
+    unreachable = {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}
+    assert not node("e", taints=[unreachable]).ready
+    assert not node("f", taints=[{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]).ready
+    assert control_plane(node("g", labels=CONTROL_PLANE))
+    assert control_plane(node("h", labels={"node-role.kubernetes.io/master": "true"}))
+    assert not schedulable(node("g", labels=CONTROL_PLANE)) and not schedulable(node("c", ready="False"))
+    assert schedulable(node("a"))
+
+
+def test_control_plane_and_not_ready_nodes_are_never_locked_nor_counted_in_the_cap() -> None:
+    # by name and idleness "cp" and "down" would come first; they are never candidates
+    nodes = [node("cp", "16", labels=CONTROL_PLANE), node("down", "16", ready="False"), node("n1"), node("n2")]
+    starving = [pod("big", "4", age=timedelta(minutes=5))]
+    config = load_config(STARVING)
+    context = plan_context(snapshot=snapshot(nodes, starving), config=config, now=NOW, current={}, previous=None)
+    assert context.schedulable_nodes == 2 and context.budget == 1, "90% of the 2 eligible nodes, not of 4"
+    result = plan(snapshot(nodes, starving), config, NOW)
+    assert set(result.locks) == {"n1"}
+
+
+def test_no_eligible_node_means_no_lock_at_all() -> None:
+    nodes = [node("cp", "16", labels=CONTROL_PLANE), node("down", "16", ready="Unknown")]
+    result = plan(snapshot(nodes, [pod("big", "4")]), load_config(STARVING), NOW)
+    assert result.locks == {}
+
+
+def test_a_lock_on_a_node_that_became_not_ready_or_control_plane_is_released() -> None:
+    owner = JobRef("team", "Pod", "big").owner_id
+    held = {name: Lock(node=name, owner=owner, kind=LockKind.JOB, subject="team/Pod/big", reason="starving",
+                       since=NOW - timedelta(minutes=1), tasks=("team/big",)) for name in ("down", "cp", "n1")}
+    nodes = [node("down", ready="False", lock=held["down"]), node("cp", labels=CONTROL_PLANE, lock=held["cp"]),
+             node("n1", lock=held["n1"]), node("n2"), node("n3"), node("n4")]
+    result = plan(snapshot(nodes, [pod("big", "4")]), load_config(STARVING), NOW)
+    assert "down" not in result.locks and "cp" not in result.locks, "the writer releases what the plan leaves out"
+    assert set(result.locks) == {"n1"}
+
+
+def test_a_placed_reservation_loses_its_lock_when_its_node_goes_not_ready() -> None:
+    reservation = ReservationView.from_obj({
+        "metadata": {"name": "r1", "creationTimestamp": stamp(NOW - timedelta(minutes=10))},
+        "spec": {"template": {"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}},
+                 "owners": [{"labelSelector": {"matchLabels": {"app": "owner"}}}], "ttl": "0s"},
+        "status": {"phase": "Available", "nodeName": "n1"}})
+    config = load_config("starvation: {enabled: false}\nmaxLockedNodePercent: 50")
+    nodes = [node("n1"), node("n2")]
+    assert set(plan(snapshot(nodes, [], reservations=[reservation]), config, NOW).locks) == {"n1"}
+    nodes = [node("n1", ready="False"), node("n2"), node("n3")]
+    result = plan(snapshot(nodes, [], reservations=[reservation]), config, NOW)
+    assert "n1" not in result.locks
+    assert any(n.startswith("policy=guard node=n1 decision=no-lock") and "NotReady" in n for n in result.notes)
+
+
+# --- evictions per minute ---
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_eviction_budget_is_a_sliding_minute() -> None:
+    clock = Clock()
+    budget = EvictionBudget(3, clock=clock)
+    for _ in range(3):
+        assert budget.allows()
+        budget.spend()
+        clock.now += 10
+    assert not budget.allows() and budget.retry_after() == pytest.approx(30), "the first leaves the window at 60 s"
+    clock.now += 30
+    assert budget.allows() and budget.retry_after() == 0
+    budget.spend()
+    assert not budget.allows() and budget.retry_after() == pytest.approx(10)
+    budget.per_minute = 5  # a config edit takes effect on the next check
+    assert budget.allows()
+
+
+def test_an_eviction_limit_of_zero_evicts_nothing() -> None:
+    budget = EvictionBudget(0, clock=Clock())
+    assert not budget.allows() and budget.retry_after() == 60
+
+
+# --- the config ---
+
+def test_eviction_guard_rail_settings() -> None:
+    config = load_config("")
+    assert config.guarantee.max_evictions_per_minute == 10 and config.guarantee.protected_namespaces == []
+    assert load_config("guarantee: {maxEvictionsPerMinute: 0}").guarantee.max_evictions_per_minute == 0
+    with pytest.raises(ConfigError, match="guarantee.maxEvictionsPerMinute"):
+        load_config("guarantee: {maxEvictionsPerMinute: -1}")
+    with pytest.raises(ConfigError, match="guarantee.protectedNamespaces"):
+        load_config("guarantee: {protectedNamespaces: kube-public}")
+    assert protected_namespaces(config.protecting("ops")) == {"kube-system", keys.NAMESPACE, "ops"}
