@@ -10,8 +10,9 @@ A pod may use the lock of:
   window's `namespaces` and `queues` in the config when given;
 - every Reservation whose owners match it, while the Reservation is Available (seed 003: "Only owners may use the
   reserved resources"); naming a Reservation (the affinity annotations) never adds one.
-And every lock when it is exempt: a BestEffort pod (no request or limit of any resource, shared.resources), a pod of a
-DaemonSet that exists with the uid its ownerReference gives, or any pod of a namespace the admin trusts.
+And every lock when it is exempt: a BestEffort pod (no request or limit of any resource, shared.resources), or a pod
+of a DaemonSet that exists with the uid its ownerReference gives. A pod of a namespace the admin trusts
+(`webhook.trustedNamespaces`) may carry any lock toleration it brings, but is given nothing beyond the rules above.
 """
 
 from __future__ import annotations
@@ -54,10 +55,11 @@ class Entitlement:
     """The owners a pod may use, each with why; `every_lock` says why it may use every lock (None: it may not)."""
 
     owners: Mapping[str, str]
-    every_lock: str | None = None
+    every_lock: str | None = None  # exempt (BestEffort, DaemonSet): the webhook gives it the every-lock toleration
+    trusted: str | None = None  # a namespace the admin trusts: whatever it carries is let in, nothing is added
 
     def allows(self, owner: str) -> bool:
-        return self.every_lock is not None or owner in self.owners
+        return self.every_lock is not None or self.trusted is not None or owner in self.owners
 
 
 def queue_admits(queue: QueueView | None, namespace: str) -> bool:
@@ -82,8 +84,6 @@ def exemption(pod: Mapping[str, Any], namespace: str, grounds: Grounds, best_eff
     """Why the pod may use every lock, or None. `best_effort`, when known (a pod view), saves reading the spec."""
     meta = pod.get("metadata") or {}
     config = grounds.config.webhook
-    if namespace in config.trusted_namespaces:
-        return f"namespace {namespace} is trusted (webhook.trustedNamespaces)"
     if best_effort is None:
         best_effort = is_best_effort(pod.get("spec") or {})
     if config.tolerate_best_effort and best_effort:
@@ -108,6 +108,8 @@ def entitlement(pod: Mapping[str, Any], namespace: str, grounds: Grounds,
     when `best_effort` is given (the planner passes its pod view's). `reservations`, when given, are the candidates
     to match (the webhook's index narrows them); by default every Reservation."""
     every = exemption(pod, namespace, grounds, best_effort)
+    trusted = (f"namespace {namespace} is trusted (webhook.trustedNamespaces)"
+               if namespace in grounds.config.webhook.trusted_namespaces else None)
     owners: dict[str, str] = {}
     job = job_of(pod, namespace)
     if job is not None:
@@ -125,7 +127,7 @@ def entitlement(pod: Mapping[str, Any], namespace: str, grounds: Grounds,
         if (reservation.phase in USABLE_PHASES and not reservation.unschedulable
                 and reservation_matches(reservation.owners, pod, namespace)):
             owners[reservation_owner_id(reservation.name)] = f"an owner of Reservation {reservation.name}"
-    return Entitlement(owners, every)
+    return Entitlement(owners, every, trusted)
 
 
 @dataclass(frozen=True)
@@ -156,7 +158,7 @@ def unentitled(pod: Mapping[str, Any], namespace: str, rights: Entitlement,
                lock_of_node: Mapping[str, str]) -> list[str]:
     """Why the pod reaches locked capacity it is not entitled to: each lock toleration beyond its rights, and a
     `spec.nodeName` on a node locked for an owner it may not use (`lock_of_node`: node -> owner id). Empty: fine."""
-    if rights.every_lock is not None:
+    if rights.every_lock is not None or rights.trusted is not None:
         return []
     spec = pod.get("spec") or {}
     tolerations = spec.get("tolerations") or ()

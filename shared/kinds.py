@@ -41,6 +41,18 @@ RESERVATIONS = Watched(
     ReservationView.from_obj)
 
 
+def _uid(obj: Mapping[str, Any]) -> str:
+    uid = obj["metadata"]["uid"]
+    if not isinstance(uid, str):
+        raise ValueError(f"metadata.uid: expected a string, got {uid!r}")
+    return uid
+
+
+# Only each DaemonSet's uid: a DaemonSet pod is exempt from locks when its controller reference names a DaemonSet
+# that exists with that uid (shared.entitlement), not merely when it says so.
+DAEMONSETS = Watched("daemonsets", "/apis/apps/v1/daemonsets", _uid, by_namespace_and_name)
+
+
 def config_map(namespace: str) -> Watched:
     """The Reservoir ConfigMap alone, kept as its JSON."""
     return Watched("config", f"/api/v1/namespaces/{namespace}/configmaps", lambda obj: obj,

@@ -32,9 +32,11 @@ class WebhookCaches:
         self.reservations = WatchCache.of(api, kinds.RESERVATIONS, on_skip=on_skip)
         self.configmaps = WatchCache.of(api, kinds.config_map(namespace), on_change=self._config_changed,
                                         on_skip=on_skip)
-        # only to refuse a Queue guarantee larger than the cluster
+        # to refuse a Queue guarantee larger than the cluster, and a pod's nodeName on a node locked for others
         self.nodes = WatchCache.of(api, kinds.NODES, on_skip=on_skip)
-        self.all = [self.podgroups, self.queues, self.priority_classes, self.reservations, self.configmaps, self.nodes]
+        self.daemonsets = WatchCache.of(api, kinds.DAEMONSETS, on_skip=on_skip)  # the DaemonSet exemption
+        self.all = [self.podgroups, self.queues, self.priority_classes, self.reservations, self.configmaps, self.nodes,
+                    self.daemonsets]
         self.config = ReservoirConfig()
         self._tasks: list[asyncio.Task[None]] = []
         self._lookup: tuple[tuple[int, ...], Lookup] | None = None
@@ -79,5 +81,6 @@ class WebhookCaches:
                 reservations=dict(self.reservations.items),
                 config=self.config,
                 nodes=dict(self.nodes.items),
+                daemonsets=dict(self.daemonsets.items),
             ))
         return self._lookup[1]

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from shared.config import ReservoirConfig
+from shared.entitlement import Grounds
 from shared.resources import Resources
 from shared.views import NodeView, PodGroupView, PriorityClassView, QueueView, ReservationView
 
@@ -23,6 +24,18 @@ class Lookup:
     reservations: Mapping[str, ReservationView] = field(default_factory=dict)
     config: ReservoirConfig = field(default_factory=ReservoirConfig)
     nodes: Mapping[str, NodeView] = field(default_factory=dict)
+    daemonsets: Mapping[tuple[str, str], str] = field(default_factory=dict)  # (namespace, name) -> uid
+
+    @cached_property
+    def grounds(self) -> Grounds:
+        """What entitlement reads besides the pod (shared.entitlement)."""
+        return Grounds(podgroups=self.podgroups, queues=self.queues, reservations=self.reservations,
+                       daemonsets=self.daemonsets, config=self.config)
+
+    @cached_property
+    def lock_of_node(self) -> dict[str, str]:
+        """node -> owner id of the Reservoir lock it carries, for the nodeName check."""
+        return {name: owner for name, node in self.nodes.items() if (owner := node.lock_owner) is not None}
 
     @cached_property
     def schedulable_allocatable(self) -> Resources:

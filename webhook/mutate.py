@@ -13,18 +13,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shared import keys
+from shared.entitlement import Entitlement, entitlement
 from shared.jsonpatch import Op, add, pointer
-from shared.matching import label_selector_matches, reservation_matches
+from shared.matching import label_selector_matches
 from shared.ownership import (
-    is_daemonset_pod,
-    job_of,
     podgroup_of,
     queue_of,
-    queue_owner_id,
     reservation_owner_id,
-    window_owner_id,
 )
-from shared.resources import is_best_effort
 from shared.tolerations import BYPASS_TOLERATION, lock_toleration, toleration_ops
 from shared.views import PodGroupView, PriorityClassView, QueueView
 from webhook.admission import shown
@@ -111,6 +107,9 @@ def parse_reservation_affinity(text: str) -> dict[str, Any]:
         data = None
     if isinstance(data, dict) and isinstance(data.get("name"), str) and data["name"]:
         return {"name": data["name"]}
+    if isinstance(data, dict) and data.get("reservationSelector") == {}:
+        raise ValueError(f"reservation affinity {shown(text)} has an empty reservationSelector, which would select "
+                         "every Reservation: name one, or give at least one label")
     if isinstance(data, dict) and isinstance(data.get("reservationSelector"), dict) and all(
         isinstance(k, str) and isinstance(v, str) for k, v in data["reservationSelector"].items()
     ):
@@ -182,29 +181,13 @@ def copy_reserve_annotations(meta: Mapping[str, Any], podgroup: PodGroupView | N
     return _add_annotations(meta, copied), copied
 
 
-def exempt_from_locks(meta: Mapping[str, Any], spec: Mapping[str, Any], lookup: Lookup) -> bool:
-    """Step 5's condition: BestEffort pods (seed 000 lets them use reserved nodes) and DaemonSet pods (per-node
-    system pods), each switchable in config."""
-    webhook_config = lookup.config.webhook
-    return ((webhook_config.tolerate_best_effort and is_best_effort(spec))
-            or (webhook_config.tolerate_daemonsets and is_daemonset_pod(meta)))
-
-
-def entitled_owners(pod: Mapping[str, Any], namespace: str, queue: str, annotations: Mapping[str, str],
-                    lookup: Lookup) -> list[str]:
-    """Step 3: the lock owners a pod may use: its job's, its queue's, every window's if it is a reserve pod
-    (seed 004), every Available Reservation whose owners match it (seed 003)."""
+def entitled(pod: Mapping[str, Any], namespace: str, lookup: Lookup) -> Entitlement:
+    """Steps 3 and 5: what the pod may use, by the one rule (shared.entitlement): its job's, its queue's, its windows'
+    (seed 004) and its Reservations' (seed 003) locks, or every lock for a BestEffort (seed 000) or DaemonSet pod.
+    Only the Reservations the lookup's index names as candidates are matched."""
     meta = pod.get("metadata") or {}
-    owners: list[str] = []
-    job = job_of(pod, namespace)
-    if job is not None:
-        owners.append(job.owner_id)
-    owners.append(queue_owner_id(queue))
-    if annotations.get(keys.RESERVEABLE) == "true":
-        owners += [window_owner_id(w.name) for w in lookup.config.windows]
     candidates = lookup.reservation_candidates(meta.get("labels") or {}, meta.get("name") or "")
-    owners += [reservation_owner_id(r.name) for r in candidates if reservation_matches(r.owners, pod, namespace)]
-    return owners
+    return entitlement(pod, namespace, lookup.grounds, reservations=candidates)
 
 
 def required_reservations(annotations: Mapping[str, str], lookup: Lookup,
@@ -247,15 +230,16 @@ def mutate_pod(pod: Mapping[str, Any], namespace: str, lookup: Lookup) -> Mutati
     if why:
         reasons.append(why)
 
-    if exempt_from_locks(meta, spec, lookup):  # 5
+    rights = entitled(pod, namespace, lookup)
+    if rights.every_lock is not None:  # 5
         bypass = toleration_ops(spec.get("tolerations"), [BYPASS_TOLERATION])
         if bypass:
-            reasons.append("tolerates every lock (BestEffort or DaemonSet pod)")
+            reasons.append(f"tolerates every lock: {rights.every_lock}")
         return Mutation(ops + bypass, warnings, reasons)
 
-    owners = entitled_owners(pod, namespace, queue, annotations, lookup)  # 3
-    required = required_reservations(annotations, lookup, warnings)  # 4
-    owners = sorted(set(owners + (required or [])))
+    owners = sorted(rights.owners)  # 3
+    # 4: naming a Reservation only narrows where the pod may go; its toleration comes from being an owner (step 3)
+    required = required_reservations(annotations, lookup, warnings)
     added_tolerations = toleration_ops(spec.get("tolerations"), [lock_toleration(o) for o in owners])
     if added_tolerations:
         reasons.append(f"tolerations for {len(owners)} lock owners")

@@ -94,6 +94,23 @@ def _validating(check: Check) -> Route:
     return route
 
 
+def _route_pod_locks(request: Request, lookup: Lookup) -> ReviewResponse:
+    """DESIGN section 3: the entitlement check of the lock tolerations and `spec.nodeName` a pod carries, on CREATE
+    and on an UPDATE that changes them (pod updates may add tolerations); fails closed."""
+    if request.operation not in ("CREATE", "UPDATE"):
+        return admission.response(request.uid)
+    if request.operation == "UPDATE" and request.old is not None and all(
+            (request.old.get("spec") or {}).get(f) == (request.obj.get("spec") or {}).get(f)
+            for f in ("tolerations", "nodeName")):
+        return admission.response(request.uid)
+    rights = mutate.entitled(request.obj, request.namespace, lookup)
+    verdict = validate.validate_pod_locks(request.obj, request.namespace, rights, lookup.lock_of_node)
+    if not verdict.allowed:
+        log.info("decision=deny kind=Pod namespace=%s name=%s reason=%r", request.namespace, request.name,
+                 admission.clip(verdict.message, 500))
+    return admission.response(request.uid, allowed=verdict.allowed, message=verdict.message, code=403)
+
+
 def _noop(request: Request, lookup: Lookup) -> ReviewResponse:
     return admission.response(request.uid)
 
@@ -113,6 +130,7 @@ ROUTES: dict[str, Endpoint] = {
     "/mutate/pods": Endpoint(_route_mutate_pod, admission.POD, mutating=True),
     "/mutate/podgroups": Endpoint(_route_mutate_podgroup, admission.PODGROUP, mutating=True),
     "/validate/pods": Endpoint(_validating(lambda obj, old, _: validate.validate_pod(obj)), admission.POD),
+    "/validate/pod-locks": Endpoint(_route_pod_locks, admission.POD),
     "/validate/podgroups": Endpoint(_validating(lambda obj, old, _: validate.validate_podgroup(obj)),
                                     admission.PODGROUP),
     "/validate/queues": Endpoint(_validating(lambda obj, old, lookup: validate.validate_queue(

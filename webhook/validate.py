@@ -28,6 +28,7 @@ import yaml
 from shared import keys
 from shared.config import ConfigError, load_config
 from shared.duration import DurationError, parse_duration
+from shared.entitlement import Entitlement, unentitled
 from shared.quantity import QuantityError, format_quantity, to_int
 from shared.resources import PODS, Resources, pod_requests
 from shared.timestamps import parse_time
@@ -544,3 +545,14 @@ def validate_configmap(configmap: Mapping[str, Any]) -> Verdict:
         return Verdict(True, "", [f"ConfigMap {keys.CONFIGMAP_NAME}: keys {shown(unknown)} are ignored; the config "
                                    f"lives under {keys.CONFIG_KEY}"])
     return ALLOW
+
+
+# --- Entitlement (DESIGN section 1): what a pod brings itself ---
+
+def validate_pod_locks(pod: Mapping[str, Any], namespace: str, rights: Entitlement,
+                       lock_of_node: Mapping[str, str]) -> Verdict:
+    """A pod that carries a `reservoir.sh/lock` toleration, an empty-key `Exists` toleration, or a `spec.nodeName` on
+    a locked node that it is not entitled to (shared.entitlement) is refused, naming the toleration or the node, the
+    owner and why. This check fails closed; the webhook configuration sends it only the pods that carry such a
+    thing (matchConditions), so every other pod is untouched by it."""
+    return _verdict(_name(pod, "Pod"), unentitled(pod, namespace, rights, lock_of_node))

@@ -21,8 +21,8 @@ from typing import Any
 
 from shared import keys
 
-ROUTES = ("/mutate/pods", "/mutate/podgroups", "/validate/pods", "/validate/podgroups", "/validate/queues",
-          "/validate/reservations", "/validate/configmaps", "/noop")
+ROUTES = ("/mutate/pods", "/mutate/podgroups", "/validate/pods", "/validate/pod-locks", "/validate/podgroups",
+          "/validate/queues", "/validate/reservations", "/validate/configmaps", "/noop")
 MIB = 1024 * 1024
 LIMIT = 3 * MIB
 
@@ -146,6 +146,7 @@ def _configmap() -> dict[str, Any]:
 OBJECTS = {
     "/mutate/pods": (_job_pod, _daemonset_pod, _best_effort_pod, _reservation_pod),
     "/validate/pods": (_job_pod, _daemonset_pod, _best_effort_pod, _reservation_pod),
+    "/validate/pod-locks": (_job_pod, _daemonset_pod, _best_effort_pod, _reservation_pod),
     "/mutate/podgroups": (_podgroup,),
     "/validate/podgroups": (_podgroup,),
     "/validate/queues": (_queue,),
@@ -153,7 +154,7 @@ OBJECTS = {
     "/validate/configmaps": (_configmap,),
     "/noop": (_job_pod,),
 }
-KIND = {"/mutate/pods": "Pod", "/validate/pods": "Pod", "/mutate/podgroups": "PodGroup",
+KIND = {"/mutate/pods": "Pod", "/validate/pods": "Pod", "/validate/pod-locks": "Pod", "/mutate/podgroups": "PodGroup",
         "/validate/podgroups": "PodGroup", "/validate/queues": "Queue", "/validate/reservations": "Reservation",
         "/validate/configmaps": "ConfigMap", "/noop": "Pod"}
 

@@ -108,7 +108,9 @@ def test_exemptions_best_effort_daemonset_trusted_namespace() -> None:
     other_uid = Grounds(daemonsets={(NS, "agent"): "u-2"})
     assert entitlement(pod(requests=CPU, owner_refs=ds_ref), NS, other_uid).every_lock is None
     trusted = Grounds(config=load_config(f"webhook: {{trustedNamespaces: [{NS}]}}"))
-    assert entitlement(pod(requests=CPU), NS, trusted).every_lock is not None
+    in_trusted = entitlement(pod(requests=CPU, tolerations=[{"operator": "Exists"}]), NS, trusted)
+    assert in_trusted.every_lock is None and in_trusted.trusted is not None, "trusted: let in, not given more"
+    assert unentitled(pod(requests=CPU, tolerations=[{"operator": "Exists"}]), NS, in_trusted, {}) == []
 
 
 def test_lock_claims_follow_the_one_toleration_rule() -> None:

@@ -13,7 +13,7 @@ from shared.ownership import JobRef, queue_owner_id, reservation_owner_id, windo
 from shared.views import PodGroupView, PriorityClassView, QueueView, ReservationView
 from shared.jsonpatch import apply, pointer
 from webhook.lookup import Lookup
-from webhook.mutate import mutate_pod, mutate_podgroup
+from webhook.mutate import mutate_pod, mutate_podgroup, parse_reservation_affinity
 
 NS = "team-a"
 
@@ -172,9 +172,12 @@ def test_best_effort_and_daemonset_pods_tolerate_every_lock() -> None:
     best_effort, patch = mutated(pod("be", annotations={}))
     assert best_effort["spec"]["tolerations"] == [{"key": keys.LOCK, "operator": "Exists"}]
     assert "affinity" not in best_effort["spec"]
-    daemon, _ = mutated(pod("ds", requests={"cpu": "100m"}, owners=[
-        {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent", "uid": "u", "controller": True}]))
+    ds_ref = [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent", "uid": "u", "controller": True}]
+    daemon, _ = mutated(pod("ds", requests={"cpu": "100m"}, owners=ds_ref),
+                        replace(LOOKUP, daemonsets={(NS, "agent"): "u"}))  # the DaemonSet exists with that uid
     assert daemon["spec"]["tolerations"] == [{"key": keys.LOCK, "operator": "Exists"}]
+    forged, _ = mutated(pod("ds", requests={"cpu": "100m"}, owners=ds_ref))  # no such DaemonSet: an ownerReference
+    assert {"key": keys.LOCK, "operator": "Exists"} not in forged["spec"].get("tolerations", [])
     off = Lookup(config=load_config("webhook: {tolerateBestEffort: false}"))
     out, _ = mutated(pod("be2"), off)
     assert {"key": keys.LOCK, "operator": "Exists"} not in out["spec"].get("tolerations", [])
@@ -233,3 +236,18 @@ def test_bad_reservation_affinity_warns_instead_of_failing(text: str) -> None:
     result = mutate_pod(pod(annotations={keys.RESERVATION_AFFINITY: text}, requests={"cpu": "1"}), NS, LOOKUP)
     if text:
         assert result.warnings
+
+
+def test_naming_a_reservation_narrows_but_never_grants_its_toleration() -> None:
+    """Issue 10, attack 1: a pod that names a Reservation it does not own is held to that Reservation's nodes
+    (required affinity) but gets no toleration for it, so it cannot land there; an empty selector is refused."""
+    stranger, _ = mutated(pod("x", annotations={keys.RESERVATION_AFFINITY: "r1"}, requests={"cpu": "1"}))
+    assert reservation_owner_id("r1") not in tolerated_owners(stranger)
+    terms = stranger["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms["nodeSelectorTerms"] == [{"matchExpressions": [
+        {"key": keys.LOCK, "operator": "In", "values": [reservation_owner_id("r1")]}]}]
+    owner, _ = mutated(pod("y", labels={"app": "web"}, annotations={keys.RESERVATION_AFFINITY: "r1"},
+                           requests={"cpu": "1"}))
+    assert reservation_owner_id("r1") in tolerated_owners(owner)
+    with pytest.raises(ValueError, match="empty reservationSelector"):
+        parse_reservation_affinity('{"reservationSelector": {}}')

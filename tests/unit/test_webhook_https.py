@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from certs.rotation import Subject, ensure
 from localcluster.cluster import free_port
 from shared import keys
+from shared.ownership import JobRef
 from shared.views import PriorityClassView, QueueView
 from webhook.admission import BadReview, parse_review
 from webhook.lookup import Lookup
@@ -223,3 +224,30 @@ async def test_wrong_types_are_a_400_naming_the_field_never_a_500(server, path: 
     async with session.post(path, json=review(obj)) as response:
         assert response.status == 400
         assert (await response.json())["error"].startswith(f"{field} must be ")
+
+
+async def test_pod_locks_refuses_what_the_pod_is_not_entitled_to(server) -> None:
+    """Issue 10, attack 3: a pod that brings a lock toleration of another owner, a blanket one, or a nodeName on a
+    node locked for another owner is refused with the reason; its own job's toleration passes."""
+    session, _, _ = server
+    own = {"key": keys.LOCK, "operator": "Equal", "value": JobRef("ns", "Pod", "p").owner_id, "effect": "NoSchedule"}
+    forged = {"key": keys.LOCK, "operator": "Equal", "value": "job-team-b-Pod-big-abc123", "effect": "NoSchedule"}
+    cases = [([own], True, ""), ([forged], False, "job-team-b-Pod-big-abc123"),
+             ([{"operator": "Exists"}], False, "every Reservoir lock"),
+             ([{"key": keys.LOCK, "operator": "Exists"}], False, "every Reservoir lock")]
+    for tolerations, allowed, says in cases:
+        obj = json.loads(json.dumps(POD))
+        obj["spec"]["tolerations"] = tolerations
+        async with session.post("/validate/pod-locks", json=review(obj)) as response:
+            answer = (await response.json())["response"]
+        assert answer["allowed"] is allowed, (tolerations, answer)
+        if not allowed:
+            assert answer["status"]["code"] == 403 and says in answer["status"]["message"]
+            assert "spec.tolerations[0]" in answer["status"]["message"]
+    # an UPDATE that leaves tolerations and nodeName as they were is not judged again
+    obj = json.loads(json.dumps(POD))
+    obj["spec"]["tolerations"] = [forged]
+    changed = review(obj, operation="UPDATE")
+    changed["request"]["oldObject"] = obj
+    async with session.post("/validate/pod-locks", json=changed) as response:
+        assert (await response.json())["response"]["allowed"] is True
