@@ -3,9 +3,15 @@ each other."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from datetime import datetime, timedelta, timezone
 
+from aiohttp import web
+from kubernetes_asyncio import client
+
 from agent.planner.model import Lock, Snapshot
+from localcluster.cluster import free_port
 from shared import keys
 from shared.config import load_config
 from shared.timestamps import stamp
@@ -50,3 +56,24 @@ def pod(name: str, cpu: str, *, node_name: str = "", age: timedelta = timedelta(
 def snap(nodes: list[NodeView], pods: list[PodView], groups: list[PodGroupView] = ()) -> Snapshot:
     return Snapshot(nodes={n.name: n for n in nodes}, pods=pods,
                     podgroups={(g.namespace, g.name): g for g in groups})
+
+
+@asynccontextmanager
+async def loopback_api(handle: Callable[[web.Request], Awaitable[web.StreamResponse]],
+                       method: str = "*") -> AsyncIterator[client.ApiClient]:
+    """An ApiClient talking plain HTTP to `handle`, served on 127.0.0.1 for as long as the block runs: a stand-in
+    API server for tests of the client edge and the watch cache."""
+    app = web.Application()
+    app.router.add_route(method, "/{tail:.*}", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    configuration = client.Configuration()
+    configuration.host = f"http://127.0.0.1:{port}"
+    api = client.ApiClient(configuration=configuration)
+    try:
+        yield api
+    finally:
+        await api.close()
+        await runner.cleanup()

@@ -12,7 +12,6 @@ from aiohttp import web
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from localcluster.cluster import free_port
 from shared import kinds
 from shared.kube import (
     JSON_PATCH,
@@ -28,6 +27,7 @@ from shared.kube import (
     send_json,
 )
 from shared.watchcache import WatchCache
+from tests.builders import loopback_api
 
 
 def test_resource_paths() -> None:
@@ -82,18 +82,8 @@ class FakeApi:
 @pytest.fixture
 async def fake() -> AsyncIterator[tuple[FakeApi, client.ApiClient]]:
     api_server = FakeApi()
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", api_server.handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    configuration = client.Configuration()
-    configuration.host = f"http://127.0.0.1:{port}"
-    api = client.ApiClient(configuration=configuration)
-    yield api_server, api
-    await api.close()
-    await runner.cleanup()
+    async with loopback_api(api_server.handle) as api:
+        yield api_server, api
 
 
 async def test_get_json_returns_the_object_and_sends_the_query(fake: tuple[FakeApi, client.ApiClient]) -> None:

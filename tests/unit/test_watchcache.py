@@ -19,12 +19,12 @@ from hypothesis import strategies as st
 from kubernetes_asyncio import client
 from prometheus_client import CollectorRegistry
 
-from localcluster.cluster import free_port
 from shared import kinds
 from shared.kube import Gone
 from shared.serving import STALE_AFTER, add_probes, stale_caches
 from shared.views import PodGroupView, QueueView
 from shared.watchcache import WATCH_TIMEOUT_SECONDS, Skipped, WatchCache, count_skips, parse_json
+from tests.builders import loopback_api
 
 PODGROUPS = "/apis/scheduling.volcano.sh/v1beta1/podgroups"
 QUEUES = "/apis/scheduling.volcano.sh/v1beta1/queues"
@@ -248,18 +248,8 @@ class FakeApiServer:
 @pytest.fixture
 async def fake() -> AsyncIterator[tuple[FakeApiServer, client.ApiClient]]:
     server = FakeApiServer()
-    app = web.Application()
-    app.router.add_route("GET", "/{tail:.*}", server.handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    configuration = client.Configuration()
-    configuration.host = f"http://127.0.0.1:{port}"
-    api = client.ApiClient(configuration=configuration)
-    yield server, api
-    await api.close()
-    await runner.cleanup()
+    async with loopback_api(server.handle, "GET") as api:
+        yield server, api
 
 
 def list_body(*items: str, rv: str = "100") -> bytes:
