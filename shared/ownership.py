@@ -52,6 +52,26 @@ def is_daemonset_pod(meta: Mapping[str, Any]) -> bool:
     return any(r.get("controller") and r.get("kind") == "DaemonSet" for r in meta.get("ownerReferences") or ())
 
 
+def daemonset_node(spec: Mapping[str, Any]) -> str:
+    """The one node a DaemonSet pod's required node affinity names (the DaemonSet controller's `matchFields`
+    `metadata.name In [node]`), or "" when no term names exactly one node this way."""
+    affinity = spec.get("affinity")
+    node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, Mapping) else None
+    required = (node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+                if isinstance(node_affinity, Mapping) else None)
+    terms = required.get("nodeSelectorTerms") if isinstance(required, Mapping) else None
+    for term in terms if isinstance(terms, list) else ():
+        fields = term.get("matchFields") if isinstance(term, Mapping) else None
+        for field in fields if isinstance(fields, list) else ():
+            if not isinstance(field, Mapping):
+                continue
+            values = field.get("values")
+            if (field.get("key") == "metadata.name" and field.get("operator") == "In" and isinstance(values, list)
+                    and len(values) == 1 and isinstance(values[0], str) and values[0]):
+                return values[0]
+    return ""
+
+
 def queue_name(podgroup: PodGroupView | None, annotations: Mapping[str, str]) -> str:
     """The pod's queue: its PodGroup's `spec.queue`, else its `scheduling.volcano.sh/queue-name`, else `default`."""
     if podgroup is not None and podgroup.queue:

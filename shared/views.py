@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 from shared import keys
 from shared.duration import parse_duration
-from shared.ownership import is_daemonset_pod, job_identity
+from shared.ownership import daemonset_node, is_daemonset_pod, job_identity
 from shared.resources import EMPTY, Resources, is_best_effort, pod_requests
 from shared.timestamps import parse_time
 
@@ -317,6 +317,7 @@ class PodView:
     maximum_runtime: timedelta | None = None  # `volcano.sh/maximum-runtime`; None when absent or unreadable
     job: tuple[str, str, str] = ("", "Pod", "")  # (namespace, kind, name) of its job, see ownership.job_identity
     daemon: bool = False  # controlled by a DaemonSet (ownership.is_daemonset_pod)
+    daemon_node: str = ""  # a DaemonSet pod's one node (ownership.daemonset_node), for repair; "" otherwise
 
     @classmethod
     @_readable("Pod")
@@ -328,6 +329,7 @@ class PodView:
         namespace = _text(meta.get("namespace"), "metadata.namespace")
         annotations = _strings(meta.get("annotations"), "metadata.annotations")
         owner_refs = _objects(meta.get("ownerReferences"), "metadata.ownerReferences")
+        daemon = _computed("metadata.ownerReferences", lambda: is_daemonset_pod(meta))
         return cls(
             namespace=namespace,
             name=name,
@@ -356,7 +358,8 @@ class PodView:
             node_selector=_strings(spec.get("nodeSelector"), "spec.nodeSelector"),
             maximum_runtime=_runtime(annotations),
             job=(namespace, *(_computed("metadata", lambda: job_identity(meta)) or ("Pod", name))),
-            daemon=_computed("metadata.ownerReferences", lambda: is_daemonset_pod(meta)),
+            daemon=daemon,
+            daemon_node=daemonset_node(spec) if daemon and not spec.get("nodeName") else "",
         )
 
     @property

@@ -54,7 +54,8 @@ def plan(snapshot: Snapshot, config: ReservoirConfig, now: datetime,
     locks, refused = guard_locks(locks, context.states)
     notes += refused
     repairs = plan_repairs(jobs=context.jobs, pods=snapshot.pods, locks=locks, statuses=statuses.reservations,
-                           reservations=snapshot.reservations, windows=config.windows)
+                           reservations=snapshot.reservations, windows=config.windows, snapshot=snapshot,
+                           config=config)
     return Plan(locks=locks, jobs=list(statuses.jobs), windows=list(statuses.windows), notes=notes,
                 queues=list(context.scores), guarantees=list(statuses.guarantees),
                 reservations=list(statuses.reservations), repairs=repairs, states=context.states)

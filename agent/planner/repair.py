@@ -1,12 +1,24 @@
 """DESIGN section 4 "Repair": the pending pods a lock of this plan is held for but that lack its toleration (created
 while the webhook was down, or before Reservoir was installed), and the lock tolerations to add to each.
 
-A pod is owed the toleration of an owner's lock when, in this plan:
+A pod is owed the toleration of an owner's lock when, in this plan, the lock is held and the pod is entitled to it
+(shared.entitlement.entitlement, the one function the webhook and the validating check call too):
 - it is a task a starvation lock (seed 000) names (`Lock.tasks`, pending pods of the lock's job);
 - it is an unbound, unfinished owner pod (reservations.is_owner) of a Reservation (seed 003) whose planned phase is
-  Available or Waiting and that is not `unschedulable`;
+  Available or Waiting and that is not `unschedulable`; entitlement then admits only Reservations Available, read
+  with the phase this plan gives them (the writer writes it in the same reconcile), so the owners of a Waiting one get
+  nothing yet;
 - it is an unbound, unfinished reserve pod (`volcano.sh/reserveable`, seed 004) and a configured window holds a lock:
-  the owner ids of the windows holding locks.
+  the owner ids of the windows holding locks, as far as the windows' `namespaces` and `queues` let the pod in.
+Entitlement is read from the grounds of `grounds_of` (the snapshot's PodGroups, Queues and Reservations, the config);
+its DaemonSets are an empty mapping for now (the agent does not watch DaemonSets), so a DaemonSet's pod is exempt
+only as a BestEffort pod or by a trusted namespace.
+
+Besides: a pending pod of a DaemonSet in a namespace the webhook skips (kube-system, Reservoir's own) whose required
+node affinity names a node (matchFields metadata.name In [node], as the DaemonSet controller writes it) that this plan
+locks is owed that lock's toleration: the webhook never saw it, and the node is the only one it may run on.
+(PodView.daemon_node: that node, read once from the pod spec by shared.ownership.daemonset_node.)
+
 Bound pods are past help (a pod update may add tolerations, but the pod is placed already). The tolerations added are
 those of `lock_toleration(owner)`, owners sorted, that the pod's own tolerations do not already cover (an `Exists`
 toleration of the lock key covers every owner), as the webhook would have added them.
@@ -15,11 +27,14 @@ toleration of the lock key covers every owner), as the webhook would have added 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import replace
 
 from agent.planner.jobs import Job
-from agent.planner.model import Lock, Repair, ReservationStatus
-from agent.planner.reservations import is_owner
-from shared.config import WindowConfig
+from agent.planner.model import Lock, Repair, ReservationStatus, Snapshot
+from agent.planner.reservations import is_owner, pod_meta
+from shared import keys
+from shared.config import ReservoirConfig, WindowConfig
+from shared.entitlement import Entitlement, Grounds, entitlement
 from shared.keys import LockKind
 from shared.ownership import reservation_owner_id, window_owner_id
 from shared.tolerations import lock_toleration, missing
@@ -27,13 +42,33 @@ from shared.views import PodView, ReservationView
 
 PodKey = tuple[str, str]  # (namespace, name)
 
+SKIPPED_NAMESPACES = frozenset({"kube-system", keys.NAMESPACE})  # the webhook configurations' namespaceSelector
+
+
+def grounds_of(snapshot: Snapshot | None, config: ReservoirConfig | None, *,
+               reservations: Mapping[str, ReservationView] | None = None,
+               windows: Sequence[WindowConfig] | None = None) -> Grounds:
+    """Entitlement's grounds in the planner: the snapshot's PodGroups, Queues and Reservations and the config;
+    DaemonSets an empty mapping (not watched by the agent: no pod is exempt as a DaemonSet's here). Without a
+    snapshot or config, what is given instead (`reservations`, `windows` on the default config)."""
+    if config is None:
+        config = ReservoirConfig().model_copy(update={"windows": list(windows or ())})
+    if snapshot is None:
+        return Grounds(reservations=reservations or {}, config=config)
+    return Grounds(podgroups=snapshot.podgroups, queues=snapshot.queues, reservations=snapshot.reservations,
+                   daemonsets={}, config=config)
+
 
 def plan_repairs(*, jobs: Sequence[Job], pods: Sequence[PodView], locks: Mapping[str, Lock],
                  statuses: Sequence[ReservationStatus], reservations: Mapping[str, ReservationView],
-                 windows: Sequence[WindowConfig]) -> list[Repair]:
+                 windows: Sequence[WindowConfig], snapshot: Snapshot | None = None,
+                 config: ReservoirConfig | None = None) -> list[Repair]:
     """Seeds 000, 003, 004 (DESIGN 4 "Repair"): the repairs of one plan, by (namespace, name). `locks` and `statuses`
-    are the plan's; `jobs` (jobs.build_jobs), `pods`, `reservations` and `windows` what it was planned from. A pod is
-    one per (namespace, name), as the agent's pod cache keys them."""
+    are the plan's; `jobs` (jobs.build_jobs), `pods`, `reservations` and `windows` what it was planned from;
+    `snapshot` and `config`, when given, the grounds of entitlement (grounds_of) and the DaemonSet pods' target
+    nodes. A pod is one per (namespace, name), as the agent's pod cache keys them."""
+    grounds = grounds_of(snapshot, config, reservations=reservations, windows=windows)
+    grounds = replace(grounds, reservations=planned_phases(grounds.reservations, statuses))
     owed: dict[PodKey, tuple[PodView, set[str]]] = {}
     for pod, owner in owed_by_job_locks(locks.values(), jobs=jobs):
         owed.setdefault((pod.namespace, pod.name), (pod, set()))[1].add(owner)
@@ -48,8 +83,26 @@ def plan_repairs(*, jobs: Sequence[Job], pods: Sequence[PodView], locks: Mapping
         for pod in waiting:
             if window_owners and pod.reserveable:
                 owed.setdefault((pod.namespace, pod.name), (pod, set()))[1].update(window_owners)
-    repairs = (repair_of(pod, owners=owners) for _, (pod, owners) in sorted(owed.items(), key=lambda item: item[0]))
+    entitled = {key: (pod, {owner for owner in owners if rights_of(pod, grounds).allows(owner)})
+                for key, (pod, owners) in owed.items()}
+    for pod, owner in owed_by_daemon_targets(pods, locks=locks):
+        entitled.setdefault((pod.namespace, pod.name), (pod, set()))[1].add(owner)
+    repairs = (repair_of(pod, owners=owners) for _, (pod, owners) in sorted(entitled.items(), key=lambda item: item[0]))
     return [repair for repair in repairs if repair is not None]
+
+
+def planned_phases(reservations: Mapping[str, ReservationView],
+                   statuses: Sequence[ReservationStatus]) -> dict[str, ReservationView]:
+    """The Reservations with the phase this plan gives each (entitlement reads `phase`): a Reservation placed in this
+    plan is Available for its owners now, not one reconcile later."""
+    phases = {status.name: status.phase for status in statuses}
+    return {name: r if phases.get(name, r.phase) == r.phase else replace(r, phase=phases[name])
+            for name, r in reservations.items()}
+
+
+def rights_of(pod: PodView, grounds: Grounds) -> Entitlement:
+    """The lock owners the pod may use (shared.entitlement), from its view's metadata and BestEffort-ness."""
+    return entitlement(pod_meta(pod), pod.namespace, grounds, best_effort=pod.best_effort)
 
 
 def owed_by_job_locks(locks: Iterable[Lock], *, jobs: Sequence[Job]) -> Iterator[tuple[PodView, str]]:
@@ -70,7 +123,7 @@ def owed_by_job_locks(locks: Iterable[Lock], *, jobs: Sequence[Job]) -> Iterator
 def holding_reservations(statuses: Sequence[ReservationStatus], *,
                          reservations: Mapping[str, ReservationView]) -> list[tuple[str, ReservationView]]:
     """Seed 003: the Reservations planned Available or Waiting and not `unschedulable`, with their owner ids: their
-    owner pods are owed their lock's toleration."""
+    owner pods may be owed their lock's toleration (as far as entitlement allows)."""
     holding = []
     for status in statuses:
         reservation = reservations.get(status.name)
@@ -80,10 +133,24 @@ def holding_reservations(statuses: Sequence[ReservationStatus], *,
 
 
 def holding_windows(locks: Mapping[str, Lock], *, windows: Sequence[WindowConfig]) -> set[str]:
-    """Seed 004: the owner ids of the configured windows holding a lock in this plan: every reserve pod is owed
-    their tolerations."""
+    """Seed 004: the owner ids of the configured windows holding a lock in this plan: reserve pods may be owed their
+    tolerations (as far as entitlement allows)."""
     locked = {lock.owner for lock in locks.values() if lock.kind is LockKind.WINDOW}
     return {owner for owner in (window_owner_id(w.name) for w in windows) if owner in locked}
+
+
+def owed_by_daemon_targets(pods: Sequence[PodView], *, locks: Mapping[str, Lock]) -> Iterator[tuple[PodView, str]]:
+    """The pending pods of a DaemonSet in a namespace the webhook skips whose target node (PodView.daemon_node) this
+    plan locks, with that lock's owner."""
+    if not locks:
+        return
+    for pod in pods:
+        if (pod.namespace in SKIPPED_NAMESPACES and pod.daemon and pod.phase == "Pending" and not pod.is_bound
+                and not pod.deleting):
+            node = pod.daemon_node
+            lock = locks.get(node) if node else None
+            if lock is not None:
+                yield pod, lock.owner
 
 
 def repair_of(pod: PodView, *, owners: Iterable[str]) -> Repair | None:

@@ -23,6 +23,11 @@ Phases, decided in this order each plan (`reservation_turn`):
 
 Owner pods bound on the node while it is Available or Waiting are the Reservation's current owners; they get the
 `reservoir.sh/reservation-allocated` annotation and their requests make up `status.allocated`.
+
+Whether an ended pod was allocated through a Reservation is decided from what the agent itself recorded: its uid is in
+the Reservation's `status.currentOwners` (ReservationStatus.status() writes each owner's uid there). The
+`reservoir.sh/reservation-allocated` annotation is written for humans and tools, and read only to know whether it still
+has to be written (`annotate`), never to decide: any user who may edit a pod can write it (issue 10, attack 2).
 """
 
 from __future__ import annotations
@@ -55,16 +60,26 @@ def expiry(reservation: ReservationView) -> datetime | None:
     return reservation.created + reservation.ttl if reservation.ttl else None
 
 
-def _pod_meta(pod: PodView) -> dict[str, Any]:
-    """Seed 003 owner matching: the fields it reads, from a pod view."""
-    return {"metadata": {"name": pod.name, "uid": pod.uid, "labels": dict(pod.labels), "ownerReferences": [
+def pod_meta(pod: PodView) -> dict[str, Any]:
+    """Seed 003 owner matching and entitlement (shared.entitlement): the metadata they read, from a pod view."""
+    return {"metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid, "labels": dict(pod.labels),
+                         "annotations": dict(pod.annotations), "ownerReferences": [
         {"apiVersion": o.api_version, "kind": o.kind, "name": o.name, "uid": o.uid, "controller": o.controller}
         for o in pod.owners]}}
 
 
 def is_owner(reservation: ReservationView, pod: PodView) -> bool:
     """Seed 003 `spec.owners`: the pod matches one of them (object / controller / labelSelector, ORed)."""
-    return reservation_matches(reservation.owners, _pod_meta(pod), pod.namespace)
+    return reservation_matches(reservation.owners, pod_meta(pod), pod.namespace)
+
+
+def recorded_owners(reservation: ReservationView) -> frozenset[str]:
+    """The uids of the pods the agent recorded as the Reservation's current owners (`status.currentOwners`, written by
+    ReservationStatus.status()); entries that are not objects with a string uid are ignored."""
+    entries = reservation.status.get("currentOwners")
+    if not isinstance(entries, (list, tuple)):
+        return frozenset()
+    return frozenset(uid for e in entries if isinstance(e, Mapping) and isinstance(uid := e.get("uid"), str) and uid)
 
 
 def node_allowed(reservation: ReservationView, node: NodeView) -> bool:
@@ -99,7 +114,6 @@ class Round:
     states: Mapping[str, NodeState]
     current: Mapping[str, Lock]
     live_jobs: frozenset[str]
-    allocated_to: Mapping[str, str]  # pod "namespace/name" -> the Reservation its allocated annotation names
     on_node: Mapping[str, Sequence[PodView]]  # node -> pods bound there
     gc_grace: timedelta
     now: datetime
@@ -108,7 +122,8 @@ class Round:
                owners: Sequence[PodView] = (), final: bool = False) -> ReservationStatus:
         """Seed 003 status: one Reservation's conditions Scheduled (on its node, or Unschedulable with `message`) and
         Ready (True only when Available, with `reason`); `owners` become current owners and allocated, those lacking the
-        allocated annotation are to be annotated; an ended one is due for deletion `gc_grace` after it ended."""
+        allocated annotation (read only so that it is written once) are to be annotated; an ended one is due for
+        deletion `gc_grace` after it ended."""
         now = self.now
         scheduled = _condition("Scheduled", bool(node), "Scheduled" if node else "Unschedulable",
                                f"on node {node}" if node else message, r.status, now)
@@ -117,7 +132,8 @@ class Round:
         live = tuple(sorted(owners, key=lambda p: p.key))
         return ReservationStatus(r.name, phase, node, reason, message, r.requests,
                                  Resources.total(p.requests for p in live), live,
-                                 annotate=tuple(p.key for p in live if self.allocated_to.get(p.key) != r.name),
+                                 annotate=tuple(p.key for p in live
+                                                if p.annotations.get(keys.RESERVATION_ALLOCATED) != r.name),
                                  delete=phase in TERMINAL_PHASES and now - ended >= self.gc_grace, final=final,
                                  conditions=(scheduled, ready))
 
@@ -136,13 +152,12 @@ def plan_reservations(*, context: PlanContext) -> PolicyResult:
     config, snapshot = context.config.reservations, context.snapshot
     if not (config.enabled and snapshot.reservations):
         return PolicyResult()
-    allocated_to = {p.key: mark for p in snapshot.pods if (mark := p.annotations.get(keys.RESERVATION_ALLOCATED))}
     on_node: dict[str, list[PodView]] = {}
     for pod in snapshot.pods:
         if pod.node_name:
             on_node.setdefault(pod.node_name, []).append(pod)
     shared = Round(states=context.states, current=context.current, live_jobs=context.live_jobs,
-                   allocated_to=allocated_to, on_node=on_node, gc_grace=config.gc_grace_period, now=context.now)
+                   on_node=on_node, gc_grace=config.gc_grace_period, now=context.now)
     locks: dict[str, Lock] = {}
     statuses: list[ReservationStatus] = []
     notes: list[str] = []
@@ -214,10 +229,12 @@ def concluded(r: ReservationView, *, shared: Round, phase: str, reason: str, mes
 
 def bound_owners(r: ReservationView, *, shared: Round) -> list[PodView]:
     """Seed 003 allocation: the owner pods bound on the Reservation's node (running or pending there), then the ended
-    pods that were allocated to it."""
+    pods there that were allocated to it: those whose uid the agent recorded in its `status.currentOwners` (never the
+    pod's own allocated annotation, which anyone who may edit the pod can write)."""
     here = shared.on_node.get(r.node_name, ())
     bound = [p for p in here if not p.is_terminal and not p.deleting and is_owner(r, p)]
-    return bound + [p for p in here if p.is_terminal and shared.allocated_to.get(p.key) == r.name]
+    recorded = recorded_owners(r)
+    return bound + [p for p in here if p.is_terminal and p.uid and p.uid in recorded]
 
 
 def hold_node(r: ReservationView, *, node: str, bound: Sequence[PodView], ends: datetime | None,

@@ -129,3 +129,42 @@ def test_reservations_take_precedence_and_count_in_the_cap() -> None:
     result = plan(with_reservations(snap(nodes, []), first, second), half, NOW)
     assert placed(result, "first").phase == "Available" and placed(result, "second").phase == "Pending"
     assert "maxLockedNodePercent" in placed(result, "second").message
+
+
+def test_an_ended_pod_counts_as_allocated_only_when_the_agent_recorded_its_uid_in_current_owners() -> None:
+    """Issue 10, attack 2: a finished pod on the node with a hand-written `reservoir.sh/reservation-allocated`
+    annotation does not make someone else's allocateOnce Reservation Succeeded; one the agent recorded (by uid) does."""
+    from shared import keys
+
+    nodes = [node("n1")]
+    forged = replace(pod("intruder", "1", node_name="n1", phase="Succeeded"),
+                     annotations={keys.RESERVATION_ALLOCATED: "r1"})
+    r = reservation("r1", status={"phase": "Available", "nodeName": "n1", "currentOwners": [
+        {"namespace": "ns", "name": "someone", "uid": "uid-someone"}]})
+    result = plan(with_reservations(snap(nodes, [forged]), r), CONFIG, NOW)
+    assert placed(result, "r1").phase == "Available" and "n1" in result.locks
+    # the same name and namespace as a recorded owner but another uid: still not allocated
+    same_name = replace(forged, name="someone", uid="uid-other")
+    result = plan(with_reservations(snap(nodes, [same_name]), r), CONFIG, NOW)
+    assert placed(result, "r1").phase == "Available" and "n1" in result.locks
+    # recorded by uid (annotation or not): allocated once, the node is freed
+    recorded = replace(pod("someone", "1", node_name="n1", phase="Succeeded"), uid="uid-someone")
+    result = plan(with_reservations(snap(nodes, [recorded]), r), CONFIG, NOW)
+    assert placed(result, "r1").phase == "Succeeded" and placed(result, "r1").reason == "Allocated"
+    assert result.locks == {}
+    # a recorded pod on another node is not on the Reservation's node: not allocated here
+    elsewhere = replace(recorded, node_name="n2")
+    result = plan(with_reservations(snap([node("n1"), node("n2")], [elsewhere]), r), CONFIG, NOW)
+    assert placed(result, "r1").phase == "Available"
+
+
+def test_the_allocated_annotation_is_still_written_for_current_owners_lacking_it() -> None:
+    from shared import keys
+
+    many = reservation("r1", allocateOnce=False, status={"phase": "Available", "nodeName": "n1"})
+    marked = replace(owner_pod("o1", node_name="n1"), annotations={keys.RESERVATION_ALLOCATED: "r1"})
+    result = plan(with_reservations(snap([node("n1")], [marked, owner_pod("o2", node_name="n1")]), many), CONFIG, NOW)
+    status = placed(result, "r1")
+    assert [p.name for p in status.owners] == ["o1", "o2"] and status.annotate == ("ns/o2",)
+    assert status.status()["currentOwners"] == [{"namespace": "ns", "name": "o1", "uid": "uid-o1"},
+                                                {"namespace": "ns", "name": "o2", "uid": "uid-o2"}]
