@@ -1,0 +1,352 @@
+"""Issue 10 on the real control plane: a tenant (ServiceAccount team-a/tenant, bound in team-a to the ClusterRole
+reservoir-tenant of deploy/tenant-rbac.yaml, and impersonated so that RBAC is real) tries every known way around
+someone else's lock. Each attack ends with: the other owner's capacity is untouched (the locked node stays locked
+for its owner and no team-a pod is bound there), and the pod is refused with a message naming the reason, or lands
+only where it is entitled to.
+
+Locks for "someone else": a Reservation of team-b (attacks 1 and 2, made by the admin and placed by the agent), or a
+starving job of team-b (attacks 3-5: a node half full of a team-b pod that never ends, and a team-b pod needing the
+whole node, so the agent locks it for that job and the lock stays for the whole test)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from localcluster.agent_process import AgentProcess
+from localcluster.cluster import COMPLETE_AFTER
+from shared import keys
+from shared.kube import new_api_client
+from shared.ownership import JobRef, reservation_owner_id
+from tests.e2e.kit import Kit, apply_setup, running_webhook
+from tests.e2e.scenarios import QUEUE_CONFIG, SETUP, STARVATION_CONFIG, configure, locked_nodes
+
+TEAM_A, TEAM_B = "team-a", "team-b"
+TENANT = f"system:serviceaccount:{TEAM_A}:tenant"
+RESERVATIONS = f"/apis/{keys.RESERVATION_GROUP}/{keys.RESERVATION_VERSION}/reservations"
+LOCKED = "victim"  # the node locked for team-b
+SEES_WITHIN = 10.0  # seconds the webhook's watch caches get to see a new lock or Reservation
+
+
+@dataclass
+class World:
+    admin: Kit  # the test's kit (cluster admin)
+    tenant: Kit  # the tenant: team-a, through an ApiClient impersonating team-a/tenant
+    team_b: Kit  # the other owner, as the admin, in team-b
+    agent: AgentProcess
+    reservations: list[str]
+
+
+async def _tenant_setup(kit: Kit) -> tuple[Kit, Kit]:
+    """Namespaces team-a and team-b, the tenant's ServiceAccount and RoleBinding; returns (tenant kit, team-b kit)."""
+    await apply_setup(kit, "deploy/tenant-rbac.yaml")
+    for namespace in (TEAM_A, TEAM_B):
+        await kit.server_side_apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    await kit.server_side_apply({"apiVersion": "v1", "kind": "ServiceAccount",
+                                 "metadata": {"name": "tenant", "namespace": TEAM_A}})
+    await kit.server_side_apply({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "reservoir-tenant", "namespace": TEAM_A},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "reservoir-tenant"},
+        "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": TEAM_A}]})
+    tenant = Kit(kit.cluster, await new_api_client(kit.cluster.kubeconfig, impersonate=TENANT), TEAM_A)
+    # the RBAC is real: the tenant may list its pods, and nothing cluster-wide or in another namespace
+    async def rbac_ready() -> bool:
+        return (await tenant.raw("GET", f"/api/v1/namespaces/{TEAM_A}/pods")).get("kind") == "PodList"
+    await kit.wait_for(rbac_ready, what="the tenant's RoleBinding in effect", timeout=20)
+    for method, path in (("GET", "/api/v1/nodes"), ("GET", f"/api/v1/namespaces/{TEAM_B}/pods"),
+                         ("GET", RESERVATIONS), ("GET", f"/apis/{keys.VOLCANO_GROUP}/{keys.VOLCANO_VERSION}/queues")):
+        answer = await tenant.raw(method, path)
+        assert answer.get("code") == 403, f"the tenant may {method} {path}: {str(answer)[:200]}"
+    return tenant, Kit(kit.cluster, kit.api, TEAM_B)
+
+
+async def _world(kit: Kit, config: str) -> AsyncIterator[World]:
+    await apply_setup(kit, *SETUP, "deploy/webhook-rbac.yaml")
+    tenant, team_b = await _tenant_setup(kit)
+    await configure(kit, config)
+    agent = AgentProcess(kit.cluster)
+    world = World(kit, tenant, team_b, agent, [])
+    try:
+        async with running_webhook(kit):
+            agent.start()
+            try:
+                yield world
+            finally:
+                agent.stop()
+    finally:
+        for namespace in (TEAM_A, TEAM_B):
+            await kit.core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+        for name in world.reservations:
+            await kit.raw("DELETE", f"{RESERVATIONS}/{name}")
+        await kit.raw("DELETE", f"/api/v1/namespaces/{keys.NAMESPACE}/configmaps/{keys.CONFIGMAP_NAME}")
+        await kit.raw("DELETE", f"/apis/coordination.k8s.io/v1/namespaces/{keys.NAMESPACE}/leases/reservoir-agent")
+
+        async def gone() -> bool:
+            for namespace in (TEAM_A, TEAM_B):
+                if (await kit.raw("GET", f"/api/v1/namespaces/{namespace}/pods"))["items"]:
+                    return False
+            return True
+        await kit.wait_for(gone, what="team-a and team-b pods deleted", timeout=30)
+        await tenant.api.close()
+
+
+@pytest.fixture
+async def reservation_world(kit: Kit) -> AsyncIterator[World]:
+    async for world in _world(kit, QUEUE_CONFIG + "reservations: {gcGracePeriod: 4s}\n"):
+        yield world
+
+
+@pytest.fixture
+async def starvation_world(kit: Kit) -> AsyncIterator[World]:
+    async for world in _world(kit, STARVATION_CONFIG):
+        yield world
+
+
+# --- the other owner's capacity ---
+
+async def _lock_for_team_b_job(world: World, allocatable: dict[str, str] | None = None) -> str:
+    """Node LOCKED (4 cpu) half full of a team-b pod that never ends, and team-b's `big` needing all of it: the agent
+    locks LOCKED for big's job once it has starved 3 s. Returns the lock's owner id, read from the node's taint."""
+    await world.admin.create_node(LOCKED, allocatable or {"cpu": "4", "memory": "16Gi"})
+    await world.team_b.create_pod("filler", {"cpu": "2"})
+    await world.team_b.wait_pod("filler", lambda p: p["spec"].get("nodeName") == LOCKED, f"bound on {LOCKED}")
+    await world.team_b.create_pod("big", {"cpu": "4"})
+    owner = JobRef(TEAM_B, "Pod", "big").owner_id
+
+    async def locked() -> bool:
+        return (await locked_nodes(world.admin, [LOCKED])).get(LOCKED) == owner
+    await world.admin.wait_for(locked, what=f"{LOCKED} locked for team-b's big job", timeout=30)
+    return owner
+
+
+async def _untouched(world: World, node: str, owner: str) -> None:
+    """The other owner's capacity: `node` still locked for `owner`, and no team-a pod bound on it."""
+    assert (await locked_nodes(world.admin, [node])).get(node) == owner, f"{node} is no longer locked for {owner}"
+    pods = (await world.admin.raw("GET", f"/api/v1/namespaces/{TEAM_A}/pods"))["items"]
+    on_node = [p["metadata"]["name"] for p in pods if p["spec"].get("nodeName") == node]
+    assert not on_node, f"team-a pods bound on {node}, locked for {owner}: {on_node}"
+
+
+# --- the tenant's attempts ---
+
+def _refusal(answer: dict[str, Any]) -> str | None:
+    if answer.get("kind") == "Status" and answer.get("status") == "Failure":
+        return str(answer.get("message"))
+    return None
+
+
+async def _refused(world: World, body: dict[str, Any], *fragments: str) -> str:
+    """Create `body` as the tenant; it must be refused by a Reservoir webhook with a message containing every
+    fragment. The webhook judges from watch caches, so dry-run creates (which persist nothing) first give it
+    SEES_WITHIN seconds to see the lock. A pod let in is reported with where it went."""
+    tenant = world.tenant
+    path = f"/api/v1/namespaces/{TEAM_A}/pods"
+
+    async def refused_dry_run() -> str | None:
+        return _refusal(await tenant.raw("POST", path + "?dryRun=All", body=body))
+    try:
+        await tenant.wait_for(refused_dry_run, what="a dry-run create refused", timeout=SEES_WITHIN)
+    except AssertionError:
+        pass  # the real create below says what happened
+    answer = await tenant.raw("POST", path, body=body)
+    message = _refusal(answer)
+    if message is None:
+        name = body["metadata"]["name"]
+        landed = await _where_it_went(tenant, name)
+        raise AssertionError(f"the tenant's pod {name} was let in ({landed}); tolerations "
+                             f"{answer.get('spec', {}).get('tolerations')}")
+    assert "denied the request" in message, message
+    missing = [f for f in fragments if f not in message]
+    assert not missing, f"refusal does not name {missing}: {message}"
+    return message
+
+
+async def _where_it_went(kit: Kit, name: str) -> str:
+    async def settled() -> str | None:
+        pod = await kit.read_pod(name)
+        if pod.get("kind") != "Pod":
+            return "gone"
+        if pod["spec"].get("nodeName"):
+            return f"bound on {pod['spec']['nodeName']}"
+        if _unschedulable(pod):
+            return "Unschedulable"
+        return None
+    try:
+        return await kit.wait_for(settled, what=f"{name} scheduled or Unschedulable", timeout=10)
+    except AssertionError:
+        return "still pending"
+
+
+def _unschedulable(pod: dict[str, Any]) -> bool:
+    return any(c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable"
+               for c in pod.get("status", {}).get("conditions") or [])
+
+
+async def _created_and_kept_off(world: World, body: dict[str, Any], node: str, owner: str) -> dict[str, Any]:
+    """Create `body` as the tenant (it is let in), then wait until the scheduler has judged it: it must not be bound
+    on `node` (locked for `owner`). A pod the garbage collector removed (a dangling ownerReference) counts as kept
+    off. Returns the pod as created."""
+    tenant = world.tenant
+    name = body["metadata"]["name"]
+    created = await tenant.raw("POST", f"/api/v1/namespaces/{TEAM_A}/pods", body=body)
+    assert created.get("kind") == "Pod", created
+    every = [t for t in created["spec"].get("tolerations") or [] if t.get("operator") == "Exists"
+             and t.get("key") in (keys.LOCK, "", None)]
+    assert not every, f"{name} was given a toleration of every lock: {every}"
+    where = await _where_it_went(tenant, name)
+    assert where in ("Unschedulable", "gone") or (where.startswith("bound on") and not where.endswith(f" {node}")), (
+        f"{name}: {where}, tolerations {created['spec'].get('tolerations')}")
+    await _untouched(world, node, owner)
+    return created
+
+
+async def _team_b_reservation(world: World, name: str, node: str) -> str:
+    """A Reservation of 3 cpu on `node` for team-b's pods labelled team=b, made by the admin; waits until the agent
+    has made it Available and locked `node` for it. Returns its owner id."""
+    kit = world.admin
+    await kit.raw("POST", RESERVATIONS, body={
+        "apiVersion": f"{keys.RESERVATION_GROUP}/{keys.RESERVATION_VERSION}", "kind": "Reservation",
+        "metadata": {"name": name},
+        "spec": {"owners": [{"labelSelector": {"matchLabels": {"team": "b"}}}],
+                 "template": {"spec": {"nodeName": node,
+                                       "containers": [{"name": "r", "resources": {"requests": {"cpu": "3"}}}]}}}})
+    world.reservations.append(name)
+    owner = reservation_owner_id(name)
+
+    async def available() -> bool:
+        obj = await kit.raw("GET", f"{RESERVATIONS}/{name}")
+        return (obj.get("status") or {}).get("phase") == "Available" and (
+            await locked_nodes(kit, [node])).get(node) == owner
+    await kit.wait_for(available, what=f"Reservation {name} Available and {node} locked for it", timeout=30)
+    return owner
+
+
+# --- 1. naming someone else's Reservation ---
+
+async def test_naming_another_teams_reservation_grants_nothing(kit: Kit, reservation_world: World) -> None:
+    world = reservation_world
+    await kit.create_node("rsv-node", {"cpu": "4", "memory": "16Gi"})
+    await kit.create_node("rsv-free", {"cpu": "4", "memory": "16Gi"})
+    name = f"team-b-{kit.namespace[-5:]}"
+    owner = await _team_b_reservation(world, name, "rsv-node")
+
+    # the webhook sees the Available Reservation: an owner (team-b, labelled) gets its toleration
+    owner_pod = world.team_b.pod_body("owner-probe", {"cpu": "1"}, labels={"team": "b"})
+
+    async def owner_tolerated() -> bool:
+        pod = await world.team_b.raw("POST", f"/api/v1/namespaces/{TEAM_B}/pods?dryRun=All", body=owner_pod)
+        return any(t.get("value") == owner for t in pod.get("spec", {}).get("tolerations") or [])
+    await kit.wait_for(owner_tolerated, what="the webhook giving an owner the Reservation's toleration",
+                       timeout=SEES_WITHIN + 10)
+
+    # a stranger naming it: let in, no toleration of its lock, required to its node, so it waits (2 cpu: it cannot
+    # fit beside the reserved 3 either)
+    for annotation in (name, json.dumps({"name": name})):
+        stranger = world.tenant.pod_body(f"stranger-{len(annotation)}", {"cpu": "2"},
+                                         annotations={keys.RESERVATION_AFFINITY: annotation})
+        created = await world.tenant.raw("POST", f"/api/v1/namespaces/{TEAM_A}/pods", body=stranger)
+        assert created.get("kind") == "Pod", created
+        tolerations = created["spec"].get("tolerations") or []
+        assert not any(t.get("key") == keys.LOCK and t.get("value") == owner for t in tolerations), (
+            f"a stranger naming Reservation {name} ({annotation}) got its lock's toleration: {tolerations}")
+        pod = await world.tenant.wait_pod(stranger["metadata"]["name"],
+                                          lambda p: _unschedulable(p) or bool(p["spec"].get("nodeName")),
+                                          "scheduled or Unschedulable", timeout=20)
+        assert not pod["spec"].get("nodeName"), f"the stranger was bound on {pod['spec']['nodeName']}"
+        await _untouched(world, "rsv-node", owner)
+
+    # an empty selector names every Reservation: refused
+    every = world.tenant.pod_body("stranger-all", {"cpu": "2"},
+                                  annotations={keys.RESERVATION_AFFINITY: json.dumps({"reservationSelector": {}})})
+    message = await _refused(world, every, "reservationSelector")
+    assert keys.RESERVATION_AFFINITY in message or keys.KOORDINATOR_RESERVATION_AFFINITY in message, message
+    await _untouched(world, "rsv-node", owner)
+
+
+# --- 2. a hand-written reservation-allocated annotation ---
+
+async def test_a_forged_allocated_annotation_does_not_end_someone_elses_reservation(
+        kit: Kit, reservation_world: World) -> None:
+    """A finished tenant pod on the Reservation's node that says it was allocated through it: the Reservation
+    (allocateOnce) stays Available, its node stays locked, and no one is recorded as its owner."""
+    world = reservation_world
+    await kit.create_node("rsv-node", {"cpu": "4", "memory": "16Gi"})
+    # the tenant's pod ran on the node before the Reservation took it, and finished
+    await world.tenant.create_pod("finished", {"cpu": "100m"}, annotations={COMPLETE_AFTER: "1s"},
+                                  extra_spec={"nodeSelector": {"kubernetes.io/hostname": "rsv-node"}})
+    await world.tenant.wait_pod("finished", lambda p: p.get("status", {}).get("phase") == "Succeeded"
+                                and p["spec"].get("nodeName") == "rsv-node", "Succeeded on rsv-node", timeout=30)
+    name = f"team-b-{kit.namespace[-5:]}"
+    owner = await _team_b_reservation(world, name, "rsv-node")
+    answer = await world.tenant.raw(
+        "PATCH", f"/api/v1/namespaces/{TEAM_A}/pods/finished",
+        body={"metadata": {"annotations": {keys.RESERVATION_ALLOCATED: name}}},
+        content_type="application/merge-patch+json")
+    message = _refusal(answer)
+    if message is not None:  # refused outright: fine, if it says why
+        assert keys.RESERVATION_ALLOCATED in message, message
+    else:
+        assert answer["metadata"]["annotations"][keys.RESERVATION_ALLOCATED] == name, answer
+    # several agent rounds (resyncPeriod 2s): nothing changes
+    deadline = time.monotonic() + 8
+    while time.monotonic() < deadline:
+        obj = await kit.raw("GET", f"{RESERVATIONS}/{name}")
+        status = obj.get("status") or {}
+        assert status.get("phase") == "Available", (
+            f"Reservation {name} went {status.get('phase')} on a forged annotation: {status}")
+        assert not status.get("currentOwners"), f"a stranger recorded as owner of {name}: {status['currentOwners']}"
+        assert (await locked_nodes(kit, ["rsv-node"])).get("rsv-node") == owner, "rsv-node was released"
+        await asyncio.sleep(0.5)
+
+
+# --- 3. bringing one's own lock toleration, or a nodeName ---
+
+async def test_a_pods_own_lock_toleration_or_node_name_is_refused(kit: Kit, starvation_world: World) -> None:
+    world = starvation_world
+    owner = await _lock_for_team_b_job(world)
+    tenant = world.tenant
+    equal = {"key": keys.LOCK, "operator": "Equal", "value": owner, "effect": keys.LOCK_EFFECT}
+    await _refused(world, tenant.pod_body("equal", {"cpu": "1"}, tolerations=[equal]),
+                   "spec.tolerations[0]", owner)
+    await _untouched(world, LOCKED, owner)
+    exists = {"key": keys.LOCK, "operator": "Exists"}
+    await _refused(world, tenant.pod_body("exists", {"cpu": "1"}, tolerations=[exists]),
+                   "spec.tolerations[0]", keys.LOCK)
+    await _untouched(world, LOCKED, owner)
+    # a blanket toleration (no key, Exists) tolerates every taint, the lock among them
+    await _refused(world, tenant.pod_body("blanket", {"cpu": "1"}, tolerations=[{"operator": "Exists"}]),
+                   "spec.tolerations[0]")
+    await _untouched(world, LOCKED, owner)
+    # spec.nodeName skips the scheduler and so every taint
+    await _refused(world, tenant.pod_body("pinned", {"cpu": "1"}, extra_spec={"nodeName": LOCKED}),
+                   "spec.nodeName", LOCKED, owner)
+    await _untouched(world, LOCKED, owner)
+
+
+# --- 4. extended resources only is not BestEffort ---
+
+async def test_a_gpu_only_pod_is_not_best_effort(kit: Kit, starvation_world: World) -> None:
+    world = starvation_world
+    owner = await _lock_for_team_b_job(world, {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "8"})
+    body = world.tenant.pod_body("gpu", extra_spec={"containers": [{
+        "name": "main", "image": "registry.invalid/reservoir-test:1",
+        "resources": {"limits": {"nvidia.com/gpu": "1"}}}]})  # requests default to the limit
+    await _created_and_kept_off(world, body, LOCKED, owner)
+
+
+# --- 5. a hand-written DaemonSet ownerReference ---
+
+async def test_a_forged_daemonset_owner_reference_is_no_exemption(kit: Kit, starvation_world: World) -> None:
+    world = starvation_world
+    owner = await _lock_for_team_b_job(world)
+    body = world.tenant.pod_body("not-a-daemon", {"cpu": "100m"})
+    body["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "node-agent",
+                                            "uid": "0b6f3c52-7d0e-4a51-9f55-3d1c2a7b9e10", "controller": True}]
+    await _created_and_kept_off(world, body, LOCKED, owner)
