@@ -28,6 +28,10 @@ RESERVATION_AFFINITY = f"{DOMAIN}/reservation-affinity"  # pod annotation naming
 KOORDINATOR_RESERVATION_AFFINITY = "scheduling.koordinator.sh/reservation-affinity"
 RESERVATION_ALLOCATED = f"{DOMAIN}/reservation-allocated"  # pod annotation: bound through this Reservation
 
+# --- Kubernetes' own node labels and taints that Reservoir reads ---
+CONTROL_PLANE_LABELS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")  # any value
+NOT_READY_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+
 # --- Volcano's keys (seed 004 and DESIGN section 1) ---
 RESERVEABLE = "volcano.sh/reserveable"
 MAXIMUM_RUNTIME = "volcano.sh/maximum-runtime"

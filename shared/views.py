@@ -238,6 +238,7 @@ class NodeView:
     # (the node lifecycle controller's). A node reporting no Ready condition at all yet counts as ready, as
     # kube-scheduler, which reads taints and not conditions, would place pods on it.
     ready: bool = True
+    control_plane: bool = False  # labelled as a control-plane node (keys.CONTROL_PLANE_LABELS, any value)
 
     @classmethod
     @_readable("Node")
@@ -252,17 +253,18 @@ class NodeView:
         )
         ready = not any(isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") != "True"
                         for c in _array(status.get("conditions"), "status.conditions"))
-        ready = ready and not any(t.key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
-                                  for t in taints)
+        ready = ready and not any(t.key in keys.NOT_READY_TAINTS for t in taints)
+        labels = _strings(meta.get("labels"), "metadata.labels")
         return cls(
             name=_text(meta.get("name"), "metadata.name"),
-            labels=_strings(meta.get("labels"), "metadata.labels"),
+            labels=labels,
             annotations=_strings(meta.get("annotations"), "metadata.annotations"),
             taints=taints,
             allocatable=_resources(status.get("allocatable"), "status.allocatable"),
             unschedulable=_flag(spec.get("unschedulable"), "spec.unschedulable"),
             created=_time(meta.get("creationTimestamp"), "metadata.creationTimestamp") or EPOCH,
             ready=ready,
+            control_plane=any(label in labels for label in keys.CONTROL_PLANE_LABELS),
         )
 
     @property

@@ -153,13 +153,11 @@ def idle_fraction(state: NodeState) -> float:
     return base
 
 
-# A node carrying one of these labels runs the control plane: never locked, not in the caps' base.
-CONTROL_PLANE_LABELS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")
-
-
 def control_plane(node: NodeView) -> bool:
-    """Guard rail (issue 10): the node is labelled as a control-plane node (the label's value does not matter)."""
-    return any(label in node.labels for label in CONTROL_PLANE_LABELS)
+    """Guard rail (issue 10): the node runs the control plane (a label of keys.CONTROL_PLANE_LABELS, any value): never
+    locked, not in the caps' base. Read once per node view (NodeView.control_plane): this is on the planner's hot
+    path."""
+    return node.control_plane
 
 
 def schedulable(node: NodeView) -> bool:
