@@ -83,8 +83,7 @@ def plan_repairs(*, jobs: Sequence[Job], pods: Sequence[PodView], locks: Mapping
         for pod in waiting:
             if window_owners and pod.reserveable:
                 owed.setdefault((pod.namespace, pod.name), (pod, set()))[1].update(window_owners)
-    entitled = {key: (pod, {owner for owner in owners if rights_of(pod, grounds).allows(owner)})
-                for key, (pod, owners) in owed.items()}
+    entitled = {key: (pod, allowed(rights_of(pod, grounds), owners)) for key, (pod, owners) in owed.items()}
     for pod, owner in owed_by_daemon_targets(pods, locks=locks):
         entitled.setdefault((pod.namespace, pod.name), (pod, set()))[1].add(owner)
     repairs = (repair_of(pod, owners=owners) for _, (pod, owners) in sorted(entitled.items(), key=lambda item: item[0]))
@@ -98,6 +97,11 @@ def planned_phases(reservations: Mapping[str, ReservationView],
     phases = {status.name: status.phase for status in statuses}
     return {name: r if phases.get(name, r.phase) == r.phase else replace(r, phase=phases[name])
             for name, r in reservations.items()}
+
+
+def allowed(rights: Entitlement, owners: Iterable[str]) -> set[str]:
+    """Those of `owners` the pod's entitlement (computed once per pod, not per owner) lets it use."""
+    return {owner for owner in owners if rights.allows(owner)}
 
 
 def rights_of(pod: PodView, grounds: Grounds) -> Entitlement:
