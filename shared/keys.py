@@ -28,7 +28,8 @@ RESERVATION_AFFINITY = f"{DOMAIN}/reservation-affinity"  # pod annotation naming
 KOORDINATOR_RESERVATION_AFFINITY = "scheduling.koordinator.sh/reservation-affinity"
 RESERVATION_ALLOCATED = f"{DOMAIN}/reservation-allocated"  # pod annotation: bound through this Reservation
 
-# --- Kubernetes' own node labels and taints that Reservoir reads ---
+# --- Kubernetes' own keys that Reservoir reads ---
+MIRROR_POD = "kubernetes.io/config.mirror"  # pod annotation: a static pod's mirror, owned by the kubelet
 CONTROL_PLANE_LABELS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")  # any value
 NOT_READY_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 
@@ -43,6 +44,8 @@ DEFAULT_QUEUE = "default"
 CONFIGMAP_NAME = "reservoir-config"
 CONFIG_KEY = "config.yaml"
 NAMESPACE = "reservoir-system"
+# the webhook configurations' namespaceSelector skips these, and their pods are never evicted
+SYSTEM_NAMESPACES = frozenset(("kube-system", NAMESPACE))
 
 # --- API coordinates of the custom resources Reservoir reads ---
 VOLCANO_GROUP = "scheduling.volcano.sh"

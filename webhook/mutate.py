@@ -26,7 +26,6 @@ from shared.views import PodGroupView, PriorityClassView, QueueView
 from webhook.admission import shown
 from webhook.lookup import Lookup
 
-MIRROR_POD = "kubernetes.io/config.mirror"
 PREFERRED_WEIGHT = 100
 COPIED_FROM_PODGROUP = (keys.RESERVEABLE, keys.MAXIMUM_RUNTIME)
 
@@ -213,7 +212,7 @@ def mutate_pod(pod: Mapping[str, Any], namespace: str, lookup: Lookup) -> Mutati
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
     annotations = dict(meta.get("annotations") or {})
-    if MIRROR_POD in annotations:
+    if keys.MIRROR_POD in annotations:
         return Mutation([], reasons=["mirror pod: left alone"])
     reasons: list[str] = []
     warnings: list[str] = []

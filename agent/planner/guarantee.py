@@ -274,8 +274,7 @@ def queue_locks(seat: QueueSeat, *, chosen: Option, current: Mapping[str, Lock],
 
 
 # Guard rails of `Guaranteed` evictions (issue 10): pods Reservoir never evicts, whatever the queue.
-ALWAYS_PROTECTED_NAMESPACES = frozenset(("kube-system", keys.NAMESPACE))
-MIRROR_ANNOTATION = "kubernetes.io/config.mirror"  # a static pod's mirror: the kubelet owns it, the API cannot evict
+ALWAYS_PROTECTED_NAMESPACES = keys.SYSTEM_NAMESPACES
 SYSTEM_CRITICAL_PRIORITY = 2_000_000_000  # system-cluster-critical; system-node-critical is 2000001000
 SYSTEM_CRITICAL_CLASSES = frozenset(("system-cluster-critical", "system-node-critical"))
 
@@ -292,7 +291,7 @@ def never_evicted(pod: PodView, protected: Collection[str]) -> str | None:
     class), or being deleted already. The planner leaves such pods out; the writer checks again before each eviction."""
     if pod.namespace in protected:
         return f"namespace {pod.namespace} is protected"
-    if MIRROR_ANNOTATION in pod.annotations:
+    if keys.MIRROR_POD in pod.annotations:
         return "mirror pod"
     if pod.daemon:
         return "DaemonSet pod"

@@ -42,7 +42,7 @@ from shared.views import PodView, ReservationView
 
 PodKey = tuple[str, str]  # (namespace, name)
 
-SKIPPED_NAMESPACES = frozenset({"kube-system", keys.NAMESPACE})  # the webhook configurations' namespaceSelector
+SKIPPED_NAMESPACES = keys.SYSTEM_NAMESPACES  # the webhook configurations' namespaceSelector
 
 
 def grounds_of(snapshot: Snapshot | None, config: ReservoirConfig | None, *,
