@@ -86,7 +86,8 @@ async def status(kubeconfig: str | None, namespace: str, output: str, queues: bo
     starving = [j for j in planned.jobs if j.starving]
     if output == "json":
         return json.dumps({
-            "locks": [{"node": lock.node, **lock.info(), "age": _age(lock.since, now)}
+            "locks": [{"node": lock.node, **lock.info(), "age": _age(lock.since, now),
+                       **({"unreadable": lock.unreadable} if lock.unreadable else {})}
                       for lock in sorted(locks.values(), key=lambda lock: lock.node)],
             "starvingJobs": [j.__dict__ for j in starving],
             "windows": [{"name": w.name, "active": w.active, "start": w.start.isoformat(), "end": w.end.isoformat(),
@@ -97,7 +98,7 @@ async def status(kubeconfig: str | None, namespace: str, output: str, queues: bo
     for lock in sorted(locks.values(), key=lambda lock: lock.node):
         expires = stamp(lock.expires) if lock.expires else "-"
         lines.append(f"{lock.node:<24}{lock.kind.value:<13}{lock.subject:<44}{_age(lock.since, now):<10}"
-                     f"{expires:<22}{lock.reason}")
+                     f"{expires:<22}{lock.reason}{f' (unreadable: {lock.unreadable})' if lock.unreadable else ''}")
     if not locks:
         lines.append("(no locks)")
     lines += ["", f"{'STARVING JOB':<44}{'QUEUE':<16}{'PRIORITY':<10}{'BOUND':<8}REASON"]

@@ -23,6 +23,7 @@ import os
 import socket
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -44,10 +45,25 @@ from shared.config import ReservoirConfig
 from shared.keys import LockKind
 from shared.kube import new_api_client
 from shared.serving import probes_app, stop_on_signals
-from shared.watchcache import WatchCache, count_skips
+from shared.watchcache import Skipped, WatchCache, count_skips
 
 log = logging.getLogger("reservoir.agent")
 LEASE_NAME = "reservoir-agent"
+MAX_PENDING_EVENTS = 1000  # Warning Events about unreadable objects waiting for the next reconcile; more are dropped
+_WATCHED = {w.name: w for w in (kinds.NODES, kinds.PODS, kinds.PODGROUPS, kinds.QUEUES, kinds.PRIORITY_CLASSES,
+                                kinds.RESERVATIONS)} | {"config": kinds.config_map("")}
+
+
+@dataclass(frozen=True)
+class PendingEvent:
+    """A Warning Event to record on an object once the agent leads."""
+
+    kind: str
+    api_version: str
+    namespace: str  # where the Event is recorded: the object's namespace, "default" for a cluster-scoped one
+    name: str
+    reason: str
+    message: str
 # Whole seconds: kubernetes_asyncio's LeaseLock converts the duration with int(str(value)).
 LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD = 15, 10, 2
 LEASE_CALL_TIMEOUT = 5  # each read or write of the Lease; a renewal may be tried again within RENEW_DEADLINE
@@ -189,7 +205,12 @@ class Agent:
         self.changed = asyncio.Event()
         self.leading = False
         self.last_plan: Plan | None = None
-        poke, skip = self._poke, count_skips(self.metrics.registry)  # an unreadable object: skipped, counted
+        poke, count = self._poke, count_skips(self.metrics.registry)
+
+        def skip(record: Skipped) -> None:  # an unreadable object: skipped, counted, and told on the object itself
+            count(record)
+            self._skipped_event(record)
+
         self.nodes = WatchCache.of(api, kinds.NODES, on_change=poke, on_skip=skip)
         self.pods = WatchCache.of(api, kinds.PODS, on_change=poke, on_skip=skip)
         self.podgroups = WatchCache.of(api, kinds.PODGROUPS, on_change=poke, on_skip=skip)
@@ -200,7 +221,7 @@ class Agent:
                                         on_skip=skip)
         self.caches = [self.nodes, self.pods, self.podgroups, self.queues, self.priority_classes, self.reservations,
                        self.configmaps]
-        self._pending_events: list[tuple[str, str, str]] = []  # (reason, message, ConfigMap name) to report
+        self._pending_events: list[PendingEvent] = []  # Warning Events the next reconcile records (leading)
 
     # --- inputs ---
 
@@ -219,8 +240,9 @@ class Agent:
             self.metrics.config_errors.inc()
             log.warning("config=rejected kept=last-good error=%s", error)
             assert configmap is not None
-            self._pending_events.append(("InvalidConfig", f"config.yaml rejected, last good config kept: {error}",
-                                         configmap["metadata"]["name"]))
+            self._pending_events.append(PendingEvent(
+                "ConfigMap", "v1", self.namespace, configmap["metadata"]["name"], "InvalidConfig",
+                f"config.yaml rejected, last good config kept: {error}"))
         elif configmap is None or event == "DELETED":
             log.info("config=defaults reason=ConfigMap %s deleted", keys.CONFIGMAP_NAME)
         else:
@@ -259,15 +281,27 @@ class Agent:
         for kind in LockKind:
             self.metrics.locks.labels(kind.value).set(sum(1 for lock in result.locks.values() if lock.kind is kind))
         self.metrics.starving.set(sum(1 for j in result.jobs if j.starving))
-        for reason, message, name in self._drain_events():
-            await self.writer.event(name, reason, message, kind="ConfigMap", namespace=self.namespace,
-                                    event_type="Warning")
+        for pending in self._drain_events():
+            await self.writer.event(pending.name, pending.reason, pending.message, kind=pending.kind,
+                                    namespace=pending.namespace, event_type="Warning", api_version=pending.api_version)
         self.writer.configure(self.config)
         await self.writer.write(result, snapshot, current, dry_run=self.config.dry_run)
         self.metrics.reconcile.observe(time.perf_counter() - began)
         return result
 
-    def _drain_events(self) -> list[tuple[str, str, str]]:
+    def _skipped_event(self, record: Skipped) -> None:
+        """Issue 10: an object no cache can read is reported on itself (a Warning Event `Unreadable` with the error),
+        once per version (the cache calls this once per version), besides the log line, the metric and `reservoir
+        status`. At most MAX_PENDING_EVENTS wait for the next reconcile: a flood of bad objects cannot grow memory."""
+        watched = _WATCHED.get(record.cache)
+        if watched is None or len(self._pending_events) >= MAX_PENDING_EVENTS:
+            return
+        namespace, _, name = record.name.rpartition("/")
+        self._pending_events.append(PendingEvent(
+            watched.kind, watched.api_version, namespace or "default", name, "Unreadable",
+            f"Reservoir cannot read this {watched.kind} and acts as if it did not exist: {record.error}"))
+
+    def _drain_events(self) -> list[PendingEvent]:
         events, self._pending_events = self._pending_events, []
         return events
 

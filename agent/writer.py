@@ -65,9 +65,9 @@ from shared.tolerations import toleration_ops
 from shared.views import NodeView, PodView, QueueView, ReservationView
 
 log = logging.getLogger("reservoir.agent")
-CLUSTER_SCOPED = frozenset(("Node", "Queue", "Reservation"))
-VOLCANO_API_VERSION = f"{keys.VOLCANO_GROUP}/{keys.VOLCANO_VERSION}"
-RESERVATION_API_VERSION = f"{keys.RESERVATION_GROUP}/{keys.RESERVATION_VERSION}"
+CLUSTER_SCOPED = frozenset(("Node", "Queue", "Reservation", "PriorityClass"))
+VOLCANO_API_VERSION = keys.VOLCANO_API_VERSION
+RESERVATION_API_VERSION = keys.RESERVATION_API_VERSION
 MAX_ATTEMPTS = 5
 
 
@@ -393,7 +393,8 @@ class Writer:
         for name in sorted(set(desired) | set(current)):
             want = desired.get(name)
             have = current.get(name)
-            if (want is None and have is None) or (want is not None and want.same_hold(have)):
+            unreadable = have.unreadable if have is not None else ""
+            if (want is None and have is None) or (want is not None and want.same_hold(have) and not unreadable):
                 continue
             try:
                 before, patched = await self.set_lock(name, want)
@@ -403,6 +404,12 @@ class Writer:
                 continue
             if not patched:
                 continue
+            if unreadable:  # hand-edited: this node alone was read with defaults; its annotation is now rewritten
+                done = "rewritten" if want is not None else "removed with the lock"
+                log.warning("node=%s decision=lock-info-unreadable owner=%s done=%s reason=%s", name,
+                            have.owner if have else "", done, unreadable)
+                await self.event(name, "LockInfoUnreadable", f"{unreadable}: the lock was read with defaults for "
+                                 f"those fields; the annotation was {done}", event_type="Warning")
             if before is not None and (want is None or before.owner != want.owner):
                 log.info("node=%s decision=release owner=%s subject=%s", name, before.owner, before.subject)
                 await self.event(name, "NodeReleased", f"released from {before.kind.value} {before.subject}")

@@ -29,6 +29,7 @@ from pathlib import Path
 import yaml
 
 from certs import pki
+from certs.rotation import write_file
 from localcluster import binaries
 
 WORKDIR_PREFIX = "reservoir-cluster-"
@@ -260,9 +261,7 @@ class LocalCluster:
             "sa.key": pki.key_pem(service_accounts), "sa.pub": pki.public_key_pem(service_accounts),
         }
         for name, data in files.items():
-            path = self.path(name)
-            path.write_bytes(data)
-            path.chmod(0o600)
+            write_file(self.path(name), data, 0o600)  # created at 0600: a key is never readable by others
 
     def _start_etcd(self, deadline: float) -> None:
         client, peer = free_port(), free_port()
@@ -307,8 +306,7 @@ class LocalCluster:
                        "user": {"client-certificate-data": b64("admin.crt"), "client-key-data": b64("admin.key")}}],
             "contexts": [{"name": "reservoir-local", "context": {"cluster": "reservoir-local", "user": "admin"}}],
         }
-        self.kubeconfig.write_text(yaml.safe_dump(config))
-        self.kubeconfig.chmod(0o600)
+        write_file(self.kubeconfig, yaml.safe_dump(config).encode(), 0o600)  # it holds the admin's client key
 
     def _start_controllers(self) -> None:
         kubeconfig = str(self.kubeconfig)

@@ -175,7 +175,9 @@ class ReservoirConfig(_Model):
     """The whole configuration. Every default lives here and nowhere else."""
 
     dry_run: bool = Field(False, alias="dryRun")
-    max_locked_node_percent: Percent = Field(50, alias="maxLockedNodePercent")
+    # at most 90 (issue 10's guard rail): some node always stays unlocked for the pods no lock owns. The cap is
+    # floor(percent x schedulable nodes / 100), so a one-node cluster locks nothing (seed 002 "Safety").
+    max_locked_node_percent: Annotated[int, Field(ge=0, le=90)] = Field(50, alias="maxLockedNodePercent")
     resync_period: Duration = Field(timedelta(seconds=30), alias="resyncPeriod")
     debounce: Duration = Field(timedelta(seconds=1))
     starvation: StarvationConfig = Field(default_factory=StarvationConfig)
@@ -245,10 +247,70 @@ def parse_config(data: Any) -> ReservoirConfig:
         raise ConfigError(describe_validation_error(err)) from None
 
 
+MAX_CONFIG_BYTES = 64 * 1024  # config.yaml: a real one is a few KiB; parsing it is pure Python
+MAX_CONFIG_DEPTH = 32  # nesting of config.yaml; the model itself nests 4 deep
+MAX_CONFIG_NODES = 20_000  # values in config.yaml once its aliases are expanded (a "billion laughs" has 10^9)
+
+_YAML_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's event parser when built with it
+
+
+def _yaml_bounds(text: str) -> str | None:
+    """`config.yaml` within bounds before the model parses it: its size, its nesting, and its values counted with
+    every alias expanded (a few lines of anchors can stand for 10^9 values). The event stream is walked with an
+    explicit stack (neither PyYAML's parser nor this recurses), so depth and size are known before anything is built.
+    Malformed YAML is left to the model's own error."""
+    if len(text) > MAX_CONFIG_BYTES:
+        return f"config.yaml is {len(text)} characters: at most {MAX_CONFIG_BYTES}"
+    sizes: dict[str, int] = {}  # values under each anchor, itself included
+    open_collections: list[list[Any]] = []  # [anchor, values inside so far] of each open mapping or sequence
+    total = 0
+    try:
+        for event in yaml.parse(text, Loader=_YAML_LOADER):
+            if isinstance(event, yaml.CollectionStartEvent):
+                if len(open_collections) >= MAX_CONFIG_DEPTH:
+                    return f"config.yaml nests deeper than {MAX_CONFIG_DEPTH} levels (the config itself is 4 deep)"
+                open_collections.append([event.anchor, 1])
+                count = 1
+            elif isinstance(event, yaml.CollectionEndEvent):
+                anchor, inside = open_collections.pop()
+                if anchor:
+                    sizes[anchor] = inside
+                if open_collections:
+                    open_collections[-1][1] += inside
+                continue
+            elif isinstance(event, (yaml.ScalarEvent, yaml.AliasEvent)):
+                if isinstance(event, yaml.AliasEvent):
+                    count = sizes.get(event.anchor or "", 1)
+                else:
+                    count = 1
+                    if event.anchor:
+                        sizes[event.anchor] = 1
+                if open_collections:
+                    open_collections[-1][1] += count
+            else:
+                continue
+            total += count
+            if total > MAX_CONFIG_NODES:
+                return f"config.yaml holds more than {MAX_CONFIG_NODES} values once its YAML aliases are expanded"
+    except yaml.YAMLError:
+        return None
+    return None
+
+
 def load_config(text: str | None) -> ReservoirConfig:
-    """Parse the YAML held in the ConfigMap under `config.yaml`."""
+    """Parse the YAML held in the ConfigMap under `config.yaml`, within bounds (`_yaml_bounds`): the agent, the
+    CLI and the ConfigMap validator all read it here, so no config an admin can write stalls any of them."""
+    if text is not None and not isinstance(text, str):
+        raise ConfigError(f"config.yaml must be a string of YAML, got {type(text).__name__}")
+    bounds = _yaml_bounds(text or "")
+    if bounds:
+        raise ConfigError(bounds)
     try:
         data = yaml.safe_load(text or "")
     except yaml.YAMLError as err:
         raise ConfigError(f"config.yaml is not valid YAML: {err}") from None
+    except RecursionError:
+        raise ConfigError("config.yaml nests too deep to read") from None
+    except (ValueError, TypeError, OverflowError) as err:  # what YAML itself refuses to build (an int of 5000 digits)
+        raise ConfigError(f"config.yaml cannot be read: {err}") from None
     return parse_config(data)

@@ -50,10 +50,12 @@ SYSTEM_NAMESPACES = frozenset(("kube-system", NAMESPACE))
 # --- API coordinates of the custom resources Reservoir reads ---
 VOLCANO_GROUP = "scheduling.volcano.sh"
 VOLCANO_VERSION = "v1beta1"
+VOLCANO_API_VERSION = f"{VOLCANO_GROUP}/{VOLCANO_VERSION}"
 PODGROUP_PLURAL = "podgroups"
 QUEUE_PLURAL = "queues"
 RESERVATION_GROUP = DOMAIN
 RESERVATION_VERSION = "v1alpha1"
+RESERVATION_API_VERSION = f"{RESERVATION_GROUP}/{RESERVATION_VERSION}"
 RESERVATION_PLURAL = "reservations"
 
 

@@ -28,17 +28,22 @@ class Watched:
     convert: Callable[[Mapping[str, Any]], Any]
     key: Callable[[Mapping[str, Any]], Any] = by_name
     field_selector: str | None = None
+    kind: str = ""  # the objects' kind and apiVersion, for an Event about one of them
+    api_version: str = ""
 
 
-_VOLCANO = f"/apis/{keys.VOLCANO_GROUP}/{keys.VOLCANO_VERSION}"
-NODES = Watched("nodes", "/api/v1/nodes", NodeView.from_obj)
-PODS = Watched("pods", "/api/v1/pods", PodView.from_obj, by_namespace_and_name)
-PODGROUPS = Watched("podgroups", f"{_VOLCANO}/{keys.PODGROUP_PLURAL}", PodGroupView.from_obj, by_namespace_and_name)
-QUEUES = Watched("queues", f"{_VOLCANO}/{keys.QUEUE_PLURAL}", QueueView.from_obj)
-PRIORITY_CLASSES = Watched("priorityclasses", "/apis/scheduling.k8s.io/v1/priorityclasses", PriorityClassView.from_obj)
-RESERVATIONS = Watched(
-    "reservations", f"/apis/{keys.RESERVATION_GROUP}/{keys.RESERVATION_VERSION}/{keys.RESERVATION_PLURAL}",
-    ReservationView.from_obj)
+_VOLCANO_API, _RESERVATION_API = keys.VOLCANO_API_VERSION, keys.RESERVATION_API_VERSION
+_VOLCANO = f"/apis/{_VOLCANO_API}"
+NODES = Watched("nodes", "/api/v1/nodes", NodeView.from_obj, kind="Node", api_version="v1")
+PODS = Watched("pods", "/api/v1/pods", PodView.from_obj, by_namespace_and_name, kind="Pod", api_version="v1")
+PODGROUPS = Watched("podgroups", f"{_VOLCANO}/{keys.PODGROUP_PLURAL}", PodGroupView.from_obj, by_namespace_and_name,
+                    kind="PodGroup", api_version=_VOLCANO_API)
+QUEUES = Watched("queues", f"{_VOLCANO}/{keys.QUEUE_PLURAL}", QueueView.from_obj, kind="Queue",
+                 api_version=_VOLCANO_API)
+PRIORITY_CLASSES = Watched("priorityclasses", "/apis/scheduling.k8s.io/v1/priorityclasses", PriorityClassView.from_obj,
+                           kind="PriorityClass", api_version="scheduling.k8s.io/v1")
+RESERVATIONS = Watched("reservations", f"/apis/{_RESERVATION_API}/{keys.RESERVATION_PLURAL}", ReservationView.from_obj,
+                       kind="Reservation", api_version=_RESERVATION_API)
 
 
 def _uid(obj: Mapping[str, Any]) -> str:
@@ -56,7 +61,7 @@ DAEMONSETS = Watched("daemonsets", "/apis/apps/v1/daemonsets", _uid, by_namespac
 def config_map(namespace: str) -> Watched:
     """The Reservoir ConfigMap alone, kept as its JSON."""
     return Watched("config", f"/api/v1/namespaces/{namespace}/configmaps", lambda obj: obj,
-                   field_selector=f"metadata.name={keys.CONFIGMAP_NAME}")
+                   field_selector=f"metadata.name={keys.CONFIGMAP_NAME}", kind="ConfigMap", api_version="v1")
 
 
 def config_from(event: str, configmap: Mapping[str, Any] | None,

@@ -18,7 +18,10 @@ from shared.timestamps import stamp
 from shared.views import NodeView, PodGroupView, PodView
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
-CONFIG = load_config("starvation: {starvingJobTimeThreshold: 60s, reservedNodePercent: 100}\nmaxLockedNodePercent: 100")
+CONFIG = load_config("starvation: {starvingJobTimeThreshold: 60s, reservedNodePercent: 100}\nmaxLockedNodePercent: 90")
+# a config.yaml of 10^9 values once its aliases are expanded: read without bounds it would never finish
+YAML_ALIAS_BOMB = "a: &a [1,1,1,1,1,1,1,1,1,1]\n" + "".join(
+    f"a{i}: &a{i} [{','.join([f'*a{i - 1}' if i > 1 else '*a'] * 10)}]\n" for i in range(1, 9))
 
 
 def node(name: str, cpu: str = "4", labels: dict | None = None, unschedulable: bool = False, lock: Lock | None = None) -> NodeView:
@@ -53,8 +56,20 @@ def pod(name: str, cpu: str, *, node_name: str = "", age: timedelta = timedelta(
     })
 
 
-def snap(nodes: list[NodeView], pods: list[PodView], groups: list[PodGroupView] = ()) -> Snapshot:
-    return Snapshot(nodes={n.name: n for n in nodes}, pods=pods,
+def spare_nodes(count: int) -> tuple[list[NodeView], list[PodView]]:
+    """`count` schedulable nodes that change no story, with the pods that fill them: each node is tiny (100m cpu) and
+    full with one running pod of no maximum runtime, so no pending pod of a test fits there, now or ever, and no
+    policy wants it. They only raise the cap's base: maxLockedNodePercent is at most 90, so locking k nodes takes
+    at least ceil(k x 100 / 90) schedulable ones (one node locks nothing, 2 lock 1, 10 lock 9)."""
+    nodes = [node(f"spare-{i}", cpu="100m") for i in range(count)]
+    pods = [pod(f"spare-{i}-fill", "100m", node_name=f"spare-{i}", ns="spare") for i in range(count)]
+    return nodes, pods
+
+
+def snap(nodes: list[NodeView], pods: list[PodView], groups: list[PodGroupView] = (), *, spare: int = 0) -> Snapshot:
+    """A snapshot of `nodes` and `pods`, plus `spare` spare nodes and their pods (`spare_nodes`) after them."""
+    extra_nodes, extra_pods = spare_nodes(spare)
+    return Snapshot(nodes={n.name: n for n in [*nodes, *extra_nodes]}, pods=[*pods, *extra_pods],
                     podgroups={(g.namespace, g.name): g for g in groups})
 
 

@@ -23,8 +23,6 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-import yaml
-
 from shared import keys
 from shared.config import ConfigError, load_config
 from shared.duration import DurationError, parse_duration
@@ -41,9 +39,6 @@ OWNER_FIELDS = ("object", "controller", "labelSelector")
 _STANDARD_RESOURCES = {"cpu", "memory", "ephemeral-storage", "pods", "storage"}
 MAX_RESOURCE_NAME = 253 + 1 + 63  # a DNS subdomain prefix, "/", a name
 MAX_RESOURCES = 128  # names in one ResourceList: a cluster has a handful of resources, extended ones included
-MAX_CONFIG_BYTES = 64 * 1024  # config.yaml: a real one is a few KiB; parsing it is pure Python
-MAX_CONFIG_DEPTH = 32  # nesting of config.yaml; the model itself nests 4 deep
-MAX_CONFIG_NODES = 20_000  # values in config.yaml once its aliases are expanded (a "billion laughs" has 10^9)
 _PREFIXED_RESOURCE = re.compile(
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 )
@@ -467,66 +462,13 @@ def validate_reservation(reservation: Mapping[str, Any]) -> Verdict:
 
 # --- the Reservoir ConfigMap ---
 
-_YAML_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's event parser when built with it
-
-
-def _yaml_bounds(path: FieldPath, text: str) -> list[str]:
-    """`config.yaml` within bounds before the model parses it: its size, its nesting, and its values counted with
-    every alias expanded (a few lines of anchors can stand for 10^9 values). The event stream is walked with an
-    explicit stack (neither PyYAML's parser nor this recurses), so depth and size are known before anything is built.
-    Malformed YAML is left to the model's own error."""
-    if len(text) > MAX_CONFIG_BYTES:
-        return [f"{path} is {len(text)} characters: at most {MAX_CONFIG_BYTES}"]
-    sizes: dict[str, int] = {}  # values under each anchor, itself included
-    open_collections: list[list[Any]] = []  # [anchor, values inside so far] of each open mapping or sequence
-    total = 0
-    try:
-        for event in yaml.parse(text, Loader=_YAML_LOADER):
-            if isinstance(event, yaml.CollectionStartEvent):
-                if len(open_collections) >= MAX_CONFIG_DEPTH:
-                    return [f"{path} nests deeper than {MAX_CONFIG_DEPTH} levels (the config itself is 4 deep)"]
-                open_collections.append([event.anchor, 1])
-                count = 1
-            elif isinstance(event, yaml.CollectionEndEvent):
-                anchor, inside = open_collections.pop()
-                if anchor:
-                    sizes[anchor] = inside
-                if open_collections:
-                    open_collections[-1][1] += inside
-                continue
-            elif isinstance(event, (yaml.ScalarEvent, yaml.AliasEvent)):
-                if isinstance(event, yaml.AliasEvent):
-                    count = sizes.get(event.anchor or "", 1)
-                else:
-                    count = 1
-                    if event.anchor:
-                        sizes[event.anchor] = 1
-                if open_collections:
-                    open_collections[-1][1] += count
-            else:
-                continue
-            total += count
-            if total > MAX_CONFIG_NODES:
-                return [f"{path} holds more than {MAX_CONFIG_NODES} values once its YAML aliases are expanded"]
-    except yaml.YAMLError:
-        return []
-    return []
-
-
 def _validate_config(path: FieldPath, text: Any) -> list[str]:
-    """`data["config.yaml"]` parses with the model the agent uses (every seed's settings live there)."""
-    if isinstance(text, str):
-        bounds = _yaml_bounds(path, text)
-        if bounds:
-            return bounds
+    """`data["config.yaml"]` parses with the model the agent uses (every seed's settings live there), within the
+    bounds `load_config` itself enforces."""
     try:
         load_config(text)
     except ConfigError as err:
         return [unreadable(path, err)]
-    except RecursionError:
-        return [f"{path} nests too deep to read"]
-    except (ValueError, TypeError, OverflowError) as err:  # what YAML itself refuses to build (an int of 5000 digits)
-        return [f"{path} cannot be read: {err}"]
     return []
 
 

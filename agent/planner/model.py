@@ -42,14 +42,21 @@ class LockInfo(TypedDict, total=False):
     tasks: list[str]  # "namespace/name" of the pods the lock is held for (starvation locks)
 
 
+class LockInfoError(ValueError):
+    """A `reservoir.sh/lock-info` annotation that is not a JSON object."""
+
+
 def read_lock_info(text: str) -> LockInfo:
-    """The annotation's JSON; empty when it is absent, not JSON, or not an object."""
+    """The annotation's JSON; empty when it is absent. LockInfoError when it is not JSON (or nested too deep to
+    parse) or not an object."""
     try:
         info = json.loads(text or "{}")
-    except ValueError:
-        return {}
+    except (ValueError, RecursionError) as err:
+        raise LockInfoError(f"not JSON: {str(err)[:120]}") from None
+    if not isinstance(info, dict):
+        raise LockInfoError(f"not a JSON object but {type(info).__name__}")
     # a JSON object is all json.loads can say; its keys are checked one by one where they are read
-    return cast(LockInfo, info) if isinstance(info, dict) else {}
+    return cast(LockInfo, info)
 
 
 @dataclass(frozen=True)
@@ -65,6 +72,9 @@ class Lock:
     expires: datetime | None = None
     reserved: Resources = EMPTY
     tasks: tuple[str, ...] = ()
+    # read back (lock_on) from an annotation Reservoir did not write as it is: what could not be read, else "".
+    # Not part of the lock's identity: the writer rewrites the annotation whole and reports it (a Warning Event).
+    unreadable: str = field(default="", compare=False)
 
     def info(self) -> LockInfo:
         """The `reservoir.sh/lock-info` annotation's JSON."""
@@ -90,25 +100,38 @@ def lock_on(node: NodeView) -> Lock | None:
     deep to parse), not an object, or whose fields have the wrong shape (a `since` that is no RFC 3339 time with a
     zone between the years 1970 and 9000, `reserved` with a bad quantity or not an object, `tasks` that is not a
     list of strings) gives that field's default (node creation time, nothing reserved, no tasks), never an error:
-    one hand-edited node must not fail the plan."""
+    one hand-edited node must not fail the plan. What could not be read is said in `Lock.unreadable` (the writer
+    reports it in a Warning Event on the node and rewrites the annotation; `reservoir status` shows it)."""
     owner = node.lock_owner
     if owner is None:
         return None
+    problems: list[str] = []
+    text_of_info = node.annotations.get(keys.LOCK_INFO, "")
     try:
-        info: Mapping[str, Any] = read_lock_info(node.annotations.get(keys.LOCK_INFO, ""))
-    except Exception:  # RecursionError from JSON nested too deep, or anything else: unreadable
+        info: Mapping[str, Any] = read_lock_info(text_of_info)
+    except Exception as err:  # LockInfoError, or anything else: unreadable as a whole
         info = {}
+        problems.append(str(err) or type(err).__name__)
+    if not text_of_info:
+        problems.append("missing")
 
     def text(name: str) -> str:
         value = info.get(name)
-        return value if isinstance(value, str) else ""
+        if isinstance(value, str):
+            return value
+        if name in info:
+            problems.append(f"{name} is not a string")
+        return ""
 
     def moment(name: str) -> datetime | None:
+        raw = info.get(name)
         try:
-            value = parse_time(text(name))
+            value = parse_time(raw) if isinstance(raw, str) else None
         except ValueError:
-            return None
+            value = None
         if value is None or value.tzinfo is None or not 1970 <= value.year <= 9000:
+            if raw is not None:
+                problems.append(f"{name} is not an RFC 3339 time between 1970 and 9000")
             return None  # naive (not comparable), or so far off that adding a duration overflows
         return value
 
@@ -116,15 +139,24 @@ def lock_on(node: NodeView) -> Lock | None:
     from_label = LockKind(label_kind) if label_kind in LockKind.__members__.values() else LockKind.JOB
     kind = keys.owner_kind(owner) or from_label
     raw_reserved = info.get("reserved")
+    reserved = EMPTY
     try:
-        reserved = Resources.parse(raw_reserved) if isinstance(raw_reserved, Mapping) else EMPTY
+        if isinstance(raw_reserved, Mapping):
+            reserved = Resources.parse(raw_reserved)
+        elif raw_reserved is not None:
+            raise ValueError(type(raw_reserved).__name__)
     except ValueError:
-        reserved = EMPTY
+        problems.append("reserved is not a ResourceList of quantities")
     raw_tasks = info.get("tasks")
     tasks = tuple(t for t in raw_tasks if isinstance(t, str)) if isinstance(raw_tasks, list) else ()
+    if raw_tasks is not None and (not isinstance(raw_tasks, list) or len(tasks) != len(raw_tasks)):
+        problems.append("tasks is not a list of strings")
+    subject, reason = text("subject"), text("reason")
+    since, expires = moment("since"), moment("expires")
     return Lock(
-        node=node.name, owner=owner, kind=kind, subject=text("subject") or owner, reason=text("reason"),
-        since=moment("since") or node.created, expires=moment("expires"), reserved=reserved, tasks=tasks,
+        node=node.name, owner=owner, kind=kind, subject=subject or owner, reason=reason,
+        since=since or node.created, expires=expires, reserved=reserved, tasks=tasks,
+        unreadable=f"{keys.LOCK_INFO} {'; '.join(problems)}" if problems else "",
     )
 
 

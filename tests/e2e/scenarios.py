@@ -15,7 +15,7 @@ SETUP = ("deploy/crds/scheduling.volcano.sh_queues.yaml", "deploy/crds/schedulin
 # Seed 000's story: a job starving for 3 s may lock every node.
 STARVATION_CONFIG = """
 starvation: {starvingJobTimeThreshold: 3s, reservedNodePercent: 100, maxLockDuration: 10m}
-maxLockedNodePercent: 100
+maxLockedNodePercent: 90
 resyncPeriod: 2s
 debounce: 200ms
 """
@@ -23,7 +23,7 @@ debounce: 200ms
 # Queue and Reservation stories: starvation off, so only the policy under test locks nodes.
 QUEUE_CONFIG = """
 starvation: {enabled: false}
-maxLockedNodePercent: 100
+maxLockedNodePercent: 90
 resyncPeriod: 2s
 debounce: 200ms
 """
@@ -42,7 +42,7 @@ def window_config(name: str = "ebook", selector: str = "{business: ebook}", cpu:
     cap = f"\n  podNumToReserve: {pod_num_to_reserve}" if pod_num_to_reserve else ""
     return f"""
 starvation: {{enabled: false}}
-maxLockedNodePercent: 100
+maxLockedNodePercent: 90
 resyncPeriod: 2s
 debounce: 200ms
 windows:

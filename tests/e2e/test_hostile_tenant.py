@@ -4,9 +4,10 @@ someone else's lock. Each attack ends with: the other owner's capacity is untouc
 for its owner and no team-a pod is bound there), and the pod is refused with a message naming the reason, or lands
 only where it is entitled to.
 
-Locks for "someone else": a Reservation of team-b (attacks 1 and 2, made by the admin and placed by the agent), or a
+Locks for "someone else": a Reservation of team-b (attacks 1 and 2, made by the admin and placed by the agent), a
 starving job of team-b (attacks 3-5: a node half full of a team-b pod that never ends, and a team-b pod needing the
-whole node, so the agent locks it for that job and the lock stays for the whole test)."""
+whole node, so the agent locks it for that job and the lock stays for the whole test), or the guarantee of a Queue
+the admin bound to team-b (attack 7). Attack 6 is the webhook itself being down."""
 
 from __future__ import annotations
 
@@ -21,15 +22,19 @@ import pytest
 
 from localcluster.agent_process import AgentProcess
 from localcluster.cluster import COMPLETE_AFTER
+from localcluster.webhook_process import WebhookProcess
 from shared import keys
 from shared.kube import new_api_client
-from shared.ownership import JobRef, reservation_owner_id
+from shared.ownership import JobRef, queue_owner_id, reservation_owner_id
+from shared.tolerations import lock_toleration
 from tests.e2e.kit import Kit, apply_setup, running_webhook
 from tests.e2e.scenarios import QUEUE_CONFIG, SETUP, STARVATION_CONFIG, configure, locked_nodes
 
 TEAM_A, TEAM_B = "team-a", "team-b"
 TENANT = f"system:serviceaccount:{TEAM_A}:tenant"
 RESERVATIONS = f"/apis/{keys.RESERVATION_GROUP}/{keys.RESERVATION_VERSION}/reservations"
+VOLCANO = f"/apis/{keys.VOLCANO_GROUP}/{keys.VOLCANO_VERSION}"
+POD_LOCKS = "pod-locks.validate.reservoir.sh"  # the entitlement check, failurePolicy Fail
 LOCKED = "victim"  # the node locked for team-b
 SEES_WITHIN = 10.0  # seconds the webhook's watch caches get to see a new lock or Reservation
 
@@ -40,7 +45,9 @@ class World:
     tenant: Kit  # the tenant: team-a, through an ApiClient impersonating team-a/tenant
     team_b: Kit  # the other owner, as the admin, in team-b
     agent: AgentProcess
+    webhook: WebhookProcess
     reservations: list[str]
+    queues: list[str]
 
 
 async def _tenant_setup(kit: Kit) -> tuple[Kit, Kit]:
@@ -72,9 +79,12 @@ async def _world(kit: Kit, config: str) -> AsyncIterator[World]:
     tenant, team_b = await _tenant_setup(kit)
     await configure(kit, config)
     agent = AgentProcess(kit.cluster)
-    world = World(kit, tenant, team_b, agent, [])
+    reservations: list[str] = []
+    queues: list[str] = []
     try:
-        async with running_webhook(kit):
+        # on exit the webhook is unregistered, then stopped: whatever state a test left it in (attack 6 stops it)
+        async with running_webhook(kit) as webhook:
+            world = World(kit, tenant, team_b, agent, webhook, reservations, queues)
             agent.start()
             try:
                 yield world
@@ -83,8 +93,11 @@ async def _world(kit: Kit, config: str) -> AsyncIterator[World]:
     finally:
         for namespace in (TEAM_A, TEAM_B):
             await kit.core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
-        for name in world.reservations:
+            await kit.raw("DELETE", f"{VOLCANO}/namespaces/{namespace}/podgroups")
+        for name in reservations:
             await kit.raw("DELETE", f"{RESERVATIONS}/{name}")
+        for name in queues:
+            await kit.raw("DELETE", f"{VOLCANO}/queues/{name}")
         await kit.raw("DELETE", f"/api/v1/namespaces/{keys.NAMESPACE}/configmaps/{keys.CONFIGMAP_NAME}")
         await kit.raw("DELETE", f"/apis/coordination.k8s.io/v1/namespaces/{keys.NAMESPACE}/leases/reservoir-agent")
 
@@ -106,6 +119,12 @@ async def reservation_world(kit: Kit) -> AsyncIterator[World]:
 @pytest.fixture
 async def starvation_world(kit: Kit) -> AsyncIterator[World]:
     async for world in _world(kit, STARVATION_CONFIG):
+        yield world
+
+
+@pytest.fixture
+async def queue_world(kit: Kit) -> AsyncIterator[World]:
+    async for world in _world(kit, QUEUE_CONFIG):
         yield world
 
 
@@ -350,3 +369,124 @@ async def test_a_forged_daemonset_owner_reference_is_no_exemption(kit: Kit, star
     body["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "node-agent",
                                             "uid": "0b6f3c52-7d0e-4a51-9f55-3d1c2a7b9e10", "controller": True}]
     await _created_and_kept_off(world, body, LOCKED, owner)
+
+
+# --- 6. the webhook down ---
+
+async def test_the_entitlement_check_fails_closed_while_the_webhook_is_down(kit: Kit, queue_world: World) -> None:
+    """`reservoir webhook` stopped, its configurations still registered: the API server can call none of them.
+    pod-locks.validate (failurePolicy Fail) is reached only by the pods that carry a lock toleration, a blanket
+    toleration or a spec.nodeName (its matchConditions), and the API server refuses each for failing to call it; a
+    plain pod reaches only the Ignore webhooks and is let in, unmutated. Started again, the check answers for
+    itself: the lock toleration is refused with its own reason, and the nodeName (on no locked node) let in, so the
+    refusals before were the outage's. The fixture unregisters the webhook on the way out, whatever happened."""
+    world = queue_world
+    tenant = world.tenant
+    pods = f"/api/v1/namespaces/{TEAM_A}/pods"
+    someone_else = JobRef(TEAM_B, "Pod", "big").owner_id
+    equal = tenant.pod_body("equal", {"cpu": "1"}, tolerations=[lock_toleration(someone_else)])
+    blanket = tenant.pod_body("blanket", {"cpu": "1"}, tolerations=[{"operator": "Exists"}])
+    pinned = tenant.pod_body("pinned", {"cpu": "1"}, extra_spec={"nodeName": "anywhere"})
+
+    world.webhook.stop(remove_files=False)  # its certificates stay: the registration's caBundle names their CA
+    for body in (equal, blanket, pinned):
+        answer = await tenant.raw("POST", pods, body=body)
+        message = _refusal(answer)
+        assert message is not None, (
+            f"{body['metadata']['name']} was let in while the entitlement check was down: failurePolicy Fail not "
+            f"applied (tolerations {answer.get('spec', {}).get('tolerations')}, "
+            f"nodeName {answer.get('spec', {}).get('nodeName')})")
+        assert f'failed calling webhook "{POD_LOCKS}"' in message and "denied the request" not in message, message
+
+    plain = await tenant.raw("POST", pods, body=tenant.pod_body("plain", {"cpu": "1"}))
+    assert plain.get("kind") == "Pod", f"a plain pod was refused while the webhook was down: {plain}"
+    locks = [t for t in plain["spec"].get("tolerations") or [] if t.get("key") == keys.LOCK]
+    assert not locks, f"the plain pod was mutated (lock tolerations {locks}): the webhook was not down"
+
+    world.webhook.start()
+    message = await _refused(world, equal, f'"{POD_LOCKS}"', "spec.tolerations[0]", someone_else)
+    assert "failed calling webhook" not in message, message
+    admitted = await tenant.raw("POST", pods + "?dryRun=All", body=pinned)
+    assert admitted.get("kind") == "Pod", f"a nodeName on no locked node refused by the running webhook: {admitted}"
+
+
+# --- 7. naming a Queue bound to another namespace ---
+
+async def test_a_queue_bound_to_another_namespace_lends_its_lock_to_none_of_the_tenants_pods(
+        kit: Kit, queue_world: World) -> None:
+    """The admin binds a Queue with a guarantee to team-b (annotation reservoir.sh/namespaces) and the agent locks a
+    node for it. The tenant's pods naming that Queue, by annotation or through a PodGroup of team-a, get no
+    toleration of its lock from the mutating webhook and wait, though they ask for that very node; adding the
+    toleration, at create or by an update of the waiting pod, is refused. A team-b pod naming the Queue gets the
+    toleration and lands on the node: the binding, not the pods' shape, is what keeps the tenant out."""
+    world = queue_world
+    tenant = world.tenant
+    nodes = ["bound-1", "bound-2"]
+    for name in nodes:
+        await kit.create_node(name, {"cpu": "4", "memory": "16Gi"})
+    queue = f"team-b-only-{kit.namespace[-5:]}"
+    owner = queue_owner_id(queue)
+    created = await kit.server_side_apply({
+        "apiVersion": keys.VOLCANO_API_VERSION, "kind": "Queue",
+        "metadata": {"name": queue, "annotations": {keys.QUEUE_NAMESPACES: f"{TEAM_B},team-c"}},
+        "spec": {"weight": 1, "guarantee": {"resource": {"cpu": "4"}}}})
+    assert created.get("kind") == "Queue", created
+    world.queues.append(queue)
+
+    async def locked() -> str | None:
+        locks = await locked_nodes(kit, nodes)
+        return next(iter(locks)) if list(locks.values()) == [owner] else None
+    node = await kit.wait_for(locked, what=f"one node locked for Queue {queue}", timeout=30)
+    on_node = {"nodeSelector": {"kubernetes.io/hostname": node}}
+
+    podgroup = await tenant.raw("POST", f"{VOLCANO}/namespaces/{TEAM_A}/podgroups", body={
+        "apiVersion": keys.VOLCANO_API_VERSION, "kind": "PodGroup", "metadata": {"name": "sneak"},
+        "spec": {"minMember": 1, "queue": queue}})
+    assert podgroup.get("kind") == "PodGroup", podgroup
+    by_annotation = tenant.pod_body("by-annotation", {"cpu": "1"}, annotations={keys.QUEUE_NAME: queue},
+                                    extra_spec=on_node)
+    by_podgroup = tenant.pod_body("by-podgroup", {"cpu": "1"}, annotations={keys.GROUP_NAME: "sneak"},
+                                  extra_spec=on_node)
+    default_queue = queue_owner_id(keys.DEFAULT_QUEUE)
+    for body in (by_annotation, by_podgroup):
+        name = body["metadata"]["name"]
+
+        # the webhook reads watch caches: until it has seen the Queue (and the PodGroup) a pod of the Queue is one
+        # of an unbound queue, or of the default queue; dry-run creates wait for that, persisting nothing
+        async def seen(body: dict[str, Any] = body) -> bool:
+            pod = await tenant.raw("POST", f"/api/v1/namespaces/{TEAM_A}/pods?dryRun=All", body=body)
+            return not {owner, default_queue} & _tolerated(pod)
+        try:
+            await tenant.wait_for(seen, what="the webhook seeing the Queue's binding", timeout=SEES_WITHIN)
+        except AssertionError:
+            pass  # the real create below says what happened
+        pod = await tenant.raw("POST", f"/api/v1/namespaces/{TEAM_A}/pods", body=body)
+        assert pod.get("kind") == "Pod", pod
+        assert owner not in _tolerated(pod), (
+            f"{name} in {TEAM_A} was given the lock toleration of Queue {queue}, bound to {TEAM_B}: "
+            f"{pod['spec'].get('tolerations')}")
+        assert await _where_it_went(tenant, name) == "Unschedulable", f"{name} was not kept off {node}"
+        patched = await tenant.raw("PATCH", f"/api/v1/namespaces/{TEAM_A}/pods/{name}", body=[
+            {"op": "add", "path": "/spec/tolerations/-", "value": lock_toleration(owner)}],
+            content_type="application/json-patch+json")
+        message = _refusal(patched)
+        assert message is not None, f"{name} added the toleration of {owner} by an update: {patched['spec']}"
+        assert f'"{POD_LOCKS}" denied the request' in message and owner in message, message
+        await _untouched(world, node, owner)
+
+    written = tenant.pod_body("written", {"cpu": "1"}, annotations={keys.QUEUE_NAME: queue},
+                              tolerations=[lock_toleration(owner)], extra_spec=on_node)
+    await _refused(world, written, f'"{POD_LOCKS}"', "spec.tolerations[0]", owner)
+    await _untouched(world, node, owner)
+
+    member = await world.team_b.create_pod("member", {"cpu": "1"}, annotations={keys.QUEUE_NAME: queue},
+                                           extra_spec=on_node)
+    assert owner in _tolerated(member), f"a {TEAM_B} pod of Queue {queue} lacks its toleration: {member}"
+    await world.team_b.wait_pod("member", lambda p: p["spec"].get("nodeName") == node, f"bound on {node}")
+    assert (await locked_nodes(kit, [node])).get(node) == owner, f"{node} is no longer locked for {owner}"
+
+
+def _tolerated(pod: dict[str, Any]) -> set[str]:
+    """The lock owners a pod's Equal lock tolerations name."""
+    return {str(t.get("value")) for t in (pod.get("spec") or {}).get("tolerations") or []
+            if t.get("key") == keys.LOCK and (t.get("operator") or "Equal") == "Equal"}

@@ -73,7 +73,7 @@ async def node_locked_events(kit: Kit) -> list[str]:
 async def test_agent_that_loses_its_lease_mid_reconcile_writes_nothing_afterwards(kit: Kit) -> None:
     await apply_setup(kit, *SETUP)
     config = window_config("fence", "{pool: fence}", cpu="12", pod_num_to_reserve=None)
-    await configure(kit, config.replace("maxLockedNodePercent: 100", "maxLockedNodePercent: 90"))
+    await configure(kit, config)
     for name in NODES:
         await kit.create_node(name, {"cpu": "4", "memory": "16Gi"}, labels={"pool": "fence"})
     # a reserve pod that stays pending (its selector matches no node) and lacks the window's toleration

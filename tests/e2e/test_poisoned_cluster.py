@@ -171,6 +171,15 @@ async def poisoned(kit: Kit) -> AsyncIterator[dict[str, str]]:
         await install(kit, crd_of(PODGROUP_CRD))
 
 
+async def warnings(kit: Kit, wanted: set[tuple[str, str]]) -> dict[tuple[str, str], str] | None:
+    """The message of a Warning Event recorded (in `default`, as for every cluster-scoped object) on each (kind,
+    name) of `wanted`, once there is one for all of them."""
+    listed = await kit.raw("GET", "/api/v1/namespaces/default/events")
+    found = {(e["involvedObject"].get("kind"), e["involvedObject"].get("name")): e.get("message", "")
+             for e in listed.get("items") or [] if e.get("type") == "Warning"}
+    return {w: found[w] for w in wanted} if wanted <= set(found) else None
+
+
 async def lock_of(kit: Kit, node: str) -> str | None:
     taints = (await kit.read_node(node))["spec"].get("taints") or []
     return next((t.get("value") for t in taints if t["key"] == keys.LOCK), None)
@@ -249,6 +258,14 @@ async def test_a_poisoned_cluster_does_not_stop_the_webhook_or_the_agent(kit: Ki
         assert shown.returncode == 0, shown.stderr[-3000:]
         skipped = {(s["kind"], s["name"]) for s in json.loads(shown.stdout)["skipped"]}
         assert {("Queue", poisoned["queue"]), ("Reservation", poisoned["ttl"])} <= skipped, skipped
+        # and each bad object is told on itself: a Warning Event naming what could not be read
+        warned = await kit.wait_for(lambda: warnings(kit, {("Node", "marked"), ("Queue", poisoned["queue"]),
+                                                             ("Reservation", poisoned["ttl"])}),
+                                    what="Warning Events on the malformed node, Queue and Reservation", timeout=30)
+        assert "not JSON" in warned[("Node", "marked")], warned
+        assert warned[("Node", "marked")].startswith(keys.LOCK_INFO), warned
+        assert "spec.capability.cpu" in warned[("Queue", poisoned["queue"])], warned
+        assert "spec.ttl" in warned[("Reservation", poisoned["ttl"])], warned
     finally:
         agent.stop(remove_files=False)
         webhook.stop(remove_files=False)

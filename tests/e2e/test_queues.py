@@ -129,7 +129,7 @@ async def test_two_queues_compete_for_the_cap_in_queue_score_order(kit: Kit, que
     """maxLockedNodePercent 50 over four nodes leaves two lockable; both queues want two nodes' worth. gold has the
     higher PriorityClass, so the higher score: it wins, bronze gets nothing. A guarantee larger than the cluster
     (no webhook here to refuse it) is reported with a Warning Event and ignored."""
-    await configure(kit, QUEUE_CONFIG.replace("maxLockedNodePercent: 100", "maxLockedNodePercent: 50"))
+    await configure(kit, QUEUE_CONFIG.replace("maxLockedNodePercent: 90", "maxLockedNodePercent: 50"))
     names = [f"cq-{i}" for i in range(1, 5)]
     for name in names:
         await kit.create_node(name, {"cpu": "4", "memory": "16Gi"})

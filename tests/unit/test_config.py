@@ -47,7 +47,7 @@ def test_round_trip_through_aliases() -> None:
 
 
 @pytest.mark.parametrize(("text", "expected"), [
-    ("maxLockedNodePercent: 120", "maxLockedNodePercent: Input should be less than or equal to 100 (got 120)"),
+    ("maxLockedNodePercent: 120", "maxLockedNodePercent: Input should be less than or equal to 90 (got 120)"),
     ("dryrun: true", "dryrun: unknown field"),
     ("starvation: {maxLockDuration: 2 hours}", "starvation.maxLockDuration: duration '2 hours' is not valid"),
     ("windows: [{name: w, resources: {cpu: lots}, schedule: '0 3 * * *', duration: 1h}]",

@@ -18,7 +18,7 @@ from shared.views import QueueView
 from shared.timestamps import stamp
 from tests.builders import NOW, node, pod, snap
 
-CONFIG = load_config("maxLockedNodePercent: 100\nstarvation: {enabled: false}")
+CONFIG = load_config("maxLockedNodePercent: 90\nstarvation: {enabled: false}")
 
 
 def cpu_mem(cpu: int, mem: int) -> Resources:
@@ -118,9 +118,10 @@ def test_nodes_held_by_a_live_job_or_another_queue_are_not_candidates() -> None:
                  since=NOW)
     nodes = [node("n0", lock=job_lock), node("n1", lock=other), node("n2"), node("n3")]
     waiting = [pod("big", "4"), pod("filler", "4", node_name="n0")]
-    config = load_config("maxLockedNodePercent: 100\nstarvation: {starvingJobTimeThreshold: 60s, reservedNodePercent: 100}")
+    config = load_config("maxLockedNodePercent: 90\nstarvation: {starvingJobTimeThreshold: 60s, reservedNodePercent: 100}")
     q = queue("q1", {"resource": {"cpu": "8"}})
-    result = plan(with_queues(snap(nodes, waiting), q, queue("other", {"resource": {"cpu": "4"}})), config, NOW)
+    cluster = with_queues(snap(nodes, waiting, spare=1), q, queue("other", {"resource": {"cpu": "4"}}))
+    result = plan(cluster, config, NOW)
     mine = sorted(n for n, l in result.locks.items() if l.owner == queue_owner_id("q1"))
     assert mine == ["n2", "n3"] and result.locks["n0"].owner == job_owner
 

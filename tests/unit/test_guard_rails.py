@@ -185,6 +185,35 @@ def test_a_placed_reservation_loses_its_lock_when_its_node_goes_not_ready() -> N
     assert any(n.startswith("policy=guard node=n1 decision=no-lock") and "NotReady" in n for n in result.notes)
 
 
+# --- the ceiling of maxLockedNodePercent ---
+
+def test_max_locked_node_percent_is_at_most_90_so_some_node_always_stays_unlocked() -> None:
+    with pytest.raises(ConfigError) as refused:
+        load_config("maxLockedNodePercent: 100")
+    assert "maxLockedNodePercent" in str(refused.value) and "less than or equal to 90" in str(refused.value)
+    assert load_config("maxLockedNodePercent: 90").max_locked_node_percent == 90
+    # the cap is floor(90 x schedulable nodes / 100): one node locks nothing, 2 lock 1, 10 lock 9
+    config = load_config(STARVING)
+    for count, budget in ((1, 0), (2, 1), (10, 9)):
+        cluster = snapshot([node(f"n{i}") for i in range(count)], [])
+        context = plan_context(snapshot=cluster, config=config, now=NOW, current={}, previous=None)
+        assert (context.schedulable_nodes, context.budget) == (count, budget)
+    # on one node nothing is locked, and the statuses say why
+    starving = [pod(f"small-{i}", node_name="n1") for i in range(4)] + [pod("big", "4")]
+    result = plan(snapshot([node("n1")], starving), config, NOW)
+    assert result.locks == {} and [(job.subject, job.starving) for job in result.jobs] == [("team/Pod/big", True)]
+    reservation = ReservationView.from_obj({
+        "metadata": {"name": "r1", "creationTimestamp": stamp(NOW - timedelta(minutes=1))},
+        "spec": {"template": {"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}},
+                 "owners": [{"labelSelector": {"matchLabels": {"app": "owner"}}}]}})
+    result = plan(snapshot([node("n1")], [], [guaranteed_queue("4")], [reservation]), load_config(GUARANTEED), NOW)
+    assert result.locks == {}
+    (placed,) = result.reservations
+    assert placed.phase == "Pending" and placed.message == "maxLockedNodePercent leaves no node to lock"
+    (gold,) = result.guarantees
+    assert gold.nodes == () and gold.reason == "needs 1 nodes, 0 left within maxLockedNodePercent"
+
+
 # --- evictions per minute ---
 
 class Clock:

@@ -23,25 +23,25 @@ def owner_of(name: str, ns: str = "ns") -> str:
 def test_seed_000_story_locks_the_node_for_the_big_pod_after_the_threshold() -> None:
     small = [pod(f"small-{i}", "1", node_name="n1") for i in range(4)]
     big = pod("big", "4", age=timedelta(minutes=5))
-    result = plan(snap([node("n1")], small + [big]), CONFIG, NOW)
+    result = plan(snap([node("n1")], small + [big], spare=1), CONFIG, NOW)
     lock = result.locks["n1"]
     assert lock.owner == owner_of("big") and lock.kind is LockKind.JOB
     assert lock.tasks == ("ns/big",) and lock.reserved["cpu"] == 4000
     assert lock.since == NOW and lock.expires == NOW + CONFIG.starvation.max_lock_duration
     # before the threshold: nothing
     young = pod("big", "4", age=timedelta(seconds=30))
-    assert plan(snap([node("n1")], small + [young]), CONFIG, NOW).locks == {}
+    assert plan(snap([node("n1")], small + [young], spare=1), CONFIG, NOW).locks == {}
 
 
 def test_lock_is_stable_and_released_when_the_job_is_ready() -> None:
     small = [pod(f"small-{i}", "1", node_name="n1") for i in range(4)]
     big = pod("big", "4")
-    first = plan(snap([node("n1")], small + [big]), CONFIG, NOW)
+    first = plan(snap([node("n1")], small + [big], spare=1), CONFIG, NOW)
     locked = node("n1", lock=first.locks["n1"])
-    later = plan(snap([locked], small + [big]), CONFIG, NOW + timedelta(minutes=3))
+    later = plan(snap([locked], small + [big], spare=1), CONFIG, NOW + timedelta(minutes=3))
     assert later.locks["n1"].same_hold(first.locks["n1"]), "a kept lock keeps its since and annotation"
     bound = pod("big", "4", node_name="n1")
-    assert plan(snap([locked], [bound]), CONFIG, NOW + timedelta(minutes=4)).locks == {}
+    assert plan(snap([locked], [bound], spare=1), CONFIG, NOW + timedelta(minutes=4)).locks == {}
 
 
 def test_node_that_frees_soonest_is_chosen() -> None:
@@ -75,12 +75,12 @@ def test_gang_job_reserves_every_pending_task_or_nothing() -> None:
     tasks = [pod(f"train-{i}", "3", group="train") for i in range(3)]
     fillers = [pod(f"f-{n}", "2", node_name=n) for n in ("n1", "n2", "n3")]
     nodes = [node("n1"), node("n2"), node("n3")]
-    result = plan(snap(nodes, tasks + fillers, [group]), CONFIG, NOW)
+    result = plan(snap(nodes, tasks + fillers, [group], spare=1), CONFIG, NOW)
     owner = JobRef("ns", "PodGroup", "train").owner_id
     assert {l.owner for l in result.locks.values()} == {owner} and len(result.locks) == 3
     # within a budget of 2 nodes the job can not be reserved: no lock at all
-    tight = load_config("starvation: {starvingJobTimeThreshold: 60s, reservedNodePercent: 66}\nmaxLockedNodePercent: 100")
-    result = plan(snap(nodes, tasks + fillers, [group]), tight, NOW)
+    tight = load_config("starvation: {starvingJobTimeThreshold: 60s, reservedNodePercent: 66}\nmaxLockedNodePercent: 90")
+    result = plan(snap(nodes, tasks + fillers, [group], spare=1), tight, NOW)
     assert result.locks == {} and any("within reservedNodePercent" in n for n in result.notes)
 
 
@@ -112,7 +112,7 @@ def test_max_lock_duration_sends_the_job_to_the_back() -> None:
                     since=NOW - timedelta(hours=3), tasks=("ns/giant",))
     giant = pod("giant", "4", age=timedelta(hours=4))
     other = pod("other", "4", age=timedelta(minutes=10))
-    result = plan(snap([node("n1", lock=old_lock)], fill + [giant, other]), CONFIG, NOW)
+    result = plan(snap([node("n1", lock=old_lock)], fill + [giant, other], spare=1), CONFIG, NOW)
     assert result.locks["n1"].owner == owner_of("other")
 
 
@@ -126,7 +126,7 @@ def test_lock_info_round_trips_through_the_node() -> None:
 
 
 WINDOW = load_config("""
-maxLockedNodePercent: 100
+maxLockedNodePercent: 90
 starvation: {enabled: false}
 windows:
 - name: ebook
@@ -168,11 +168,11 @@ def test_window_releases_after_pod_num_to_reserve_reserve_pods() -> None:
     nodes = [node("e1", labels=labels), node("e2", labels=labels)]
     one = [pod("r1", "1", node_name="e1", reserveable=True, started_ago=timedelta(minutes=5), base=at(3, 10)),
            pod("r2", "1", reserveable=True, base=at(3, 10))]
-    assert len(plan(snap(nodes, one), WINDOW, at(3, 10)).locks) == 2
+    assert len(plan(snap(nodes, one, spare=1), WINDOW, at(3, 10)).locks) == 2
     two = [pod("r1", "1", node_name="e1", reserveable=True, started_ago=timedelta(minutes=5), base=at(3, 10)),
            pod("r2", "1", node_name="e2", reserveable=True, started_ago=timedelta(minutes=1), base=at(3, 10)),
            pod("r3", "1", reserveable=True, base=at(3, 10))]
-    result = plan(snap(nodes, two), WINDOW, at(3, 10))
+    result = plan(snap(nodes, two, spare=1), WINDOW, at(3, 10))
     assert result.locks == {} and "podNumToReserve 2" in result.windows[0].reason
     assert result.notes == [], "nothing held, nothing to release: no decision logged"
 
@@ -236,7 +236,7 @@ def test_a_partly_pending_replicaset_is_not_starving_but_a_lone_big_pod_is() -> 
                                  "spec": {"nodeName": node_name, "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
                                  "status": {"phase": "Running" if node_name else "Pending"}}) if base else base
     stream = [rs_pod(f"rs-{i}", "n1") for i in range(4)] + [rs_pod("rs-4"), rs_pod("rs-5")]
-    result = plan(snap([node("n1")], stream + [pod("big", "4")]), CONFIG, NOW)
+    result = plan(snap([node("n1")], stream + [pod("big", "4")], spare=1), CONFIG, NOW)
     assert [l.subject for l in result.locks.values()] == ["ns/Pod/big"]
     rs = next(j for j in result.jobs if j.subject == "ns/ReplicaSet/rs")
     assert not rs.starving and rs.reason == "ready"

@@ -16,9 +16,11 @@ from agent.planner.model import Snapshot
 from shared import keys
 from shared.config import load_config
 from shared.keys import LockKind
+from shared.kinds import config_from
 from shared.ownership import JobRef
 from shared.timestamps import stamp
 from shared.views import NodeView, PodView, ReservationView
+from tests.builders import YAML_ALIAS_BOMB
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 CREATED = NOW - timedelta(days=1)
@@ -81,6 +83,21 @@ def test_a_malformed_lock_info_still_reads_back_the_lock_with_defaults(info: str
     assert isinstance(lock.subject, str) and isinstance(lock.reason, str)
     assert all(isinstance(task, str) for task in lock.tasks)
     lock.info_json()  # and it can be written back
+    # and what could not be read is said, for the node's Warning Event and `reservoir status`
+    assert lock.unreadable.startswith(keys.LOCK_INFO + " ") and len(lock.unreadable) > len(keys.LOCK_INFO) + 1
+
+
+def test_a_lock_info_as_the_agent_writes_it_is_readable_and_each_bad_field_is_named() -> None:
+    written = lock_on(node("n1", owner=GONE_JOB, info='{"since": "2026-11-22T10:00:00Z", "expires": null, '
+                                                     '"reserved": {"cpu": "2"}, "tasks": ["ns/a"], "reason": "r"}'))
+    assert written is not None and written.unreadable == ""
+    assert lock_on(node("n1", owner=GONE_JOB, info=written.info_json())).unreadable == ""
+    bad = lock_on(node("n1", owner=GONE_JOB, info='{"since": "yesterday", "reserved": {"cpu": "x"}, "tasks": [1]}'))
+    assert bad is not None
+    for field in ("since is not an RFC 3339 time", "reserved is not a ResourceList", "tasks is not a list"):
+        assert field in bad.unreadable, bad.unreadable
+    assert "not JSON" in lock_on(node("n1", owner=GONE_JOB, info="{")).unreadable
+    assert "missing" in lock_on(node("n1", owner=GONE_JOB, info=None)).unreadable
 
 
 def test_defaults_replace_only_what_is_unreadable() -> None:
@@ -152,3 +169,14 @@ def test_a_reservation_whose_owners_cannot_be_read_matches_nothing_and_the_plan_
     result = plan(snapshot, CONFIG, NOW, {})
     phases = {status.name: status.phase for status in result.reservations}
     assert phases["good"] in ("Available", "Pending") and "bad" in phases
+
+
+def test_the_agent_keeps_its_last_good_config_when_config_yaml_is_out_of_bounds() -> None:
+    """The agent reads config.yaml through the same bounded `load_config` as the ConfigMap validator: a config
+    written while the webhook was down (an alias bomb, 5000-deep nesting) is refused with its reason, and the last
+    good config stays in force."""
+
+    for text, reason in ((YAML_ALIAS_BOMB, "once its YAML aliases are expanded"), ("a: " + "{a: " * 5000, "nests deeper"),
+                         ("dryRun: true\n# " + "x" * 70_000, "at most 65536")):
+        config, error = config_from("MODIFIED", {"data": {keys.CONFIG_KEY: text}}, CONFIG)
+        assert config is CONFIG and error is not None and reason in str(error)

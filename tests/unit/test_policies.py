@@ -66,7 +66,7 @@ def test_a_window_takes_a_live_jobs_node_a_guarantee_does_not() -> None:
     nodes = [node("n0", labels={"business": "ebook"}, lock=held), node("n1")]
     big = pod("big", "4")
     windows = load_config("""
-maxLockedNodePercent: 100
+maxLockedNodePercent: 90
 starvation: {enabled: false}
 windows:
 - {name: w, nodeSelector: {business: ebook}, resources: {cpu: "4"}, cron: "0 13 - 14 * * *", startReserveAgo: 2h}
@@ -101,8 +101,8 @@ def test_a_kept_lock_keeps_its_since_and_a_node_changing_hands_starts_afresh() -
 
 def test_a_starvation_lock_kept_through_a_replan_keeps_since_and_expiry() -> None:
     small = [pod(f"small-{i}", "1", node_name="n1") for i in range(4)]
-    first = plan(snap([node("n1")], small + [pod("big", "4")]), CONFIG, NOW)
-    later = plan(snap([node("n1", lock=first.locks["n1"])], small + [pod("big", "4")]), CONFIG,
+    first = plan(snap([node("n1")], small + [pod("big", "4")], spare=1), CONFIG, NOW)
+    later = plan(snap([node("n1", lock=first.locks["n1"])], small + [pod("big", "4")], spare=1), CONFIG,
                  NOW + timedelta(minutes=5))
     assert later.locks["n1"].since == NOW and later.locks["n1"].expires == NOW + CONFIG.starvation.max_lock_duration
 

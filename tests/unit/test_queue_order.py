@@ -87,8 +87,8 @@ def test_seed_a1_a2_b1_b2(ordering: str, expected: list[str]) -> None:
     queues = {q.name: q for q in (queue("A", "ten"), queue("B", "eight"))}
     pods = [queued("A1", "A", 10), queued("A2", "A", 12), queued("B1", "B", 8), queued("B2", "B", 13)]
     config = load_config(f"starvation: {{starvingJobTimeThreshold: 60s, reservedNodePercent: 100}}\n"
-                         f"maxLockedNodePercent: 100\nqueueOrder: {{ordering: {ordering}}}")
-    snapshot = snap([node("n1")], pods + [pod("filler", "4", node_name="n1")])
+                         f"maxLockedNodePercent: 90\nqueueOrder: {{ordering: {ordering}}}")
+    snapshot = snap([node("n1")], pods + [pod("filler", "4", node_name="n1")], spare=1)
     snapshot = replace(snapshot, queues=queues, priority_classes=classes)
     result = plan(snapshot, config, NOW)
     assert [j.subject.rsplit("/", 1)[-1] for j in result.jobs] == expected

@@ -32,7 +32,7 @@ def starving(**kw: object) -> list:
 
 
 def test_a_job_task_lacking_its_toleration_gets_it() -> None:
-    result = plan(snap([node("n1")], starving()), CONFIG, NOW)
+    result = plan(snap([node("n1")], starving(), spare=1), CONFIG, NOW)
     assert result.locks["n1"].tasks == ("ns/big",)
     assert result.repairs == [Repair(namespace="ns", name="big", tolerations=(),
                                      add=(lock_toleration(owner_of("big")),))]
@@ -41,7 +41,7 @@ def test_a_job_task_lacking_its_toleration_gets_it() -> None:
 def test_a_pod_tolerating_the_lock_key_with_exists_needs_no_repair() -> None:
     pods = starving()
     pods[-1] = replace(pods[-1], tolerations=(EXISTS,))
-    result = plan(snap([node("n1")], pods), CONFIG, NOW)
+    result = plan(snap([node("n1")], pods, spare=1), CONFIG, NOW)
     assert result.locks["n1"].tasks == ("ns/big",) and result.repairs == []
 
 
@@ -50,9 +50,9 @@ def test_a_pod_already_tolerating_its_owner_needs_no_repair_and_others_keep_what
     other = {"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}
     pods = starving()
     pods[-1] = replace(pods[-1], tolerations=(mine,))
-    assert plan(snap([node("n1")], pods), CONFIG, NOW).repairs == []
+    assert plan(snap([node("n1")], pods, spare=1), CONFIG, NOW).repairs == []
     pods[-1] = replace(pods[-1], tolerations=(other,))
-    [repair] = plan(snap([node("n1")], pods), CONFIG, NOW).repairs
+    [repair] = plan(snap([node("n1")], pods, spare=1), CONFIG, NOW).repairs
     assert repair.tolerations == (other,) and repair.add == (mine,) and repair.key == "ns/big"
 
 
@@ -63,13 +63,13 @@ def reservation(name: str, *, unschedulable: bool = False) -> ReservationView:
                  "owners": [{"labelSelector": {"matchLabels": {"app": "owner"}}}], "unschedulable": unschedulable}})
 
 
-RESERVING = load_config("maxLockedNodePercent: 100\nstarvation: {enabled: false}")
+RESERVING = load_config("maxLockedNodePercent: 90\nstarvation: {enabled: false}")
 
 
 def test_a_reservation_owner_gets_the_reservation_toleration_while_it_is_available() -> None:
     owner = replace(pod("owner", "1"), labels={"app": "owner"})
     stranger, bound = pod("stranger", "1"), replace(pod("bound", "1", node_name="n1"), labels={"app": "owner"})
-    snapshot = replace(snap([node("n1")], [owner, stranger, bound]), reservations={"r1": reservation("r1")})
+    snapshot = replace(snap([node("n1")], [owner, stranger, bound], spare=1), reservations={"r1": reservation("r1")})
     result = plan(snapshot, RESERVING, NOW)
     assert result.reservations[0].phase == "Available"
     assert result.repairs == [Repair(namespace="ns", name="owner", tolerations=(),
@@ -80,7 +80,7 @@ def test_a_reservation_owner_gets_the_reservation_toleration_while_it_is_availab
 
 
 WINDOWS = load_config("""
-maxLockedNodePercent: 100
+maxLockedNodePercent: 90
 starvation: {enabled: false}
 windows:
 - {name: ebook, nodeSelector: {business: ebook}, resources: {cpu: "4"}, cron: "0 3 - 4 * * *", startReserveAgo: 2h}
@@ -92,13 +92,13 @@ def test_a_reserve_pod_gets_the_tolerations_of_the_windows_that_hold_locks() -> 
     at = datetime(2026, 11, 22, 2, 0, tzinfo=UTC)
     reserve = pod("r1", "1", reserveable=True, base=at)
     ordinary, finished = pod("plain", "1", base=at), pod("done", "1", reserveable=True, phase="Failed", base=at)
-    result = plan(snap([node("e1", labels={"business": "ebook"})], [reserve, ordinary, finished]), WINDOWS, at)
+    result = plan(snap([node("e1", labels={"business": "ebook"})], [reserve, ordinary, finished], spare=1), WINDOWS, at)
     assert {lock.owner for lock in result.locks.values()} == {window_owner_id("ebook")}
     assert result.repairs == [Repair(namespace="ns", name="r1", tolerations=(),
                                      add=(lock_toleration(window_owner_id("ebook")),))]
     # outside the window's range no window holds a lock: nothing to repair
     early = at - timedelta(hours=1.5)
-    assert plan(snap([node("e1", labels={"business": "ebook"})], [reserve]), WINDOWS, early).repairs == []
+    assert plan(snap([node("e1", labels={"business": "ebook"})], [reserve], spare=1), WINDOWS, early).repairs == []
 
 
 def test_a_bound_pod_gets_no_repair() -> None:
@@ -115,7 +115,7 @@ def test_a_bound_pod_gets_no_repair() -> None:
     at = datetime(2026, 11, 22, 2, 0, tzinfo=UTC)
     started = pod("r1", "1", reserveable=True, node_name="e1", base=at)
     waiting = pod("r2", "1", reserveable=True, base=at)
-    result = plan(snap([node("e1", labels={"business": "ebook"})], [started, waiting]), WINDOWS, at)
+    result = plan(snap([node("e1", labels={"business": "ebook"})], [started, waiting], spare=1), WINDOWS, at)
     assert result.locks and [r.name for r in result.repairs] == ["r2"]
 
 

@@ -20,9 +20,9 @@ from shared.tolerations import lock_toleration
 from shared.views import OwnerRef, PodView, ReservationView
 from tests.builders import NOW, node, pod, snap
 
-RESERVING = load_config("maxLockedNodePercent: 100\nstarvation: {enabled: false}")
+RESERVING = load_config("maxLockedNodePercent: 90\nstarvation: {enabled: false}")
 WINDOWS = load_config("""
-maxLockedNodePercent: 100
+maxLockedNodePercent: 90
 starvation: {enabled: false}
 windows:
 - {name: ebook, nodeSelector: {business: ebook}, resources: {cpu: "4"}, cron: "0 3 - 4 * * *", startReserveAgo: 2h,
@@ -57,12 +57,13 @@ def reservation(name: str, *, status: dict | None = None, **spec) -> Reservation
 def test_a_waiting_reservation_gives_its_owners_no_toleration_an_available_one_does() -> None:
     full = [pod(f"run-{i}", "1", node_name="n1", runtime="10m", started_ago=timedelta(minutes=5)) for i in range(4)]
     owner = replace(pod("owner", "1"), labels={"app": "owner"})
-    waiting = replace(snap([node("n1")], [*full, owner]), reservations={"r1": reservation("r1", preAllocation=True)})
+    waiting = replace(snap([node("n1")], [*full, owner], spare=1),
+                      reservations={"r1": reservation("r1", preAllocation=True)})
     result = plan(waiting, RESERVING, NOW)
     assert result.reservations[0].phase == "Waiting" and "n1" in result.locks
     assert result.repairs == [], "entitlement: only an Available Reservation's owners may use its lock"
     drained = [replace(p, phase="Succeeded") for p in full]
-    available = replace(waiting, pods=[*drained, owner])
+    available = replace(snap([node("n1")], [*drained, owner], spare=1), reservations=waiting.reservations)
     result = plan(available, RESERVING, NOW + timedelta(minutes=6))
     assert result.reservations[0].phase == "Available"
     assert result.repairs == [Repair(namespace="ns", name="owner", tolerations=(),
@@ -140,6 +141,6 @@ def test_the_plan_repairs_nothing_beyond_entitlement_at_a_window() -> None:
     at = datetime(2026, 11, 22, 2, 0, tzinfo=UTC)
     reader = pod("reader", "1", reserveable=True, ns="books", base=at)
     other = pod("other", "1", reserveable=True, base=at)
-    result = plan(snap([node("e1", labels={"business": "ebook"})], [reader, other]), WINDOWS, at)
+    result = plan(snap([node("e1", labels={"business": "ebook"})], [reader, other], spare=1), WINDOWS, at)
     assert {lock.owner for lock in result.locks.values()} == {EBOOK}
     assert [r.key for r in result.repairs] == ["books/reader"]
