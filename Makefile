@@ -49,7 +49,9 @@ $(LOADGEN): bench/webhook/loadgen/main.go bench/webhook/loadgen/go.mod
 bench-webhook: $(STAMP) $(LOADGEN)
 	$(PY) -m bench.webhook.run $(LOADGEN)
 
-## bench-planner: one full plan at 500, 5,000 and 10,000 nodes (30 pods per node, 1% pending), side by side
+## bench-planner: one full plan at 500, 5,000 and 10,000 nodes (30 pods per node, 1% pending), side by side; the
+## guarantee search against brute force; 100 guaranteed queues on them and on a heterogeneous cluster of 500 and
+## 5,000 nodes; last line `planner: 5000 mixed nodes, 100 guarantees: plan S s, peak M MiB` (tracemalloc peak)
 bench-planner: $(STAMP)
 	$(PY) -m bench.planner.run
 

@@ -13,7 +13,7 @@ from agent.planner.model import Snapshot
 from agent.planner.ordering import QueueScore, score_queues
 from agent.planner.plan import current_locks, plan
 from agent.writer import Writer
-from shared import kinds
+from shared import keys, kinds
 from shared.config import ReservoirConfig
 from shared.duration import format_duration
 from shared.kube import new_api_client
@@ -60,7 +60,8 @@ def queue_table(snapshot: Snapshot, config: ReservoirConfig) -> tuple[list[Queue
     weights = config.queue_order
     lines = [f"{'QUEUE':<24}{'SCORE':>8}{'PRIORITY':>10}{'DRF':>8}{'PROPORTION':>12}   "
              f"(weights {weights.priority_weight:g}/{weights.drf_weight:g}/{weights.proportion_weight:g}, "
-             f"{weights.ordering})"]
+             f"{weights.ordering}, "
+             f"{'by score' if weights.queue_score_order_enable else 'queueScoreOrderEnable false: by plugin order'})"]
     for s in scores:
         lines.append(f"{s.name:<24}{s.total:>8.3f}{s.priority_score:>10.3f}{s.drf_score:>8.3f}"
                      f"{s.proportion_score:>12.3f}   priority {s.priority}, dominant share {s.drf_share:.3f}, "
@@ -92,6 +93,8 @@ async def status(kubeconfig: str | None, namespace: str, output: str, queues: bo
             "starvingJobs": [j.__dict__ for j in starving],
             "windows": [{"name": w.name, "active": w.active, "start": w.start.isoformat(), "end": w.end.isoformat(),
                          "reason": w.reason} for w in planned.windows],
+            "guarantees": [{"queue": g.queue, "policy": g.policy, "nodes": list(g.nodes), "reason": g.reason}
+                           for g in planned.guarantees],
             "skipped": [{"kind": s.kind, "name": s.name, "error": s.error} for s in skipped],
         }, indent=2, default=str)
     lines = [f"{'NODE':<24}{'KIND':<13}{'OWNER':<44}{'AGE':<10}{'EXPIRES':<22}REASON"]
@@ -107,6 +110,9 @@ async def status(kubeconfig: str | None, namespace: str, output: str, queues: bo
     lines += ["", f"{'WINDOW':<20}{'ACTIVE':<8}{'START':<22}{'END':<22}REASON"]
     lines += [f"{w.name:<20}{str(w.active).lower():<8}{stamp(w.start)}  {stamp(w.end)}  {w.reason}"
               for w in planned.windows] or ["(no windows configured)"]
+    lines += ["", f"{'GUARANTEE OF QUEUE':<24}{'POLICY':<13}{'NODES':<8}REASON"]
+    lines += [f"{g.queue:<24}{g.policy:<13}{len(g.nodes):<8}{g.reason}"
+              for g in planned.guarantees] or ["(no queue guarantees)"]
     if skipped:  # objects no cache can read: Reservoir acts as if they did not exist
         lines += ["", f"{'SKIPPED OBJECT':<44}ERROR"]
         lines += [f"{s.kind + ' ' + s.name:<44}{s.error}" for s in skipped]
@@ -114,7 +120,8 @@ async def status(kubeconfig: str | None, namespace: str, output: str, queues: bo
 
 
 async def release(kubeconfig: str | None, nodes: list[str], everything: bool) -> list[str]:
-    """Remove Reservoir's locks (taint, labels, info annotation) and nothing else."""
+    """Remove Reservoir's locks (taint, labels, info annotation, and a starvation cool-down record) and nothing
+    else."""
     api = await new_api_client(kubeconfig)
     try:
         writer = Writer(api, component="reservoir-release")
@@ -122,7 +129,8 @@ async def release(kubeconfig: str | None, nodes: list[str], everything: bool) ->
         targets = [n.name for n in listed if everything or n.name in nodes]
         done = []
         for name in targets:
-            before, patched = await writer.set_lock(name, None)
+            # a starvation cool-down record (keys.LOCK_EXPIRED) goes too: nothing of Reservoir's is left on the node
+            before, patched = await writer.set_lock(name, None, {keys.LOCK_EXPIRED: None})
             if patched:
                 what = f"{before.kind.value} {before.subject}" if before else "leftover lock keys"
                 done.append(f"{name}: released {what}")

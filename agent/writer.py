@@ -74,11 +74,14 @@ MAX_ATTEMPTS = 5
 # --- bodies (pure) ---
 
 def _is_ours(taint: Mapping[str, Any]) -> bool:
-    return taint.get("key") == keys.LOCK and taint.get("effect") == keys.LOCK_EFFECT
+    return taint.get("key") in keys.LOCK_TAINT_KEYS and taint.get("effect") == keys.LOCK_EFFECT
 
 
-def node_patch(node: Mapping[str, Any], desired: Lock | None) -> list[Op] | None:
-    """The JSON Patch that makes `node` carry `desired` (None: no lock); None when it already does."""
+def node_patch(node: Mapping[str, Any], desired: Lock | None,
+               marks: Mapping[str, str | None] | None = None) -> list[Op] | None:
+    """The JSON Patch that makes `node` carry `desired` (None: no lock) and Reservoir's other node annotations as
+    `marks` says (annotation -> text, or None to remove; those not named are left as they are: Plan.node_marks);
+    None when it already does."""
     meta = node.get("metadata") or {}
     spec = node.get("spec") or {}
     taints = list(spec.get("taints") or [])
@@ -89,6 +92,8 @@ def node_patch(node: Mapping[str, Any], desired: Lock | None) -> list[Op] | None
     wanted = [t for t in taints if not _is_ours(t)]
     if desired is not None:
         wanted.append({"key": keys.LOCK, "value": desired.owner, "effect": keys.LOCK_EFFECT})
+        if desired.exclusive:  # seed 002 `Guaranteed`: the BestEffort exemption does not reach it
+            wanted.append({"key": keys.LOCK_EXCLUSIVE, "value": desired.owner, "effect": keys.LOCK_EFFECT})
     if wanted != taints:
         if wanted:
             ops.append(add("/spec/taints", wanted))
@@ -97,9 +102,10 @@ def node_patch(node: Mapping[str, Any], desired: Lock | None) -> list[Op] | None
 
     want_labels = {keys.LOCK: desired.owner, keys.LOCK_KIND: desired.kind.value} if desired else {}
     want_annotations = {keys.LOCK_INFO: desired.info_json()} if desired else {}
+    want_annotations.update({key: text for key, text in (marks or {}).items() if text is not None})
     for current, wanted_items, field_name in ((labels, want_labels, "labels"),
                                               (annotations, want_annotations, "annotations")):
-        ours = (keys.LOCK, keys.LOCK_KIND) if field_name == "labels" else (keys.LOCK_INFO,)
+        ours = (keys.LOCK, keys.LOCK_KIND) if field_name == "labels" else (keys.LOCK_INFO, *(marks or ()))
         if current is None:
             if wanted_items:
                 ops.append(add(pointer("metadata", field_name), dict(wanted_items)))
@@ -156,18 +162,53 @@ def eviction_body(namespace: str, name: str) -> dict[str, Any]:
 
 
 def event_body(name: str, reason: str, message: str, *, now: datetime, component: str, kind: str = "Node",
-               namespace: str = "default", event_type: str = "Normal", api_version: str = "v1") -> dict[str, Any]:
-    """A core/v1 Event on object `name` of `kind`, recorded in `namespace` (a cluster-scoped object's Event names
-    no namespace for the object); the message is cut at 1,000 characters."""
+               namespace: str = "default", event_type: str = "Normal", api_version: str = "v1",
+               uid: str = "") -> dict[str, Any]:
+    """A core/v1 Event on object `name` of `kind` (and `uid`, when known), recorded in `namespace` (a cluster-scoped
+    object's Event names no namespace for the object); the message is cut at 1,000 characters."""
+    involved = {"kind": kind, "name": name, "namespace": "" if kind in CLUSTER_SCOPED else namespace,
+                "apiVersion": api_version}
+    if uid:
+        involved["uid"] = uid
     return {
         "metadata": {"generateName": f"{name}.", "namespace": namespace},
-        "involvedObject": {"kind": kind, "name": name, "namespace": "" if kind in CLUSTER_SCOPED else namespace,
-                           "apiVersion": api_version},
+        "involvedObject": involved,
         "reason": reason, "message": message[:1000], "type": event_type,
         "source": {"component": component}, "reportingComponent": component,
         "firstTimestamp": stamp(now), "lastTimestamp": stamp(now),
         "count": 1,
     }
+
+
+@dataclass(frozen=True)
+class EventTarget:
+    """The object an Event is about (its involvedObject)."""
+
+    kind: str
+    name: str
+    namespace: str  # where the Event is recorded: the object's own, "default" for a cluster-scoped one
+    api_version: str
+    uid: str = ""
+
+
+def owner_object(lock: Lock, snapshot: Snapshot | None = None) -> EventTarget | None:
+    """DESIGN section 4 "Visibility": the object that owns a lock, for its NodeLocked / NodeReleased Events: a job's
+    PodGroup, a guarantee's Queue, a Reservation (read from the lock's subject: `ns/PodGroup/name`, `queue/<name>`,
+    `reservation/<name>`, as the planner writes them); None for any other job and for a window (an entry of the
+    config, no object). With `snapshot`, the uid of the object when it is known (`kubectl describe` matches Events
+    by it)."""
+    parts = lock.subject.split("/")
+    if lock.kind is LockKind.JOB and len(parts) == 3 and parts[1] == "PodGroup":
+        group = snapshot.podgroups.get((parts[0], parts[2])) if snapshot is not None else None
+        return EventTarget("PodGroup", parts[2], parts[0], VOLCANO_API_VERSION, group.uid if group else "")
+    if lock.kind is LockKind.QUEUE and len(parts) == 2 and parts[0] == "queue" and parts[1]:
+        queue = snapshot.queues.get(parts[1]) if snapshot is not None else None
+        return EventTarget("Queue", parts[1], "default", VOLCANO_API_VERSION, queue.uid if queue else "")
+    if lock.kind is LockKind.RESERVATION and len(parts) == 2 and parts[0] == "reservation" and parts[1]:
+        reservation = snapshot.reservations.get(parts[1]) if snapshot is not None else None
+        return EventTarget("Reservation", parts[1], "default", RESERVATION_API_VERSION,
+                           reservation.uid if reservation else "")
+    return None
 
 
 def evict_refused(key: str, pods: Mapping[str, PodView] | None, protected: Collection[str]) -> str | None:
@@ -325,7 +366,7 @@ class Writer:
         if not self.may_write("plan"):
             return
         try:
-            await self.apply(result.locks, current)
+            await self.apply(result.locks, current, result.node_marks, snapshot=snapshot)
             await self.repair(result.repairs)
             pods = {p.key: p for p in snapshot.pods} if any(g.evict for g in result.guarantees) else {}
             await self.write_queues(result.guarantees, snapshot.queues, pods=pods)
@@ -357,14 +398,16 @@ class Writer:
         except NotFound:
             return None
 
-    async def set_lock(self, name: str, desired: Lock | None) -> tuple[Lock | None, bool]:
-        """Make node `name` carry `desired`; returns (the lock it carried before, whether it was patched)."""
+    async def set_lock(self, name: str, desired: Lock | None,
+                       marks: Mapping[str, str | None] | None = None) -> tuple[Lock | None, bool]:
+        """Make node `name` carry `desired` (and `marks`, node_patch); returns (the lock it carried before, whether it
+        was patched)."""
         for attempt in range(1, MAX_ATTEMPTS + 1):
             node = await self._read_node(name)
             if node is None:
                 return None, False
             before = lock_on(NodeView.from_obj(node))
-            ops = node_patch(node, desired)
+            ops = node_patch(node, desired, marks)
             if ops is None:
                 return before, False
             try:
@@ -386,18 +429,23 @@ class Writer:
         for node in sorted(set(current) - set(desired)):
             log.info("node=%s decision=would-release dryRun=true owner=%s", node, current[node].owner)
 
-    async def apply(self, desired: Mapping[str, Lock], current: Mapping[str, Lock]) -> None:
-        """Patch every node whose lock differs from `desired`, with an Event on the node and on the owner."""
+    async def apply(self, desired: Mapping[str, Lock], current: Mapping[str, Lock],
+                    marks: Mapping[str, Mapping[str, str | None]] | None = None, *,
+                    snapshot: Snapshot | None = None) -> None:
+        """Patch every node whose lock differs from `desired`, or whose marks (Plan.node_marks) must change, in one
+        patch per node, with an Event on the node and on the owner when the lock changes hands."""
         if not self.may_write("node-locks"):
             return
-        for name in sorted(set(desired) | set(current)):
+        marks = marks or {}
+        for name in sorted(set(desired) | set(current) | set(marks)):
             want = desired.get(name)
             have = current.get(name)
             unreadable = have.unreadable if have is not None else ""
-            if (want is None and have is None) or (want is not None and want.same_hold(have) and not unreadable):
+            same = (want is None and have is None) or (want is not None and want.same_hold(have) and not unreadable)
+            if same and name not in marks:
                 continue
             try:
-                before, patched = await self.set_lock(name, want)
+                before, patched = await self.set_lock(name, want, marks.get(name))
             except ApiException as err:
                 self._failed()
                 log.warning("node=%s decision=patch-failed status=%s reason=%s", name, err.status, err.reason)
@@ -413,12 +461,12 @@ class Writer:
             if before is not None and (want is None or before.owner != want.owner):
                 log.info("node=%s decision=release owner=%s subject=%s", name, before.owner, before.subject)
                 await self.event(name, "NodeReleased", f"released from {before.kind.value} {before.subject}")
-                await self.owner_event(before, "NodeReleased", f"node {name} released")
+                await self.owner_event(before, "NodeReleased", f"node {name} released", snapshot)
             if want is not None and (before is None or before.owner != want.owner):
                 log.info("node=%s decision=lock owner=%s kind=%s subject=%s reason=%r", name, want.owner,
                          want.kind.value, want.subject, want.reason)
                 await self.event(name, "NodeLocked", f"locked for {want.kind.value} {want.subject}: {want.reason}")
-                await self.owner_event(want, "NodeLocked", f"node {name} locked for it: {want.reason}")
+                await self.owner_event(want, "NodeLocked", f"node {name} locked for it: {want.reason}", snapshot)
 
     # pods
 
@@ -580,19 +628,20 @@ class Writer:
 
     # Events
 
-    async def owner_event(self, lock: Lock, reason: str, message: str) -> None:
-        """The same news on the lock's owner, when it is an object: a job's PodGroup."""
-        parts = lock.subject.split("/")
-        if lock.kind is LockKind.JOB and len(parts) == 3 and parts[1] == "PodGroup":
-            await self.event(parts[2], reason, message, kind="PodGroup", namespace=parts[0],
-                             api_version=VOLCANO_API_VERSION)
+    async def owner_event(self, lock: Lock, reason: str, message: str, snapshot: Snapshot | None = None) -> None:
+        """The same news on the lock's owner, when it is an object (`owner_object`): a job's PodGroup, a Queue, a
+        Reservation."""
+        target = owner_object(lock, snapshot)
+        if target is not None:
+            await self.event(target.name, reason, message, kind=target.kind, namespace=target.namespace,
+                             api_version=target.api_version, uid=target.uid)
 
     async def event(self, name: str, reason: str, message: str, kind: str = "Node", namespace: str = "default",
-                    event_type: str = "Normal", api_version: str = "v1") -> None:
+                    event_type: str = "Normal", api_version: str = "v1", uid: str = "") -> None:
         """A core/v1 Event on object `name` of `kind` (best effort: a failed event is logged, never fatal; none without
         a fresh Lease)."""
         body = event_body(name, reason, message, now=datetime.now(UTC), component=self.component, kind=kind,
-                          namespace=namespace, event_type=event_type, api_version=api_version)
+                          namespace=namespace, event_type=event_type, api_version=api_version, uid=uid)
         try:
             await self._send("POST", resource_path("v1", "events", namespace=namespace), body)
         except ApiException as err:

@@ -71,6 +71,22 @@ class StarvationConfig(_Model):
     starving_job_time_threshold: Duration = Field(timedelta(minutes=10), alias="starvingJobTimeThreshold")
     reserved_node_percent: Percent = Field(20, alias="reservedNodePercent")
     max_lock_duration: Duration = Field(timedelta(hours=2), alias="maxLockDuration")
+    # after its lock outlived maxLockDuration a job waits this long before it may lock any node again
+    lock_cooldown: Duration = Field(timedelta(minutes=30), alias="lockCooldown")
+
+    @field_validator("starving_job_time_threshold", "lock_cooldown")
+    @classmethod
+    def _not_negative(cls, value: timedelta) -> timedelta:
+        if value < timedelta(0):
+            raise ValueError(f"{format_duration(value)} is negative: expected 0 or more")
+        return value
+
+    @field_validator("max_lock_duration")
+    @classmethod
+    def _positive(cls, value: timedelta) -> timedelta:
+        if value <= timedelta(0):
+            raise ValueError(f"{format_duration(value)} must be positive")
+        return value
 
 
 # The seed's "from H1 to H2 o'clock" form: `<minute> <H1> - <H2> <day-of-month> <month> <day-of-week>`.
@@ -141,6 +157,15 @@ class QueueOrderConfig(_Model):
     drf_weight: Annotated[float, Field(ge=0)] = Field(1.0, alias="drfWeight")
     proportion_weight: Annotated[float, Field(ge=0)] = Field(1.0, alias="proportionWeight")
     ordering: Literal["queue-first", "job-first"] = "queue-first"
+    # the seed's `QueueScoreOrderEnable`: true orders queues by QueueScoreOrder (the weighted sum); false by the
+    # plugins' own QueueOrderFn one after the other (priority, then DRF share, then proportion share, a plugin of
+    # weight 0 left out). The seed's code defaults to false; Reservoir to true, the order it has always used.
+    queue_score_order_enable: bool = Field(True, alias="queueScoreOrderEnable")
+
+
+# an extended resource name: a DNS subdomain prefix, "/", a name (nvidia.com/gpu, amd.com/gpu)
+_EXTENDED_RESOURCE = re.compile(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 
 
 class GuaranteeConfig(_Model):
@@ -153,6 +178,15 @@ class GuaranteeConfig(_Model):
     max_evictions_per_minute: Annotated[int, Field(ge=0)] = Field(10, alias="maxEvictionsPerMinute")
     # pods in these namespaces are never evicted; kube-system and Reservoir's own namespace never are, listed or not
     protected_namespaces: list[str] = Field(default_factory=list, alias="protectedNamespaces")
+    # the seed's `gpu` dimension of `guarantee.percentage.dimensions`: the extended resource it stands for
+    gpu_resource: str = Field("nvidia.com/gpu", alias="gpuResource")
+
+    @field_validator("gpu_resource")
+    @classmethod
+    def _extended_resource(cls, value: str) -> str:
+        if len(value) > 317 or not _EXTENDED_RESOURCE.match(value):
+            raise ValueError("expected an extended resource name such as nvidia.com/gpu or amd.com/gpu")
+        return value
 
 
 class ReservationsConfig(_Model):

@@ -13,12 +13,20 @@ A pod may use the lock of:
 And every lock when it is exempt: a BestEffort pod (no request or limit of any resource, shared.resources), or a pod
 of a DaemonSet that exists with the uid its ownerReference gives. A pod of a namespace the admin trusts
 (`webhook.trustedNamespaces`) may carry any lock toleration it brings, but is given nothing beyond the rules above.
+
+Exclusive locks (seed 002 policy `Guaranteed`, QueueView.locks_exclusively): "Guaranteed" evicts every other queue's
+pod from the queue's nodes, so the BestEffort exemption does not reach them (a BestEffort pod let in would be evicted
+again on every reconcile). Their nodes carry a second taint, `reservoir.sh/lock-exclusive` (value: the owner id),
+that the BestEffort exemption's toleration (`reservoir.sh/lock` Exists) does not tolerate; the queue's own pods get
+its Equal toleration, DaemonSet pods an Exists one. So a BestEffort pod may use an exclusive lock only when it is its
+own queue's; a pod that may use an owner's exclusive locks is given both tolerations of that owner.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from shared import keys
@@ -33,7 +41,13 @@ from shared.ownership import (
     window_owner_id,
 )
 from shared.resources import is_best_effort
-from shared.tolerations import tolerates_taint
+from shared.tolerations import (
+    BYPASS_TOLERATION,
+    EXCLUSIVE_BYPASS_TOLERATION,
+    exclusive_toleration,
+    owner_tolerations,
+    tolerates_taint,
+)
 from shared.views import PodGroupView, QueueView, ReservationView
 
 USABLE_PHASES = ("Available",)
@@ -49,17 +63,47 @@ class Grounds:
     daemonsets: Mapping[tuple[str, str], str] = field(default_factory=dict)  # (namespace, name) -> uid
     config: ReservoirConfig = field(default_factory=ReservoirConfig)
 
+    @cached_property
+    def exclusive_owners(self) -> frozenset[str]:
+        """Owner ids whose locks are exclusive (module docstring): the `Guaranteed` queues opted into locks, while
+        guarantees are enabled. Computed once per grounds (the webhook's Lookup keeps them per cache state)."""
+        if not self.config.guarantee.enabled:
+            return frozenset()
+        return frozenset(queue_owner_id(q.name) for q in self.queues.values() if q.locks_exclusively)
+
 
 @dataclass(frozen=True)
 class Entitlement:
-    """The owners a pod may use, each with why; `every_lock` says why it may use every lock (None: it may not)."""
+    """The owners a pod may use, each with why; `every_lock` says why it may use every lock (None: it may not).
+    `exclusive`: the owners whose locks are exclusive now; `every_lock` reaches them only with `every_exclusive`
+    (a DaemonSet's pod, not a BestEffort one)."""
 
     owners: Mapping[str, str]
     every_lock: str | None = None  # exempt (BestEffort, DaemonSet): the webhook gives it the every-lock toleration
     trusted: str | None = None  # a namespace the admin trusts: whatever it carries is let in, nothing is added
+    exclusive: frozenset[str] = frozenset()
+    every_exclusive: bool = False
 
     def allows(self, owner: str) -> bool:
-        return self.every_lock is not None or self.trusted is not None or owner in self.owners
+        if self.trusted is not None or owner in self.owners:
+            return True
+        return self.every_lock is not None and (self.every_exclusive or owner not in self.exclusive)
+
+    @property
+    def barred(self) -> frozenset[str]:
+        """The exclusive owners the pod's exemption does not reach (a BestEffort pod's: every other queue's)."""
+        if self.trusted is not None or self.every_exclusive:
+            return frozenset()
+        return self.exclusive - self.owners.keys()
+
+    def tolerations(self) -> list[dict[str, str]]:
+        """The lock tolerations the webhook gives the pod (and repair adds): the every-lock ones for an exempt pod
+        (with the every-exclusive one for a DaemonSet's), then both tolerations of each owner it may use whose locks
+        are exclusive; for any other pod the tolerations of each owner it may use. Owners sorted."""
+        if self.every_lock is not None:
+            bypass = [BYPASS_TOLERATION] + ([EXCLUSIVE_BYPASS_TOLERATION] if self.every_exclusive else [])
+            return bypass + [exclusive_toleration(o) for o in sorted(self.owners) if o in self.exclusive]
+        return [t for o in sorted(self.owners) for t in owner_tolerations(o, o in self.exclusive)]
 
 
 def queue_admits(queue: QueueView | None, namespace: str) -> bool:
@@ -80,16 +124,20 @@ def daemonset_exemption(meta: Mapping[str, Any], namespace: str,
     return None
 
 
-def exemption(pod: Mapping[str, Any], namespace: str, grounds: Grounds, best_effort: bool | None = None) -> str | None:
-    """Why the pod may use every lock, or None. `best_effort`, when known (a pod view), saves reading the spec."""
+def exemption(pod: Mapping[str, Any], namespace: str, grounds: Grounds,
+              best_effort: bool | None = None) -> tuple[str, bool] | None:
+    """Why the pod may use every lock, and whether exclusive ones too (a DaemonSet's pod: yes; a BestEffort pod: no),
+    or None. `best_effort`, when known (a pod view), saves reading the spec."""
     meta = pod.get("metadata") or {}
     config = grounds.config.webhook
     if best_effort is None:
         best_effort = is_best_effort(pod.get("spec") or {})
-    if config.tolerate_best_effort and best_effort:
-        return "a BestEffort pod (no request or limit of any resource)"
     if config.tolerate_daemonsets:
-        return daemonset_exemption(meta, namespace, grounds.daemonsets)
+        daemon = daemonset_exemption(meta, namespace, grounds.daemonsets)
+        if daemon is not None:
+            return daemon, True
+    if config.tolerate_best_effort and best_effort:
+        return "a BestEffort pod (no request or limit of any resource)", False
     return None
 
 
@@ -107,7 +155,7 @@ def entitlement(pod: Mapping[str, Any], namespace: str, grounds: Grounds,
     """The lock owners `pod` in `namespace` may use (module docstring). `pod` is API JSON; only `metadata` is read
     when `best_effort` is given (the planner passes its pod view's). `reservations`, when given, are the candidates
     to match (the webhook's index narrows them); by default every Reservation."""
-    every = exemption(pod, namespace, grounds, best_effort)
+    exempt = exemption(pod, namespace, grounds, best_effort)
     trusted = (f"namespace {namespace} is trusted (webhook.trustedNamespaces)"
                if namespace in grounds.config.webhook.trusted_namespaces else None)
     owners: dict[str, str] = {}
@@ -127,50 +175,68 @@ def entitlement(pod: Mapping[str, Any], namespace: str, grounds: Grounds,
         if (reservation.phase in USABLE_PHASES and not reservation.unschedulable
                 and reservation_matches(reservation.owners, pod, namespace)):
             owners[reservation_owner_id(reservation.name)] = f"an owner of Reservation {reservation.name}"
-    return Entitlement(owners, every, trusted)
+    every, every_exclusive = exempt if exempt is not None else (None, False)
+    return Entitlement(owners, every, trusted, grounds.exclusive_owners, every_exclusive)
 
 
 @dataclass(frozen=True)
 class Claim:
-    """A toleration that lets a pod onto locked nodes: of one owner, or (owner None) of every owner."""
+    """A toleration that lets a pod onto locked nodes: of one owner, or (owner None) of every owner; `exclusive`: it
+    tolerates the exclusive taint (keys.LOCK_EXCLUSIVE), not the lock taint."""
 
     index: int
     owner: str | None
     toleration: Mapping[str, Any]
+    exclusive: bool = False
 
 
 def lock_claims(tolerations: Sequence[Any]) -> list[Claim]:
-    """The pod's tolerations that tolerate some `reservoir.sh/lock` taint (the one rule, shared.tolerations): an
-    `Equal` one tolerates its value's owner; an `Exists` one with the lock key or no key tolerates every owner."""
+    """The pod's tolerations that tolerate some `reservoir.sh/lock` or `reservoir.sh/lock-exclusive` taint (the one
+    rule, shared.tolerations), one claim per taint key: an `Equal` one tolerates its value's owner; an `Exists` one
+    with that key or no key tolerates every owner."""
     claims = []
     for index, toleration in enumerate(tolerations):
         if not isinstance(toleration, Mapping):
             continue
-        if (toleration.get("operator") or "Equal") == "Exists":
-            if tolerates_taint(toleration, keys.LOCK, "", keys.LOCK_EFFECT):
-                claims.append(Claim(index, None, toleration))
-        elif tolerates_taint(toleration, keys.LOCK, str(toleration.get("value") or ""), keys.LOCK_EFFECT):
-            claims.append(Claim(index, str(toleration.get("value") or ""), toleration))
+        for key, exclusive in ((keys.LOCK, False), (keys.LOCK_EXCLUSIVE, True)):
+            if (toleration.get("operator") or "Equal") == "Exists":
+                if tolerates_taint(toleration, key, "", keys.LOCK_EFFECT):
+                    claims.append(Claim(index, None, toleration, exclusive))
+            elif tolerates_taint(toleration, key, str(toleration.get("value") or ""), keys.LOCK_EFFECT):
+                claims.append(Claim(index, str(toleration.get("value") or ""), toleration, exclusive))
     return claims
 
 
 def unentitled(pod: Mapping[str, Any], namespace: str, rights: Entitlement,
                lock_of_node: Mapping[str, str]) -> list[str]:
     """Why the pod reaches locked capacity it is not entitled to: each lock toleration beyond its rights, and a
-    `spec.nodeName` on a node locked for an owner it may not use (`lock_of_node`: node -> owner id). Empty: fine."""
-    if rights.every_lock is not None or rights.trusted is not None:
+    `spec.nodeName` on a node locked for an owner it may not use (`lock_of_node`: node -> owner id). Empty: fine.
+    An exempt pod's claims are judged only where its exemption stops: a BestEffort pod's on the exclusive locks of
+    other queues (`Entitlement.barred`), which it may not tolerate all at once while any such lock exists."""
+    if rights.trusted is not None or (rights.every_lock is not None and not rights.barred):
         return []
     spec = pod.get("spec") or {}
     tolerations = spec.get("tolerations") or ()
     problems = []
+    judged: set[tuple[int, str | None]] = set()  # a toleration of no key claims both keys: judged once
     for claim in lock_claims(tolerations if isinstance(tolerations, Sequence) else ()):
         where = f"spec.tolerations[{claim.index}]"
-        if claim.owner is None:
+        if (claim.index, claim.owner) in judged:
+            continue
+        if claim.owner is None and rights.every_lock is not None:
+            if claim.exclusive:
+                problems.append(f"{where} {dict(claim.toleration)} tolerates every exclusive Reservoir lock, among "
+                                f"them those of {', '.join(sorted(rights.barred))} (a Guaranteed queue's, which "
+                                f"{rights.every_lock} may not use); remove it or name the key {keys.LOCK}")
+                judged.add((claim.index, claim.owner))
+        elif claim.owner is None:
             problems.append(f"{where} {dict(claim.toleration)} tolerates every Reservoir lock: only BestEffort pods, "
                             "DaemonSet pods and trusted namespaces may; remove it")
+            judged.add((claim.index, claim.owner))
         elif not rights.allows(claim.owner):
             problems.append(f"{where} tolerates the lock of {claim.owner}, which this pod may not use ("
                             f"{_may_use(rights)}); remove it")
+            judged.add((claim.index, claim.owner))
     node = spec.get("nodeName")
     if isinstance(node, str) and node in lock_of_node and not rights.allows(lock_of_node[node]):
         problems.append(f"spec.nodeName {node!r} is locked for {lock_of_node[node]}, which this pod may not use "

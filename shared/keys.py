@@ -19,11 +19,22 @@ LOCK = f"{DOMAIN}/lock"  # taint key and label key; value = owner id
 LOCK_KIND = f"{DOMAIN}/lock-kind"  # label; value = LockKind
 LOCK_INFO = f"{DOMAIN}/lock-info"  # annotation; JSON: owner, kind, reason, since, expires, reserved
 LOCK_EFFECT = "NoSchedule"
+# annotation on the nodes a starvation lock held when it outlived maxLockDuration; JSON {job owner id: RFC 3339 time
+# it expired}: the job's cool-down (starvation.lock_cooldowns), removed by the agent once `lockCooldown` has passed
+LOCK_EXPIRED = f"{DOMAIN}/lock-expired"
+# taint key, beside the lock taint, on a node whose lock the BestEffort exemption does not reach (a `Guaranteed`
+# queue guarantee's, seed 002): only the owner's pods and those exempt as a DaemonSet's tolerate it; value = owner id
+LOCK_EXCLUSIVE = f"{DOMAIN}/lock-exclusive"
+LOCK_TAINT_KEYS = (LOCK, LOCK_EXCLUSIVE)  # every taint key Reservoir writes (both with effect LOCK_EFFECT)
 
 # --- on pods and other objects ---
 IGNORE = f"{DOMAIN}/ignore"  # label: the webhook leaves the object alone
 QUEUE_PRIORITY_CLASS = f"{DOMAIN}/priority-class"  # Queue annotation naming a PriorityClass
 QUEUE_NAMESPACES = f"{DOMAIN}/namespaces"  # Queue annotation: comma-separated namespaces whose pods may use its lock
+# Queue annotation: "true" opts the Queue's `spec.guarantee` into node locks (seed 002); without it Reservoir locks
+# nothing for the guarantee (a Volcano cluster's existing guarantees are Volcano's quota floor). An annotation, since
+# Volcano's Queue schema prunes every spec field it does not declare.
+QUEUE_LOCK_GUARANTEE = f"{DOMAIN}/lock-guarantee"
 RESERVATION_AFFINITY = f"{DOMAIN}/reservation-affinity"  # pod annotation naming a Reservation
 KOORDINATOR_RESERVATION_AFFINITY = "scheduling.koordinator.sh/reservation-affinity"
 RESERVATION_ALLOCATED = f"{DOMAIN}/reservation-allocated"  # pod annotation: bound through this Reservation

@@ -14,13 +14,26 @@ from typing import Any
 from shared import keys
 from shared.jsonpatch import Op, add
 
-# BestEffort and DaemonSet pods may use every locked node (DESIGN section 3, mutation 5).
+# BestEffort and DaemonSet pods may use every locked node (DESIGN section 3, mutation 5)...
 BYPASS_TOLERATION: dict[str, str] = {"key": keys.LOCK, "operator": "Exists"}
+# ...but only DaemonSet pods every exclusive one (a `Guaranteed` queue's, keys.LOCK_EXCLUSIVE, seed 002)
+EXCLUSIVE_BYPASS_TOLERATION: dict[str, str] = {"key": keys.LOCK_EXCLUSIVE, "operator": "Exists"}
 
 
 def lock_toleration(owner: str) -> dict[str, str]:
     """The toleration of one owner's lock taint."""
     return {"key": keys.LOCK, "operator": "Equal", "value": owner, "effect": keys.LOCK_EFFECT}
+
+
+def exclusive_toleration(owner: str) -> dict[str, str]:
+    """The toleration of one owner's exclusive taint (keys.LOCK_EXCLUSIVE), beside its lock's."""
+    return {"key": keys.LOCK_EXCLUSIVE, "operator": "Equal", "value": owner, "effect": keys.LOCK_EFFECT}
+
+
+def owner_tolerations(owner: str, exclusive: bool) -> list[dict[str, str]]:
+    """What a pod entitled to `owner`'s locks needs: the lock toleration, and the exclusive one when the owner's
+    locks are exclusive."""
+    return [lock_toleration(owner), exclusive_toleration(owner)] if exclusive else [lock_toleration(owner)]
 
 
 def tolerates_taint(toleration: Mapping[str, Any], key: str, value: str, effect: str) -> bool:
@@ -40,6 +53,11 @@ def tolerates_taint(toleration: Mapping[str, Any], key: str, value: str, effect:
 def tolerates_lock(tolerations: Iterable[Mapping[str, Any]], owner: str) -> bool:
     """The tolerations let a pod onto a node locked for `owner`."""
     return any(tolerates_taint(t, keys.LOCK, owner, keys.LOCK_EFFECT) for t in tolerations)
+
+
+def tolerates_exclusive(tolerations: Iterable[Mapping[str, Any]], owner: str) -> bool:
+    """The tolerations tolerate the exclusive taint (keys.LOCK_EXCLUSIVE) of `owner`'s locks."""
+    return any(tolerates_taint(t, keys.LOCK_EXCLUSIVE, owner, keys.LOCK_EFFECT) for t in tolerations)
 
 
 def _covers(have: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:

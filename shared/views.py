@@ -20,11 +20,14 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from fractions import Fraction
 from typing import Any, TypeVar
 
 from shared import keys
 from shared.duration import parse_duration
 from shared.ownership import daemonset_node, is_daemonset_pod, job_identity
+from shared.predicates import NodeAffinity, Placement, required_node_affinity
 from shared.resources import EMPTY, Resources, is_best_effort, pod_requests
 from shared.timestamps import parse_time
 
@@ -33,6 +36,7 @@ TERMINAL = frozenset(("Succeeded", "Failed"))  # pod phases that hold nothing
 
 
 MAX_DEPTH = 64  # nesting of a kept raw subtree; Kubernetes objects nest about 20 deep at most (managedFields)
+MAX_EXPONENT = 100  # decimal exponent of a number read exactly (`_fraction`): a percentage is in [0, 1]
 _V = TypeVar("_V")
 
 
@@ -320,6 +324,9 @@ class PodView:
     job: tuple[str, str, str] = ("", "Pod", "")  # (namespace, kind, name) of its job, see ownership.job_identity
     daemon: bool = False  # controlled by a DaemonSet (ownership.is_daemonset_pod)
     daemon_node: str = ""  # a DaemonSet pod's one node (ownership.daemonset_node), for repair; "" otherwise
+    # required node affinity, parsed once (shared.predicates.required_node_affinity); None without one
+    required_affinity: NodeAffinity | None = None
+    gated: bool = False  # `spec.schedulingGates` non-empty: kube-scheduler does not try to place it (not starving)
 
     @classmethod
     @_readable("Pod")
@@ -362,11 +369,20 @@ class PodView:
             job=(namespace, *(_computed("metadata", lambda: job_identity(meta)) or ("Pod", name))),
             daemon=daemon,
             daemon_node=daemonset_node(spec) if daemon and not spec.get("nodeName") else "",
+            required_affinity=required_node_affinity(spec),
+            gated=bool(_array(spec.get("schedulingGates"), "spec.schedulingGates")),
         )
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def placement(self) -> Placement:
+        """Where kube-scheduler may place the pod (shared.predicates.schedulable_on), from its nodeSelector, required
+        node affinity and tolerations; built on each call (cheap), so the planner asks once per task shape."""
+        return Placement.of(node_selector=self.node_selector, affinity=self.required_affinity,
+                            tolerations=self.tolerations)
 
     @property
     def is_bound(self) -> bool:
@@ -404,21 +420,28 @@ class PodGroupView:
     queue: str
     priority_class_name: str
     created: datetime
+    # seed 004, "set annotation ... in podgroup": `volcano.sh/reserveable` is "true", and `volcano.sh/maximum-runtime`
+    # parsed once (None when absent or unreadable: ignored, never an error, as on a pod)
+    reserveable: bool = False
+    maximum_runtime: timedelta | None = None
 
     @classmethod
     @_readable("PodGroup")
     def from_obj(cls, obj: Mapping[str, Any]) -> PodGroupView:
         meta = _meta(obj)
         spec = _mapping(obj.get("spec"), "spec")
+        annotations = _strings(meta.get("annotations"), "metadata.annotations")
         return cls(
             namespace=_text(meta.get("namespace"), "metadata.namespace"),
             name=_text(meta.get("name"), "metadata.name"),
             uid=_text(meta.get("uid"), "metadata.uid"),
-            annotations=_strings(meta.get("annotations"), "metadata.annotations"),
+            annotations=annotations,
             min_member=_integer(spec.get("minMember"), "spec.minMember", 1) or 1,
             queue=_text(spec.get("queue"), "spec.queue", keys.DEFAULT_QUEUE),
             priority_class_name=_text(spec.get("priorityClassName"), "spec.priorityClassName"),
             created=_time(meta.get("creationTimestamp"), "metadata.creationTimestamp") or EPOCH,
+            reserveable=annotations.get(keys.RESERVEABLE) == "true",
+            maximum_runtime=_runtime(annotations),
         )
 
     @property
@@ -426,17 +449,20 @@ class PodGroupView:
         return f"{self.namespace}/{self.name}"
 
 
-def _fraction(value: Any, path: str) -> float | None:
-    """A finite JSON number (or a string of one, as before); None when absent."""
+def _fraction(value: Any, path: str) -> Fraction | None:
+    """A finite JSON number (or a string of one, as before), exactly as written: 0.29 is 29/100, not the binary float
+    nearest to it (seed 002's floor(nodes x percentage) must not lose a node to rounding). A JSON float is read back
+    through its shortest repr, which is the text the API server stored (it keeps float64's shortest form); the
+    exponent is bounded, so no number can make an enormous integer. None when absent."""
     if value is None:
         return None
     if isinstance(value, (int, float, str)) and not isinstance(value, bool) and len(str(value)) <= 40:
         try:
-            number = float(value)
-        except ValueError:
-            number = math.nan
-        if math.isfinite(number):
-            return number
+            number = Decimal(repr(value) if isinstance(value, float) else str(value).strip())
+        except ArithmeticError:  # decimal.InvalidOperation: not a number
+            number = Decimal("NaN")
+        if number.is_finite() and abs(number.adjusted()) <= MAX_EXPONENT:
+            return Fraction(number)
     raise ViewError(f"{path}: expected a number, got {_described(value)}")
 
 
@@ -447,7 +473,7 @@ class Guarantee:
     policy: str = "Best-Effort"
     resource: Resources = EMPTY
     percentage_dimensions: tuple[str, ...] = ()
-    percentage_value: float | None = None
+    percentage_value: Fraction | None = None  # exact (`_fraction`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -469,6 +495,19 @@ class QueueView:
         """Seed 001: the queue's PriorityClass is `spec.priorityClassName`, else the `reservoir.sh/priority-class`
         annotation (for Queue CRDs without the field); "" when neither is set."""
         return self.priority_class_name or self.annotations.get(keys.QUEUE_PRIORITY_CLASS, "")
+
+    @property
+    def locks_guarantee(self) -> bool:
+        """Seed 002: the Queue has a `spec.guarantee` and the admin opted it into node locks (annotation
+        `reservoir.sh/lock-guarantee: "true"`, an annotation since Volcano's schema prunes unknown spec fields).
+        Without it Reservoir locks nothing for the guarantee: in a Volcano cluster it is Volcano's quota floor."""
+        return self.guarantee is not None and self.annotations.get(keys.QUEUE_LOCK_GUARANTEE) == "true"
+
+    @property
+    def locks_exclusively(self) -> bool:
+        """Seed 002 policy `Guaranteed`, opted in: its locks carry `reservoir.sh/lock-exclusive` besides the lock
+        taint, so the BestEffort exemption does not reach them (pods it would let in would only be evicted again)."""
+        return self.locks_guarantee and self.guarantee is not None and self.guarantee.policy == "Guaranteed"
 
     @classmethod
     @_readable("Queue")
@@ -560,6 +599,8 @@ class ReservationView:
     node_name: str
     created: datetime
     status: Mapping[str, Any] = field(default_factory=dict)
+    # where the template lets it be placed (nodeName, nodeSelector, required node affinity, tolerations), parsed once
+    placement: Placement = field(default_factory=Placement)
 
     @classmethod
     @_readable("Reservation")
@@ -594,4 +635,10 @@ class ReservationView:
             node_name=_text(status.get("nodeName"), "status.nodeName"),
             created=_time(meta.get("creationTimestamp"), "metadata.creationTimestamp") or EPOCH,
             status=dict(status),
+            placement=Placement.of(node_name=_text(template_spec.get("nodeName"), "spec.template.spec.nodeName"),
+                                   node_selector=_strings(template_spec.get("nodeSelector"),
+                                                          "spec.template.spec.nodeSelector"),
+                                   affinity=required_node_affinity(template_spec),
+                                   tolerations=_objects(template_spec.get("tolerations"),
+                                                        "spec.template.spec.tolerations")),
         )

@@ -21,8 +21,9 @@ from shared.ownership import (
     queue_of,
     reservation_owner_id,
 )
-from shared.tolerations import BYPASS_TOLERATION, lock_toleration, toleration_ops
-from shared.views import PodGroupView, PriorityClassView, QueueView
+from shared.priority import job_class
+from shared.tolerations import toleration_ops
+from shared.views import PodGroupView
 from webhook.admission import shown
 from webhook.lookup import Lookup
 
@@ -37,28 +38,25 @@ class Mutation:
     reasons: list[str] = field(default_factory=list)  # what was changed and why, for the log line
 
 
-def queue_priority_class(queue: QueueView | None, lookup: Lookup) -> PriorityClassView | None:
-    """Seed 001: the PriorityClass the queue names (QueueView.class_name), if it exists."""
-    if queue is None or not queue.class_name:
-        return None
-    return lookup.priority_classes.get(queue.class_name)
-
-
-def _inherit_priority(spec: Mapping[str, Any], queue_name: str, lookup: Lookup,
+def _inherit_priority(spec: Mapping[str, Any], podgroup: PodGroupView | None, queue_name: str, lookup: Lookup,
                       with_value: bool) -> tuple[list[Op], str]:
-    """Seed 001 "Job's Priority inherits Queue's Priority": an object with no class chosen (none, or the cluster's
-    globalDefault filled in by the Priority admission plugin) takes its queue's class. For pods, `priority` and
-    `preemptionPolicy` are set from the class too, since the Priority plugin re-validates them after webhooks."""
+    """Seed 001 "Job's Priority inherits Queue's Priority", by the seed's `cache.go` rule (shared.priority.job_class,
+    which the planner's job priority follows too): an object with no class chosen (none, or the cluster's
+    globalDefault filled in by the Priority admission plugin) takes its PodGroup's own class, else its queue's. For
+    pods, `priority` and `preemptionPolicy` are set from the class too, since the Priority plugin re-validates them
+    after webhooks; the ResourceQuota admission plugin, after every webhook, judges the pod with that class as if the
+    tenant had named it (shared.priority: the PodGroup route gives no more than naming the class on the pod)."""
     chosen = spec.get("priorityClassName") or ""
     if chosen and chosen != lookup.global_default_class:
         return [], ""
-    inherited = queue_priority_class(lookup.queues.get(queue_name), lookup)
-    if inherited is None or inherited.name == chosen:
+    found = job_class(podgroup, lookup.queues.get(queue_name), lookup.priority_classes)
+    if found is None or found[0].name == chosen:
         return [], ""
+    inherited, source = found
     ops = [add("/spec/priorityClassName", inherited.name)]
     if with_value:
         ops += [add("/spec/priority", inherited.value), add("/spec/preemptionPolicy", inherited.preemption_policy)]
-    return ops, f"priorityClassName={inherited.name} inherited from queue {queue_name}"
+    return ops, f"priorityClassName={inherited.name} inherited from {source}"
 
 
 def _add_annotations(meta: Mapping[str, Any], new: Mapping[str, str]) -> list[Op]:
@@ -224,22 +222,22 @@ def mutate_pod(pod: Mapping[str, Any], namespace: str, lookup: Lookup) -> Mutati
     annotations.update(copied)
 
     queue = queue_of(pod, podgroup)
-    priority_ops, why = _inherit_priority(spec, queue, lookup, with_value=True)  # 2
+    priority_ops, why = _inherit_priority(spec, podgroup, queue, lookup, with_value=True)  # 2
     ops += priority_ops
     if why:
         reasons.append(why)
 
     rights = entitled(pod, namespace, lookup)
-    if rights.every_lock is not None:  # 5
-        bypass = toleration_ops(spec.get("tolerations"), [BYPASS_TOLERATION])
+    if rights.every_lock is not None:  # 5 (an exclusive lock only its own queue's, or every one for a DaemonSet's)
+        bypass = toleration_ops(spec.get("tolerations"), rights.tolerations())
         if bypass:
             reasons.append(f"tolerates every lock: {rights.every_lock}")
         return Mutation(ops + bypass, warnings, reasons)
 
-    owners = sorted(rights.owners)  # 3
+    owners = sorted(rights.owners)  # 3 (both tolerations of an owner whose locks are exclusive)
     # 4: naming a Reservation only narrows where the pod may go; its toleration comes from being an owner (step 3)
     required = required_reservations(annotations, lookup, warnings)
-    added_tolerations = toleration_ops(spec.get("tolerations"), [lock_toleration(o) for o in owners])
+    added_tolerations = toleration_ops(spec.get("tolerations"), rights.tolerations())
     if added_tolerations:
         reasons.append(f"tolerations for {len(owners)} lock owners")
     ops += added_tolerations
@@ -251,10 +249,10 @@ def mutate_pod(pod: Mapping[str, Any], namespace: str, lookup: Lookup) -> Mutati
 
 
 def mutate_podgroup(podgroup: Mapping[str, Any], lookup: Lookup) -> Mutation:
-    """Seed 001 for PodGroups: no priorityClassName -> the queue's class."""
+    """Seed 001 for PodGroups: no priorityClassName -> the queue's class (a PodGroup's own class comes first)."""
     spec = podgroup.get("spec") or {}
     queue = spec.get("queue") or keys.DEFAULT_QUEUE
-    ops, why = _inherit_priority(spec, queue, lookup, with_value=False)
+    ops, why = _inherit_priority(spec, None, queue, lookup, with_value=False)
     if ops and podgroup.get("spec") is None:
         ops = [add("/spec", {"priorityClassName": ops[0]["value"]})]
     return Mutation(ops, reasons=[why] if why else [])

@@ -267,13 +267,31 @@ def _validate_percentage_value(path: FieldPath, value: Any) -> list[str]:
     return [invalid(path, value, "expected a number in [0, 1]")]
 
 
+GPU_DIMENSION = "gpu"  # the seed's own dimension: the agent reads it as `guarantee.gpuResource` (nvidia.com/gpu)
+
+
 def _validate_percentage_dimensions(path: FieldPath, dimensions: Any) -> list[str]:
-    """Seed 002: `spec.guarantee.percentage.dimensions` is a non-empty list of known resource names."""
+    """Seed 002: `spec.guarantee.percentage.dimensions` is a non-empty list of known resource names, or the seed's
+    `gpu` (the extended resource `guarantee.gpuResource` of the config, nvidia.com/gpu by default)."""
     if not dimensions or not isinstance(dimensions, list):
         return [invalid(path, dimensions, "expected a non-empty list of resource names such as [cpu, memory]")]
-    return [f"{path}: unknown resource name {name!r}: expected cpu, memory, ephemeral-storage or a prefixed name "
-            "such as nvidia.com/gpu"
-            for name in dimensions if not isinstance(name, str) or not is_known_resource_name(name)]
+    return [f"{path}: unknown resource name {shown(name)}: expected cpu, memory, ephemeral-storage, gpu or a prefixed "
+            "name such as nvidia.com/gpu"
+            for name in dimensions
+            if not isinstance(name, str) or not (name == GPU_DIMENSION or is_known_resource_name(name))]
+
+
+def _validate_lock_guarantee(path: FieldPath, annotations: Mapping[str, Any], guarantee: Any,
+                             warnings: list[str]) -> list[str]:
+    """Seed 002 opt-in: `reservoir.sh/lock-guarantee`, when set, is "true" or "false"; a guarantee without "true" is
+    let in with a warning that Reservoir locks no node for it."""
+    value = annotations.get(keys.QUEUE_LOCK_GUARANTEE)
+    if value is not None and value not in ("true", "false"):
+        return [invalid(path, value, 'expected "true" (lock nodes for spec.guarantee) or "false"')]
+    if guarantee is not None and value != "true":
+        warnings.append(f"spec.guarantee locks no node until the Queue is annotated {keys.QUEUE_LOCK_GUARANTEE}: "
+                        '"true" (Reservoir leaves a guarantee alone unless the Queue opts in)')
+    return []
 
 
 def _validate_percentage(path: FieldPath, percentage: Any) -> list[str]:
@@ -357,13 +375,17 @@ def validate_queue(queue: Mapping[str, Any], cluster: Resources | None = None,
                    old: Mapping[str, Any] | None = None) -> Verdict:
     """Seed 002: guarantee policy, percentage {dimensions, value in [0,1]}, resource <= capability, and resource
     <= `cluster` (the schedulable nodes' allocatable, when the webhook knows any node) where an UPDATE (`old`: the
-    Queue before it) does not lower or keep it; Volcano's `spec.capability` and `spec.deserved` are ResourceLists."""
+    Queue before it) does not lower or keep it; Volcano's `spec.capability` and `spec.deserved` are ResourceLists;
+    the opt-in annotation `reservoir.sh/lock-guarantee` is "true" or "false" (a guarantee without "true": a
+    warning)."""
     spec = _spec(queue)
     capability, problems = _validate_resource_list(SPEC.child("capability"), spec.get("capability"))
     problems += _validate_resource_list(SPEC.child("deserved"), spec.get("deserved"))[1]
     warnings: list[str] = []
     problems += _validate_guarantee(SPEC.child("guarantee"), spec.get("guarantee"), spec, capability, cluster,
                                     _guaranteed(old), warnings)
+    problems += _validate_lock_guarantee(ANNOTATIONS.key(keys.QUEUE_LOCK_GUARANTEE), _annotations(queue),
+                                         spec.get("guarantee"), warnings)
     what = _name(queue, "Queue")
     return _verdict(what, problems, [f"{what}: {warning}" for warning in warnings])
 

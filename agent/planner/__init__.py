@@ -15,17 +15,24 @@ the planner are named in full):
 Seed 000, "Reserve Action" (starvation.STARVATION):
 - "Job Ready" -> jobs.Job.ready; "ReadyTaskNum" -> jobs.Job.bound; the job and its MinAvailable -> jobs.build_jobs
 - "Job Condition Ready" (reserved tasks count) -> starvation.job_turn (kept locks), starvation.reserve_job
-- "Job starving", isJobStarving -> starvation.is_starving
+- "Job starving", isJobStarving -> starvation.is_starving; a pod held by `schedulingGates` is not pending ->
+  jobs.Job.pending, jobs.build_jobs
 - "Reserved" (a task reserved on a node) -> starvation.reserve_tasks, starvation.NodeChooser.choose
-- "Node reserve logic" (allocatable >= request) -> starvation.NodeChooser._usable, capacity.time_to_fit
-- "Node selection strategy to participate in reserve" -> starvation.NodeChooser, starvation.placeable_now
+- "Node reserve logic" (allocatable >= request) -> starvation.NodeChooser._usable, capacity.time_to_fit; "resources
+  will be `allocated`" when idle covers the task now (no lock) -> starvation.reserve_tasks (Reserved.fit_now)
+- "Node selection strategy to participate in reserve", "PredicateNodes for task" -> starvation.NodeChooser,
+  starvation.placeable_now; the predicate itself (kube-scheduler's, for every policy) -> shared/predicates.py
+  schedulable_on
 - "Node calculating score logic" ((cpu + memory) / 2 + 2 * scalar) / 3 -> capacity.idle_fraction
-- "The proportion of nodes participating in reserve action" (reservedNodePercent) -> policy.cap,
-  starvation.plan_starvation
+- "The proportion of nodes participating in reserve action" (reservedNodePercent) -> starvation.starvation_cap,
+  starvation.Budget, starvation.plan_starvation
 - "Reserve logic" (a higher-priority job that can be scheduled goes first) -> starvation.higher_priority_blocker
-- "Reserve will succeed only if the job can reach ready or condition ready" -> starvation.reserve_job
+- "Reserve will succeed only if the job can reach ready or condition ready" (minMember - bound tasks) ->
+  starvation.reserve_job, starvation.needed_tasks
 - "Data Model": `Reserved` is "the sum of the resource requirement of all the tasks reserved" -> starvation.job_locks
-- maxLockDuration and cool-down (DESIGN 4.1) -> starvation.release_expired, starvation.back_of_the_order
+- maxLockDuration and cool-down (DESIGN 4.1, `lockCooldown`) -> starvation.release_expired, starvation.lock_cooldowns
+  (the `reservoir.sh/lock-expired` node annotation, Plan.node_marks; written by agent/writer.py node_patch),
+  starvation.back_of_the_order
 - "Nodes who have reserved resources will no longer scheduler new non-BestEffort tasks" -> the lock (model.Lock);
   BestEffort exemption -> webhook/mutate.py exempt_from_locks; the task's toleration -> repair.owed_by_job_locks
 
@@ -33,14 +40,18 @@ Seed 001, "Priority For Queue":
 - "Queue's Score Of Priority", "Of DRF", "Of Proportion", "Total Score" -> ordering.score, ordering.share,
   ordering.queue_priority, ordering.deserved
 - "QueueScoreOrder" -> ordering.queue_scores, ordering.score_queues, plan.plan_context; guaranteed queues in that
-  order -> guarantee.plan_guarantees
-- "the job priority will inherit the priority of queue" -> webhook/mutate.py _inherit_priority,
-  webhook/mutate.py queue_priority_class; a job's priority -> jobs.Job.priority
+  order -> guarantee.plan_guarantees; "by CreationTimestamp first, then by UID" -> ordering.queue_scores (exact)
+- `QueueScoreOrderEnable` -> config `queueOrder.queueScoreOrderEnable`, ordering.tiered_key
+- "the job priority will inherit the priority of queue", `cache.go` (the PodGroup's own class first) ->
+  shared/priority.py job_class; webhook/mutate.py _inherit_priority; a job's priority -> jobs.job_class_value,
+  jobs.Job.priority, shared/priority.py job_priority
 - the "reflection" (jobs ordered by priority across queues, `ordering: job-first`) -> ordering.order_jobs
 
 Seed 002, "Resource Reservation For Queue" (guarantee.GUARANTEES):
-- `guarantee` {policy, percentage, resource} -> guarantee.guaranteed_queues, guarantee.guarantee_request,
-  guarantee.resource_option, guarantee.percentage_option; the API -> webhook/validate.py validate_queue
+- `guarantee` {policy, percentage, resource} -> guarantee.guaranteed_queues (opted in: QueueView.locks_guarantee;
+  the others: guarantee.not_opted_in), guarantee.guarantee_request, guarantee.resource_option,
+  guarantee.percentage_option, guarantee.dimension_resource (`gpu`); the API -> webhook/validate.py validate_queue
+- "math.Floor(clusterNodeNumber * percentage)" -> guarantee.percentage_option (exact: shared/views.py _fraction)
 - "The request cannot be more than the total resource amount of cluster", "If `capability` is set, request must be
   no more than it" -> guarantee.refuse_oversize, webhook/validate.py validate_queue
 - "choose the one with more reserved resources as the final result" -> guarantee.more_reserved
@@ -48,10 +59,13 @@ Seed 002, "Resource Reservation For Queue" (guarantee.GUARANTEES):
   displacement.DISPLACES, guarantee.queue_seat
 - "Algorithm", "Complete formula" (0.4 / 0.35 / 0.15 / 0.1) -> guarantee_search.Problem.score_of,
   guarantee_search.search, guarantee_search.brute_force; its search pool -> guarantee_search.best_of_each_shape,
-  guarantee.search_pool
+  guarantee_search.shape_of (nodes grouped by coarse shape), guarantee_search.pool, guarantee.search_pool
 - "Lock Strategy", "schedule relock" (no churn) -> guarantee.resource_option (KEEP_MARGIN)
 - policy "Guaranteed" (evicting) -> guarantee.guaranteed_evictions; the evictions -> agent/writer.py
-  Writer.write_queues, agent/writer.py eviction_body
+  Writer.write_queues, agent/writer.py eviction_body; its locks exclusive -> model.Lock.exclusive,
+  agent/writer.py node_patch, shared/entitlement.py Entitlement (BestEffort exemption stops there)
+- a queue's pods' tolerations -> repair.holding_queues, repair.owed_by_queue_locks
+- NodeLocked / NodeReleased on the Queue (DESIGN 4 "Visibility") -> agent/writer.py owner_object
 - `status.reservation` {nodes, resource} -> guarantee.guarantee_queue; written by agent/writer.py
   queue_status_patch, agent/writer.py Writer.write_queues
 - "Safety" (a cap on locked nodes) -> policy.cap, plan.plan_context (maxLockedNodePercent)
@@ -71,13 +85,15 @@ Seed 003, "Resource Reservation" (reservations.RESERVATIONS):
 
 Seed 004, "node resource reservation" (windows.WINDOWS):
 - "recognize pods which need to be reserved" (`volcano.sh/reserveable`) and "recognize pod max running time"
-  (`volcano.sh/maximum-runtime`), from the pod or its podgroup -> webhook/mutate.py copy_reserve_annotations,
+  (`volcano.sh/maximum-runtime`), from the pod or its podgroup -> reserve.is_reserve_pod, reserve.maximum_runtime
+  (reserve.with_group_runtimes for the release curves), webhook/mutate.py copy_reserve_annotations,
   webhook/validate.py reserve_annotation_problems; the runtime's end -> capacity.pod_end
 - `reservelabels` with `cron`, `startReserveAgo` -> windows.window_bounds
 - "ReserveNodesMap": "order the nodes desc by node idle", "accumulate the node allocatable resource" ->
   windows.window_nodes, capacity.future_idle
 - `podNumToReserve`, "reservedTaskAllocatedResource", "reservedTaskPendingResource" -> windows.window_released,
-  windows.reserve_demand
+  windows.reserve_demand (on windows.counted_nodes); "max(reservedTaskAllocatedResource +
+  reservedTaskPendingResource, reserveResourcesConfig)" -> windows.reserve_target
 - "PredicateFn": "if the task is a reserve task, permit" -> the reserve pods' tolerations, repair.holding_windows
 
 Across the seeds: precedence -> plan.POLICIES; displacement -> displacement.DISPLACES, displacement.may_take;

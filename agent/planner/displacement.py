@@ -15,8 +15,9 @@ when the table below lists that lock's kind for the policy's kind (the kind of l
 The one condition beyond the kind is a job's liveness, checked for every policy not in TAKES_FROM_LIVE_JOBS: a job
 lock still claims its node while its job is *live*, as the policy asking judges it (`live_jobs`):
 - for a queue guarantee, every job with a pending pod that is not Job Ready (PlanContext.live_jobs);
-- for starvation, those of them with a pending task whose locks have not outlived `maxLockDuration` (seed 000: such
-  a lock is released and its job goes to the back of the order).
+- for starvation, those of them with a pending task whose locks have not outlived `maxLockDuration` and that are not
+  cooling down after one did (seed 000: such a lock is released, its job goes to the back of the order and waits
+  `lockCooldown`, starvation.lock_cooldowns).
 
 A window takes a live job's node while a guarantee may not: meant, and kept. A window is due at a fixed time on the
 nodes its `nodeSelector` names and cannot look elsewhere, while a starvation lock is the one kind that can be made

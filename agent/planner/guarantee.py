@@ -1,33 +1,48 @@
 """Seed 002, queue guarantees (DESIGN 4.2): lock a combination of nodes whose allocatable covers a queue's request.
 
+Opt-in (`guaranteed_queues`): only a Queue annotated `reservoir.sh/lock-guarantee: "true"` gets locks for its
+`spec.guarantee` (QueueView.locks_guarantee). In a Volcano cluster `spec.guarantee.resource` already means something
+(Volcano's quota floor), and Volcano's Queue schema prunes every field it does not declare, so the opt-in is an
+annotation; a guarantee without it locks nothing, evicts nothing, and its status says so (`not_opted_in`). This
+departs from the seed, whose guarantee locks as soon as it is written.
+
 Request (`guarantee_request`). `guarantee.resource` R, and/or `guarantee.percentage {dimensions, value}`:
-floor(schedulable nodes x value) nodes ("math.Floor(clusterNodeNumber * percentage)"). With both, each is placed and
-"the one with more reserved resources" wins: the one holding more of the percentage's dimensions (as shares of the
-cluster, summed) (`more_reserved`). A request above `spec.capability` or the cluster's schedulable allocatable is
-refused with a warning (`refuse_oversize`; "The request cannot be more than the total resource amount of cluster",
-"If `capability` is set, request must be no more than it"): reported, not locked (it would lock the whole cluster).
+floor(schedulable nodes x value) nodes ("math.Floor(clusterNodeNumber * percentage)"), counted exactly: the value is
+the decimal as written (QueueView reads it as a Fraction), so 0.29 x 100 nodes is 29, not the 28 a float product
+floors to. The seed's dimension `gpu` stands for the extended resource `guarantee.gpuResource` (default
+nvidia.com/gpu; `dimension_resource`). With both, each is placed and "the one with more reserved resources" wins:
+the one holding more of the percentage's dimensions (as shares of the cluster, summed) (`more_reserved`). A request
+above `spec.capability` or the cluster's schedulable allocatable is refused with a warning (`refuse_oversize`; "The
+request cannot be more than the total resource amount of cluster", "If `capability` is set, request must be no more
+than it"): reported, not locked (it would lock the whole cluster).
 
 Candidates: schedulable nodes not taken by a policy before this one and open to a queue by the displacement table
 (displacement.DISPLACES: not another queue's or a Reservation's, nor a live job's). The combination for R is found
 by guarantee_search.search (its docstring gives the seed's score and the bounded search) over the queue's own nodes
-and, per allocatable shape, the most idle candidates (`search_pool`). A queue already holding a covering combination
-keeps it unless a fresh search scores more than 5% better (no churn as idle moves).
+and, per coarse shape (guarantee_search.shape_of), the most idle candidates (`search_pool`). A queue already holding a
+covering combination keeps it unless a fresh search scores more than 5% better (no churn as idle moves).
 
 Policy `Guaranteed` ("scheduler will reserve resource without evicting running workloads [for Best-Effort], while
 "Guaranteed" is opposite"): the pods of other queues on the locked nodes are to be evicted (`guaranteed_evictions`),
 never those the guard rails keep (`never_evicted`: kube-system, Reservoir's namespace and
-`guarantee.protectedNamespaces`, mirror pods, DaemonSet pods, system-critical priority).
+`guarantee.protectedNamespaces`, mirror pods, DaemonSet pods, system-critical priority). Its locks are exclusive
+(Lock.exclusive; shared.entitlement "Exclusive locks"): the node also carries `reservoir.sh/lock-exclusive`, which
+the BestEffort exemption does not tolerate, so an evicted BestEffort pod's replacement does not land there again. A
+pod that tolerates that taint anyway (a trusted namespace's, or one admitted before the lock) is not evicted: it
+would only come back, eviction after eviction.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from fractions import Fraction
 
 from agent.planner.capacity import NodeState, schedulable
 from agent.planner.displacement import may_take
-from agent.planner.guarantee_search import Problem, best_of_each_shape, search
+from agent.planner.guarantee_search import Problem, best_of_each_shape, search, shape_of
 from agent.planner.model import Lock, QueueGuaranteeStatus
 from agent.planner.policy import PlanContext, Policy, PolicyResult, Statuses, kept_since
 from shared import keys
@@ -35,9 +50,11 @@ from shared.config import ReservoirConfig
 from shared.keys import LockKind
 from shared.ownership import pod_queue, queue_owner_id
 from shared.resources import EMPTY, Resources
+from shared.tolerations import tolerates_exclusive
 from shared.views import Guarantee, PodView, QueueView
 
 KEEP_MARGIN = 0.05
+GPU_DIMENSION = "gpu"  # the seed's own dimension name ("dimensions: ["cpu", "memory", "gpu", ...]")
 
 
 @dataclass
@@ -47,14 +64,14 @@ class Cluster:
     states: Mapping[str, NodeState]
     schedulable: list[str]
     total: Resources  # allocatable of the schedulable nodes
-    groups: dict[Resources, list[str]]  # allocatable -> schedulable nodes, most idle first, then name
+    groups: dict[Resources, list[str]]  # coarse shape (shape_of) -> schedulable nodes, most idle first, then name
 
     @classmethod
     def of(cls, states: Mapping[str, NodeState]) -> Cluster:
         names = sorted(n for n, s in states.items() if schedulable(s.node))
         groups: dict[Resources, list[str]] = {}
         for name in names:
-            groups.setdefault(states[name].node.allocatable, []).append(name)
+            groups.setdefault(shape_of(states[name].node.allocatable), []).append(name)
         for members in groups.values():
             members.sort(key=lambda n: (-sum(states[n].idle.values()), n))
         return cls(states, names, Resources.total(states[n].node.allocatable for n in names), groups)
@@ -89,26 +106,46 @@ class QueueSeat:
     current: Mapping[str, Lock]  # node -> its lock now
     available: Callable[[str], bool]  # the node is open to this queue (module docstring, "Candidates")
     held: list[str]  # schedulable nodes the queue holds now and may keep
+    gpu_resource: str = "nvidia.com/gpu"  # what the seed's `gpu` dimension stands for (guarantee.gpuResource)
 
 
 def guaranteed_queues(snapshot_queues: Mapping[str, QueueView], config: ReservoirConfig) -> list[QueueView]:
-    """Seed 002: the queues with a `spec.guarantee`, when guarantees are enabled."""
+    """Seed 002: the queues with a `spec.guarantee` opted into locks (module docstring, "Opt-in"), when guarantees
+    are enabled."""
     if not config.guarantee.enabled:
         return []
-    return [q for q in snapshot_queues.values() if q.guarantee is not None]
+    return [q for q in snapshot_queues.values() if q.locks_guarantee]
+
+
+NOT_OPTED_IN = (f"not locked: Reservoir locks nodes for a guarantee only when the Queue is annotated "
+                f"{keys.QUEUE_LOCK_GUARANTEE}=\"true\"")
+
+
+def not_opted_in(snapshot_queues: Mapping[str, QueueView],
+                 config: ReservoirConfig) -> tuple[list[QueueGuaranteeStatus], list[str]]:
+    """Seed 002 opt-in: a status and a note for each Queue whose guarantee is left alone, saying why (no lock, no
+    eviction, no Warning Event); by name."""
+    if not config.guarantee.enabled:
+        return [], []
+    waiting = sorted((q for q in snapshot_queues.values() if q.guarantee is not None and not q.locks_guarantee),
+                     key=lambda q: q.name)
+    statuses = [QueueGuaranteeStatus(q.name, (), EMPTY, q.guarantee.policy if q.guarantee else "", NOT_OPTED_IN)
+                for q in waiting]
+    return statuses, [f"queue={q.name} decision=no-lock reason={NOT_OPTED_IN}" for q in waiting]
 
 
 def plan_guarantees(*, context: PlanContext) -> PolicyResult:
-    """Seed 002: locks for every guaranteed queue, in QueueScoreOrder (seed 001), each within what the queues
-    before it left of the budget."""
+    """Seed 002: locks for every guaranteed queue (opted in), in QueueScoreOrder (seed 001), each within what the
+    queues before it left of the budget; a status for each guarantee not opted in."""
     queues = guaranteed_queues(context.snapshot.queues, context.config)
+    left_alone, left_alone_notes = not_opted_in(context.snapshot.queues, context.config)
     if not queues:
-        return PolicyResult()
+        return PolicyResult(statuses=Statuses(guarantees=tuple(left_alone)), notes=tuple(left_alone_notes))
     cluster = Cluster.of(context.states)
     rank = {s.name: i for i, s in enumerate(context.scores)}
     locks: dict[str, Lock] = {}
-    statuses: list[QueueGuaranteeStatus] = []
-    notes: list[str] = []
+    statuses: list[QueueGuaranteeStatus] = list(left_alone)
+    notes: list[str] = list(left_alone_notes)
     for queue in sorted(queues, key=lambda q: (rank.get(q.name, len(rank)), q.name)):
         queue_locks, status, note = guarantee_queue(queue, context=context, cluster=cluster)
         locks.update(queue_locks)
@@ -130,7 +167,7 @@ def guarantee_queue(queue: QueueView, *, context: PlanContext,
     options = guarantee_request(seat, search_budget=context.config.guarantee.search_budget)
     if isinstance(options, Refusal):
         return refused(queue, guarantee=guarantee, refusal=options)
-    chosen = more_reserved(options, guarantee=guarantee, cluster=cluster)
+    chosen = more_reserved(options, guarantee=guarantee, cluster=cluster, gpu=seat.gpu_resource)
     if len(chosen.nodes) > context.budget:
         why = f"needs {len(chosen.nodes)} nodes, {context.budget} left within maxLockedNodePercent"
         return refused(queue, guarantee=guarantee, refusal=Refusal(reason=why))
@@ -178,7 +215,7 @@ def queue_seat(queue: QueueView, *, guarantee: Guarantee, context: PlanContext, 
             and available(n)]
     return QueueSeat(queue=queue, guarantee=guarantee, owner=owner, cluster=cluster,
                      usage=context.usage.get(queue.name, {}), taken=taken, current=current, available=available,
-                     held=held)
+                     held=held, gpu_resource=context.config.guarantee.gpu_resource)
 
 
 def guarantee_request(seat: QueueSeat, *, search_budget: int) -> list[Option] | Refusal:
@@ -191,7 +228,7 @@ def guarantee_request(seat: QueueSeat, *, search_budget: int) -> list[Option] | 
             return by_resource
         options.append(by_resource)
     if seat.guarantee.percentage_value is not None:
-        by_percentage = percentage_option(seat, value=seat.guarantee.percentage_value)
+        by_percentage = percentage_option(seat, value=seat.guarantee.percentage_value, gpu=seat.gpu_resource)
         if isinstance(by_percentage, Refusal):
             return by_percentage
         if by_percentage is not None:
@@ -225,7 +262,7 @@ def resource_option(seat: QueueSeat, *, search_budget: int) -> Option | Refusal:
 
 def search_pool(seat: QueueSeat) -> list[str]:
     """Seed 002: the nodes handed to the search, by name: the queue's own (those its pods use, those it holds) and, per
-    allocatable shape, the most idle open nodes, as many as the shape needs alone plus one
+    coarse shape, the most idle open nodes, as many as the shape needs alone plus one
     (guarantee_search.best_of_each_shape, the rule the search applies again within)."""
     states, available = seat.cluster.states, seat.available
     names = {n for n in seat.usage if n in states and schedulable(states[n].node) and available(n)} | set(seat.held)
@@ -233,12 +270,19 @@ def search_pool(seat: QueueSeat) -> list[str]:
     return sorted(names)
 
 
-def percentage_option(seat: QueueSeat, *, value: float) -> Option | Refusal | None:
-    """Seed 002 `guarantee.percentage`: floor(schedulable nodes x value) open nodes, those held first, then most used
-    by the queue, then most idle, in the percentage's dimensions; None when that rounds down to 0."""
+def dimension_resource(dimension: str, gpu: str) -> str:
+    """Seed 002 percentage dimensions: the seed's `gpu` is the extended resource `guarantee.gpuResource`; any other
+    dimension is a resource name already."""
+    return gpu if dimension == GPU_DIMENSION else dimension
+
+
+def percentage_option(seat: QueueSeat, *, value: Fraction, gpu: str) -> Option | Refusal | None:
+    """Seed 002 `guarantee.percentage`: floor(schedulable nodes x value) open nodes, counted exactly (module
+    docstring), those held first, then most used by the queue, then most idle, in the percentage's dimensions (`gpu`
+    the resource the seed's `gpu` stands for); None when that rounds down to 0."""
     cluster, states = seat.cluster, seat.cluster.states
-    count = int(len(cluster.schedulable) * value)
-    dims = list(seat.guarantee.percentage_dimensions)
+    count = max(0, math.floor(len(cluster.schedulable) * value))  # a negative value (the webhook refuses one) is 0
+    dims = [dimension_resource(d, gpu) for d in seat.guarantee.percentage_dimensions]
     candidates = [n for n in cluster.schedulable if seat.available(n)]
     held = seat.held
     ranked = sorted(candidates, key=lambda n: (n not in held, tuple(-seat.usage.get(n, EMPTY)[d] for d in dims),
@@ -248,10 +292,10 @@ def percentage_option(seat: QueueSeat, *, value: float) -> Option | Refusal | No
     return Option(source="percentage", nodes=ranked[:count]) if count else None
 
 
-def more_reserved(options: list[Option], *, guarantee: Guarantee, cluster: Cluster) -> Option:
+def more_reserved(options: list[Option], *, guarantee: Guarantee, cluster: Cluster, gpu: str) -> Option:
     """Seed 002: with both `resource` and `percentage`, "choose the one with more reserved resources": the larger
     sum over the percentage's dimensions (else the resource's) of allocatable held / the cluster's."""
-    dims = list(guarantee.percentage_dimensions) or list(guarantee.resource)
+    dims = [dimension_resource(d, gpu) for d in guarantee.percentage_dimensions] or list(guarantee.resource)
 
     def size(option: Option) -> float:
         holds = Resources.total(cluster.states[n].node.allocatable for n in option.nodes)
@@ -269,7 +313,7 @@ def queue_locks(seat: QueueSeat, *, chosen: Option, current: Mapping[str, Lock],
     reason = f"guarantee of queue {queue.name} ({chosen.source}, {guarantee.policy})"
     return {name: Lock(node=name, owner=seat.owner, kind=LockKind.QUEUE, subject=f"queue/{queue.name}",
                        reason=reason, since=kept_since(current, node=name, owner=seat.owner, now=now),
-                       reserved=reserved)
+                       reserved=reserved, exclusive=queue.locks_exclusively)
             for name in sorted(chosen.nodes)}
 
 
@@ -304,7 +348,8 @@ def never_evicted(pod: PodView, protected: Collection[str]) -> str | None:
 
 def guaranteed_evictions(seat: QueueSeat, *, nodes: Sequence[str], context: PlanContext) -> tuple[str, ...]:
     """Seed 002 policy `Guaranteed`: the pods of other queues on the locked nodes, "namespace/name", except those the
-    guard rails keep (`never_evicted`). How many go per minute is the writer's to limit
+    guard rails keep (`never_evicted`) and those that tolerate the lock's exclusive taint (their replacement would
+    land there again: module docstring). How many go per minute is the writer's to limit
     (`guarantee.maxEvictionsPerMinute`)."""
     if seat.guarantee.policy != "Guaranteed":
         return ()
@@ -313,7 +358,8 @@ def guaranteed_evictions(seat: QueueSeat, *, nodes: Sequence[str], context: Plan
     evict: list[str] = []
     for name in nodes:
         evict += sorted(p.key for p in states[name].pods if never_evicted(p, protected) is None
-                        and pod_queue(p, podgroups) != seat.queue.name)
+                        and pod_queue(p, podgroups) != seat.queue.name
+                        and not tolerates_exclusive(p.tolerations, seat.owner))
     return tuple(evict)
 
 

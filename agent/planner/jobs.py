@@ -11,6 +11,7 @@ from functools import cached_property
 from agent.planner.capacity import NodeState
 from agent.planner.model import Snapshot
 from shared.ownership import JobRef, pod_queue
+from shared.priority import job_class, job_priority
 from shared.resources import Resources
 from shared.views import PodGroupView, PodView
 
@@ -24,6 +25,9 @@ class Job:
     created: datetime
     min_member: int
     pods: list[PodView] = field(default_factory=list)
+    # seed 001: the value of the job's PriorityClass by shared.priority.job_class (its PodGroup's, else its queue's),
+    # for a PodGroup's job; None when it has none (`job_class_value`)
+    class_value: int | None = None
 
     @property
     def owner(self) -> str:
@@ -35,8 +39,10 @@ class Job:
 
     @cached_property
     def priority(self) -> int:
-        """Seed 001 job priority (its pods' priority, inherited from the queue by the webhook): the highest."""
-        return max((p.priority for p in self.pods), default=0)
+        """Seed 001 job priority (shared.priority.job_priority): a PodGroup's job has its PodGroup's class, else its
+        queue's (`class_value`), but never more than the highest priority its pods were admitted with; any other job
+        the highest of its pods' (a pod that chose no class got its queue's from the webhook)."""
+        return job_priority(self.class_value, max((p.priority for p in self.pods), default=0))
 
     @cached_property
     def bound(self) -> int:
@@ -45,9 +51,10 @@ class Job:
 
     @cached_property
     def pending(self) -> list[PodView]:
-        """Seed 000 pending tasks, the ones to reserve for: unbound pods not being deleted, largest request first (cpu,
-        then memory), then by name."""
-        waiting = [p for p in self.pods if not p.is_bound and not p.deleting]
+        """Seed 000 pending tasks, the ones to reserve for: unbound pods not being deleted and not held by
+        `spec.schedulingGates` (kube-scheduler does not try to place a gated pod: it is not starving), largest request
+        first (cpu, then memory), then by name."""
+        waiting = [p for p in self.pods if not p.is_bound and not p.deleting and not p.gated]
         return sorted(waiting, key=lambda p: (-p.requests["cpu"], -p.requests["memory"], p.name))
 
     @property
@@ -67,12 +74,22 @@ def usage_by_queue(states: Mapping[str, NodeState],
     return {q: {n: Resources.total(r) for n, r in nodes.items()} for q, nodes in sums.items()}
 
 
+def job_class_value(podgroup: PodGroupView | None, queue: str, snapshot: Snapshot) -> int | None:
+    """Seed 001 (shared.priority.job_class, the one rule the webhook follows too): the value of a PodGroup's job's
+    PriorityClass, its PodGroup's own else its queue's; None for a job without a PodGroup, or when neither exists."""
+    if podgroup is None:
+        return None
+    found = job_class(podgroup, snapshot.queues.get(queue), snapshot.priority_classes)
+    return None if found is None else found[0].value
+
+
 def build_jobs(snapshot: Snapshot) -> list[Job]:
-    """Seed 000: every job with a pending pod (a job with none cannot starve, and holds no lock). minMember (the
-    seed's MinAvailable): the PodGroup's;
+    """Seed 000: every job with a pending pod not held by scheduling gates (a job with none cannot starve, and holds
+    no lock). minMember (the seed's MinAvailable): the PodGroup's;
     for any other job 1: without a gang constraint a job makes progress as soon as one of its pods is bound (a
     ReplicaSet kept partly pending by a full cluster is not starving; a lone pod that cannot be placed is)."""
-    waiting = {pod.job for pod in snapshot.pods if not pod.node_name and not pod.deleting and not pod.is_terminal}
+    waiting = {pod.job for pod in snapshot.pods
+               if not pod.node_name and not pod.deleting and not pod.is_terminal and not pod.gated}
     grouped: dict[tuple[str, str, str], list[PodView]] = defaultdict(list)
     for pod in snapshot.pods:
         if pod.job in waiting and not pod.is_terminal and pod.scheduler_name == "default-scheduler":
@@ -85,5 +102,6 @@ def build_jobs(snapshot: Snapshot) -> list[Job]:
             created, min_member = group.created, group.min_member
         else:
             created, min_member = min(p.created for p in pods), 1
-        jobs.append(Job(ref, pod_queue(pods[0], snapshot.podgroups), created, min_member, pods))
+        queue = pod_queue(pods[0], snapshot.podgroups)
+        jobs.append(Job(ref, queue, created, min_member, pods, job_class_value(group, queue, snapshot)))
     return jobs

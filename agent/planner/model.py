@@ -72,6 +72,9 @@ class Lock:
     expires: datetime | None = None
     reserved: Resources = EMPTY
     tasks: tuple[str, ...] = ()
+    # the BestEffort exemption does not reach it (a `Guaranteed` queue's, seed 002): the node carries the
+    # `reservoir.sh/lock-exclusive` taint too (shared.entitlement, "Exclusive locks"); read back from that taint
+    exclusive: bool = False
     # read back (lock_on) from an annotation Reservoir did not write as it is: what could not be read, else "".
     # Not part of the lock's identity: the writer rewrites the annotation whole and reports it (a Warning Event).
     unreadable: str = field(default="", compare=False)
@@ -88,8 +91,10 @@ class Lock:
         return json.dumps(self.info(), sort_keys=True, separators=(",", ":"))
 
     def same_hold(self, other: Lock | None) -> bool:
-        """True when `other` holds the node for the same owner with the same annotation (nothing to patch)."""
-        return other is not None and self.owner == other.owner and self.info_json() == other.info_json()
+        """True when `other` holds the node for the same owner with the same annotation and taints (nothing to
+        patch)."""
+        return (other is not None and self.owner == other.owner and self.exclusive == other.exclusive
+                and self.info_json() == other.info_json())
 
 
 def lock_on(node: NodeView) -> Lock | None:
@@ -156,6 +161,7 @@ def lock_on(node: NodeView) -> Lock | None:
     return Lock(
         node=node.name, owner=owner, kind=kind, subject=subject or owner, reason=reason,
         since=since or node.created, expires=expires, reserved=reserved, tasks=tasks,
+        exclusive=any(t.key == keys.LOCK_EXCLUSIVE and t.effect == keys.LOCK_EFFECT for t in node.taints),
         unreadable=f"{keys.LOCK_INFO} {'; '.join(problems)}" if problems else "",
     )
 
@@ -266,5 +272,8 @@ class Plan:
     guarantees: Sequence[QueueGuaranteeStatus] = ()  # per queue with a guarantee
     reservations: Sequence[ReservationStatus] = ()  # per Reservation
     repairs: Sequence[Repair] = ()  # pods to give the lock tolerations they lack, by (namespace, name)
+    # node -> Reservoir's annotations (other than the lock's) to write there, text or None to remove, only where the
+    # node differs: seed 000's `reservoir.sh/lock-expired` (starvation.lock_cooldowns)
+    node_marks: Mapping[str, Mapping[str, str | None]] = field(default_factory=dict)
     # the node states this plan computed, handed to the next plan to reuse what did not change
     states: Mapping[str, NodeState] = field(default_factory=dict, compare=False, repr=False)

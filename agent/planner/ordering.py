@@ -13,8 +13,15 @@ system classes would squash every user queue to 0). dominant_share = max over re
 allocated / cluster allocatable; proportion_share = max over resources of allocated / deserved, where deserved is
 `spec.deserved` when set, else the cluster's allocatable split by weight among the queues, capped by
 `spec.capability`. allocated = requests of the queue's pods holding resources on a node. Higher total first;
-ties by creation time, then uid. A queue that pods name without a Queue object counts as weight 1, no priority,
-created at the epoch.
+ties by creation time, then uid. Scores are compared exactly (fractions of the integer quantities, weights as the
+config gives them), so two totals equal in arithmetic tie and the tie-break decides, not float rounding (0.4 + 0.7 -
+0.2 and 0.8 + 0.6 - 0.5 are both 0.9; as floats they differ in the 16th digit). A queue that pods name without a
+Queue object counts as weight 1, no priority, created at the epoch.
+
+`queueOrder.queueScoreOrderEnable` (the seed's `QueueScoreOrderEnable`): when false, queues are ordered as Volcano's
+QueueOrderFn does without scores, each plugin's own order in its tier order, the first that tells two queues apart
+deciding: priority (higher first), then DRF share (lower first), then proportion share (lower first); then creation
+time and uid. A plugin whose weight is 0 is left out of either order (the seed's per-plugin `EnabledQueueScoreOrder`).
 
 Jobs: `queue-first` orders by queue, then job priority, creation time, name; `job-first` (the seed's
 "reflection") by job priority across queues, then queue, creation time, name.
@@ -23,6 +30,7 @@ Jobs: `queue-first` orders by queue, then job priority, creation time, name; `jo
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from fractions import Fraction
 
 from agent.planner.capacity import NodeState, schedulable
 from agent.planner.jobs import Job, usage_by_queue
@@ -35,21 +43,38 @@ from shared.views import EPOCH, PriorityClassView, QueueView
 HIGHEST_USER_DEFINABLE_PRIORITY = 1_000_000_000
 
 
-def score(priority: int, lowest: int, highest: int, drf_share: float, weight: int, proportion_share: float,
-          config: QueueOrderConfig) -> tuple[float, float, float, float]:
+def score(priority: int, lowest: int, highest: int, drf_share: Fraction, weight: int, proportion_share: Fraction,
+          config: QueueOrderConfig) -> tuple[Fraction, Fraction, Fraction, Fraction]:
     """Seed 001 QueueScoreOrderFn: (priority score, DRF score, proportion score, total), each part already times its
-    weight (module docstring)."""
-    p = (priority - lowest) / (highest - lowest) if highest > lowest else 0.0
+    weight (module docstring); exact when the shares are Fractions."""
+    p = Fraction(priority - lowest, highest - lowest) if highest > lowest else Fraction(0)
     d = 1 - drf_share / weight
     r = 1 - proportion_share
-    parts = (config.priority_weight * p, config.drf_weight * d, config.proportion_weight * r)
-    return (*parts, sum(parts))
+    parts = (Fraction(config.priority_weight) * p, Fraction(config.drf_weight) * d,
+             Fraction(config.proportion_weight) * r)
+    return (*parts, sum(parts, Fraction(0)))
 
 
-def share(allocated: Resources, of: Resources) -> float:
+def share(allocated: Resources, of: Resources) -> Fraction:
     """Seed 001 DRF and proportion shares: max over resources (pods excluded) of allocated / of, counting only
-    resources `of` has."""
-    return max((amount / of[name] for name, amount in allocated.items() if name != PODS and of[name] > 0), default=0.0)
+    resources `of` has; exact."""
+    return max((Fraction(amount, of[name]) for name, amount in allocated.items() if name != PODS and of[name] > 0),
+               default=Fraction(0))
+
+
+def tiered_key(priority: int, drf_share: Fraction, proportion_share: Fraction,
+               config: QueueOrderConfig) -> tuple[Fraction | int, ...]:
+    """Seed 001 with `QueueScoreOrderEnable: false`: Volcano's QueueOrderFn, the plugins one after the other in
+    their tier order (priority higher first, DRF share lower first, proportion share lower first), those of weight 0
+    left out; lower keys first."""
+    parts: list[Fraction | int] = []
+    if config.priority_weight > 0:
+        parts.append(-priority)
+    if config.drf_weight > 0:
+        parts.append(drf_share)
+    if config.proportion_weight > 0:
+        parts.append(proportion_share)
+    return tuple(parts)
 
 
 def queue_priority(queue: QueueView, classes: Mapping[str, PriorityClassView]) -> int:
@@ -92,9 +117,12 @@ def queue_scores(queues: Mapping[str, QueueView], named: Iterable[str], classes:
         used = allocated.get(q.name, Resources())
         drf_share, proportion_share = share(used, cluster), share(used, fair[q.name])
         p, d, r, total = score(priorities[q.name], lowest, highest, drf_share, q.weight, proportion_share, config)
-        scored.append((QueueScore(q.name, priorities[q.name], p, drf_share, d, proportion_share, r, total, used,
-                                  fair[q.name]), q.created, q.uid))
-    scored.sort(key=lambda item: (-item[0].total, item[1], item[2], item[0].name))
+        first: tuple[Fraction | int, ...] = ((-total,) if config.queue_score_order_enable
+                                             else tiered_key(priorities[q.name], drf_share, proportion_share, config))
+        scored.append((QueueScore(q.name, priorities[q.name], float(p), float(drf_share), float(d),
+                                  float(proportion_share), float(r), float(total), used, fair[q.name]),
+                       (first, q.created, q.uid, q.name)))
+    scored.sort(key=lambda item: item[1])
     return [item[0] for item in scored]
 
 

@@ -19,7 +19,8 @@ from agent.planner.ordering import score_queues
 from agent.planner.policy import PlanContext, Policy, Statuses, cap, tagged
 from agent.planner.repair import plan_repairs
 from agent.planner.reservations import RESERVATIONS
-from agent.planner.starvation import STARVATION
+from agent.planner.reserve import with_group_runtimes
+from agent.planner.starvation import STARVATION, lock_cooldowns
 from agent.planner.windows import WINDOWS
 from shared.config import ReservoirConfig
 
@@ -58,7 +59,9 @@ def plan(snapshot: Snapshot, config: ReservoirConfig, now: datetime,
                            config=config)
     return Plan(locks=locks, jobs=list(statuses.jobs), windows=list(statuses.windows), notes=notes,
                 queues=list(context.scores), guarantees=list(statuses.guarantees),
-                reservations=list(statuses.reservations), repairs=repairs, states=context.states)
+                reservations=list(statuses.reservations), repairs=repairs, states=context.states,
+                node_marks=lock_cooldowns(nodes=snapshot.nodes, current=context.current, config=config.starvation,
+                                          now=now).marks)
 
 
 def guard_locks(locks: Mapping[str, Lock], states: Mapping[str, NodeState]) -> tuple[dict[str, Lock], list[str]]:
@@ -83,7 +86,9 @@ def plan_context(*, snapshot: Snapshot, config: ReservoirConfig, now: datetime, 
     """Seeds 000-004: what every policy reads, computed once: node states (reusing the previous plan's where nothing
     changed), the global cap, the jobs with a pending pod, and the queues' usage and QueueScoreOrder when queues
     compete."""
-    states = node_states(snapshot.nodes, snapshot.pods, previous.states if previous is not None else None)
+    # seed 004: a pod's maximum runtime is its PodGroup's when it has none of its own (reserve.with_group_runtimes)
+    pods = with_group_runtimes(snapshot.pods, snapshot.podgroups)
+    states = node_states(snapshot.nodes, pods, previous.states if previous is not None else None)
     schedulable_nodes = sum(1 for s in states.values() if schedulable(s.node))
     jobs = build_jobs(snapshot) if config.starvation.enabled or config.guarantee.enabled else []
     named = {j.queue for j in jobs}

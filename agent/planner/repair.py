@@ -9,7 +9,10 @@ A pod is owed the toleration of an owner's lock when, in this plan, the lock is 
   with the phase this plan gives them (the writer writes it in the same reconcile), so the owners of a Waiting one get
   nothing yet;
 - it is an unbound, unfinished reserve pod (`volcano.sh/reserveable`, seed 004) and a configured window holds a lock:
-  the owner ids of the windows holding locks, as far as the windows' `namespaces` and `queues` let the pod in.
+  the owner ids of the windows holding locks, as far as the windows' `namespaces` and `queues` let the pod in;
+- it is an unbound, unfinished pod of a queue (shared.ownership: its PodGroup's `spec.queue`, else its
+  `scheduling.volcano.sh/queue-name`, else `default`) whose guarantee holds a lock (seed 002), as far as the Queue's
+  `reservoir.sh/namespaces` lets the pod in.
 Entitlement is read from the grounds of `grounds_of` (the snapshot's PodGroups, Queues and Reservations, the config);
 its DaemonSets are an empty mapping for now (the agent does not watch DaemonSets), so a DaemonSet's pod is exempt
 only as a BestEffort pod or by a trusted namespace.
@@ -20,25 +23,28 @@ locks is owed that lock's toleration: the webhook never saw it, and the node is 
 (PodView.daemon_node: that node, read once from the pod spec by shared.ownership.daemonset_node.)
 
 Bound pods are past help (a pod update may add tolerations, but the pod is placed already). The tolerations added are
-those of `lock_toleration(owner)`, owners sorted, that the pod's own tolerations do not already cover (an `Exists`
-toleration of the lock key covers every owner), as the webhook would have added them.
+those of `owner_tolerations(owner, exclusive)`, owners sorted, that the pod's own tolerations do not already cover (an
+`Exists` toleration of the lock key covers every owner's lock taint), as the webhook would have added them: the lock
+toleration, and for an owner whose lock in this plan is exclusive (a `Guaranteed` queue's, Lock.exclusive) the
+exclusive one too (which a BestEffort pod's every-lock toleration does not cover).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 
 from agent.planner.jobs import Job
 from agent.planner.model import Lock, Repair, ReservationStatus, Snapshot
 from agent.planner.reservations import is_owner, pod_meta
+from agent.planner.reserve import is_reserve_pod
 from shared import keys
 from shared.config import ReservoirConfig, WindowConfig
 from shared.entitlement import Entitlement, Grounds, entitlement
 from shared.keys import LockKind
-from shared.ownership import reservation_owner_id, window_owner_id
-from shared.tolerations import lock_toleration, missing
-from shared.views import PodView, ReservationView
+from shared.ownership import pod_queue, queue_owner_id, reservation_owner_id, window_owner_id
+from shared.tolerations import missing, owner_tolerations
+from shared.views import PodGroupView, PodView, ReservationView
 
 PodKey = tuple[str, str]  # (namespace, name)
 
@@ -74,19 +80,24 @@ def plan_repairs(*, jobs: Sequence[Job], pods: Sequence[PodView], locks: Mapping
         owed.setdefault((pod.namespace, pod.name), (pod, set()))[1].add(owner)
     holding = holding_reservations(statuses, reservations=reservations)
     window_owners = holding_windows(locks, windows=windows)
-    if holding or window_owners:  # only then are the waiting pods looked at one by one
+    queue_owners = holding_queues(locks)
+    if holding or window_owners or queue_owners:  # only then are the waiting pods looked at one by one
         waiting = [p for p in pods if not p.is_bound and not p.is_terminal]
+        for pod, owner in owed_by_queue_locks(waiting, queue_owners=queue_owners, podgroups=grounds.podgroups):
+            owed.setdefault((pod.namespace, pod.name), (pod, set()))[1].add(owner)
         for owner, reservation in holding:
             for pod in waiting:
                 if is_owner(reservation, pod):
                     owed.setdefault((pod.namespace, pod.name), (pod, set()))[1].add(owner)
         for pod in waiting:
-            if window_owners and pod.reserveable:
+            if window_owners and is_reserve_pod(pod, grounds.podgroups):  # on the pod or its PodGroup
                 owed.setdefault((pod.namespace, pod.name), (pod, set()))[1].update(window_owners)
     entitled = {key: (pod, allowed(rights_of(pod, grounds), owners)) for key, (pod, owners) in owed.items()}
     for pod, owner in owed_by_daemon_targets(pods, locks=locks):
         entitled.setdefault((pod.namespace, pod.name), (pod, set()))[1].add(owner)
-    repairs = (repair_of(pod, owners=owners) for _, (pod, owners) in sorted(entitled.items(), key=lambda item: item[0]))
+    exclusive = frozenset(lock.owner for lock in locks.values() if lock.exclusive)
+    repairs = (repair_of(pod, owners=owners, exclusive=exclusive)
+               for _, (pod, owners) in sorted(entitled.items(), key=lambda item: item[0]))
     return [repair for repair in repairs if repair is not None]
 
 
@@ -143,6 +154,22 @@ def holding_windows(locks: Mapping[str, Lock], *, windows: Sequence[WindowConfig
     return {owner for owner in (window_owner_id(w.name) for w in windows) if owner in locked}
 
 
+def holding_queues(locks: Mapping[str, Lock]) -> frozenset[str]:
+    """Seed 002: the owner ids of the queues whose guarantee holds a lock in this plan."""
+    return frozenset(lock.owner for lock in locks.values() if lock.kind is LockKind.QUEUE)
+
+
+def owed_by_queue_locks(waiting: Iterable[PodView], *, queue_owners: frozenset[str],
+                        podgroups: Mapping[tuple[str, str], PodGroupView]) -> Iterator[tuple[PodView, str]]:
+    """Seed 002: each waiting pod of a queue holding a lock (`queue_owners`), with that queue's owner id."""
+    if not queue_owners:
+        return
+    for pod in waiting:
+        owner = queue_owner_id(pod_queue(pod, podgroups))
+        if owner in queue_owners:
+            yield pod, owner
+
+
 def owed_by_daemon_targets(pods: Sequence[PodView], *, locks: Mapping[str, Lock]) -> Iterator[tuple[PodView, str]]:
     """The pending pods of a DaemonSet in a namespace the webhook skips whose target node (PodView.daemon_node) this
     plan locks, with that lock's owner."""
@@ -157,12 +184,13 @@ def owed_by_daemon_targets(pods: Sequence[PodView], *, locks: Mapping[str, Lock]
                 yield pod, lock.owner
 
 
-def repair_of(pod: PodView, *, owners: Iterable[str]) -> Repair | None:
-    """DESIGN 4 "Repair" for seeds 000, 003, 004: the repair of one pod owed the locks of `owners`: the lock tolerations
-    it lacks, owners sorted; None when it is bound or lacks none."""
+def repair_of(pod: PodView, *, owners: Iterable[str], exclusive: Collection[str] = ()) -> Repair | None:
+    """DESIGN 4 "Repair" for seeds 000, 002, 003, 004: the repair of one pod owed the locks of `owners`: the lock
+    tolerations it lacks (both of an owner in `exclusive`), owners sorted; None when it is bound or lacks none."""
     if pod.is_bound:
         return None
-    lacking = missing(pod.tolerations, [lock_toleration(owner) for owner in sorted(owners)])
+    lacking = missing(pod.tolerations, [t for owner in sorted(owners)
+                                        for t in owner_tolerations(owner, owner in exclusive)])
     if not lacking:
         return None
     return Repair(namespace=pod.namespace, name=pod.name, tolerations=tuple(pod.tolerations), add=tuple(lacking))

@@ -45,7 +45,7 @@ from shared import keys
 from shared.keys import LockKind
 from shared.matching import reservation_matches
 from shared.ownership import reservation_owner_id
-from shared.predicates import node_affinity_allows, required_node_affinity_terms, selects, tolerations_allow
+from shared.predicates import schedulable_on
 from shared.resources import Resources
 from shared.timestamps import parse_time, stamp
 from shared.views import NodeView, PodView, ReservationView
@@ -83,16 +83,11 @@ def recorded_owners(reservation: ReservationView) -> frozenset[str]:
 
 
 def node_allowed(reservation: ReservationView, node: NodeView) -> bool:
-    """Seed 003 "Schedule Reservations": the template's nodeName, nodeSelector, required node affinity (terms ORed,
-    expressions ANDed) and tolerations allow this node."""
-    spec = reservation.template.get("spec") or {}
-    if spec.get("nodeName") and spec["nodeName"] != node.name:
-        return False
-    if not selects(spec.get("nodeSelector") or {}, node):
-        return False
-    if not node_affinity_allows(required_node_affinity_terms(spec), node):
-        return False
-    return tolerations_allow(spec.get("tolerations") or (), node, ignore_lock=True)
+    """Seed 003 "Schedule Reservations": the template's nodeName, nodeSelector, required node affinity (kube's
+    semantics, matchFields included) and tolerations allow this node: the one predicate, shared.predicates
+    (schedulable_on; Reservoir's lock taint skipped, it is the planner's to give; the `pods` count is the caller's
+    resource fit, pod_requests counting one pod)."""
+    return schedulable_on(reservation.placement, node, pods_on_node=0, ignore_lock=True)
 
 
 def _condition(kind: str, status: bool, reason: str, message: str, previous: Mapping[str, Any],

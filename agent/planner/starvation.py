@@ -2,28 +2,62 @@
 
 A job is *starving* (`is_starving`, the seed's isJobStarving) when it has existed longer than
 `starvingJobTimeThreshold`, is not Job Ready (bound < minMember) and not Job Condition Ready (bound + reserved <
-minMember; a job whose pending tasks are already reserved on its locked nodes keeps them instead of asking again).
+minMember; a job whose tasks are already reserved on its locked nodes keeps them instead of asking again). Its pending
+tasks are its unbound pods not held by `spec.schedulingGates` (jobs.Job.pending): a gated pod is not starving, and
+kube-scheduler would not place it on a drained node anyway.
 
-Node choice, per pending task (largest first) (`reserve_tasks`, `NodeChooser`; the seed's "Node selection strategy
-to participate in reserve"): nodes that can ever fit it ("Node reserve logic": allocatable >= request plus what the
-job already reserved there), not cordoned, whose other taints it tolerates, not taken in this plan and open to
-starvation by the displacement table (not held by another live job); scored by
-    (already locked for this job first, time_to_fit ascending, idle_fraction descending, name)
-where time_to_fit is 0 when idle covers the task now, else the wait until pods with a maximum runtime free
-enough (capacity.time_to_fit), and idle_fraction is the seed's node score ((cpu + memory) / 2 + 2 * scalar) / 3.
-A job gets locks only when every pending task is reserved somewhere and the new nodes fit the
-`reservedNodePercent` budget (`reserve_job`: "Reserve will succeed only if the job can reach ready or condition
-ready"). No new lock is made while a higher-priority pending pod can be placed now (`higher_priority_blocker`, seed
-000 "Reserve logic"). A lock older than `maxLockDuration` is released and its job goes to the back of the order
-(`release_expired`, `back_of_the_order`).
+How many tasks (`reserve_job`, the seed's "Reserve will succeed only if the job can reach ready or condition ready",
+ConditionReady = ReadyTaskNum + ReservedNum >= MinAvailable): `minMember - bound`, no more: a gang of minMember 3 with
+8 pending pods reserves 3 tasks' worth of nodes. They are taken in the job's task order (jobs.Job.pending: largest
+request first, then name); a task that fits on no candidate is skipped for the next one, and if fewer than
+`minMember - bound` can be reserved the job gets no lock at all.
+
+Node choice, per task (`reserve_tasks`, `NodeChooser`; the seed's "Node selection strategy to participate in
+reserve"): nodes where kube-scheduler could ever place it: the one predicate of shared.predicates (`schedulable_on`:
+nodeSelector, required node affinity with matchFields, taints other than Reservoir's lock, `pods`) and allocatable >=
+request plus what the job already reserved there ("Node reserve logic"); schedulable (not cordoned, Ready, not
+control-plane), not taken in this plan and open to starvation by the displacement table (not held by another live
+job); scored by
+    (fits now first, already locked for this job first, time_to_fit ascending, idle_fraction descending, name)
+where time_to_fit is 0 when idle covers the task now, else the wait until pods with a maximum runtime free enough
+(capacity.time_to_fit), and idle_fraction is the seed's node score ((cpu + memory) / 2 + 2 * scalar) / 3.
+"If the idle resource of the current node has met the scheduling condition of the task, resources will be
+`allocated` to this task": a node whose idle covers every task reserved on it now is not locked (nothing to drain;
+kube-scheduler places them), so a job whose tasks all fit somewhere unlocked now gets no lock, and a node still
+draining for it is released when its task fits on another node now. A node already locked for the job that has
+drained (the task fits there now) stays locked while the job needs it: releasing it would let the small pods back
+in before the job's tasks are bound. (Nodes where an earlier job's tasks fit now are not held back from later jobs in
+the same plan: kube-scheduler, not Reservoir, decides where a pod that fits goes.)
+
+Budget ("The proportion of nodes participating in reserve action", `starvation_cap`): at most
+max(1, floor(reservedNodePercent x schedulable nodes / 100)) nodes (when the percent is above 0), within what
+maxLockedNodePercent (floor, at most 90) and the policies before starvation left. The floor alone made the shipped
+20% lock nothing below 5 nodes; the minimum of one node keeps seed 000 working on small clusters, and the global cap
+still keeps a one-node cluster unlocked. A job left without nodes is told which of these numbers stopped it
+(`Budget.reason`).
+
+No new lock is made while a higher-priority pending pod can be placed now (`higher_priority_blocker`, seed 000
+"Reserve logic").
+
+maxLockDuration and the cool-down (`lock_cooldowns`): a job lock older than `maxLockDuration` is released; the job
+then waits `lockCooldown` before it may lock any node again (in the plan its lock expires it also goes to the back
+of the order and may not take the nodes it held, which is all that is left with a cool-down of 0). The planner is a
+pure function of a snapshot, so the fact "job X's lock expired at T" is kept where tenants cannot write and where it
+survives plans and agent restarts: on the released nodes themselves, in the `reservoir.sh/lock-expired` annotation
+(keys.LOCK_EXPIRED; JSON {owner id: RFC 3339 time}). The plan asks for it (`Plan.node_marks`) on every node the
+expired lock held, and the writer writes it in the same node patch that releases the lock; every plan reads it back
+from all nodes (nodes are admin-only objects) and asks for an entry to be removed once its cool-down has passed, so
+nothing lingers. A hand-edited, unreadable annotation is read as no entry and rewritten.
 """
 
 from __future__ import annotations
 
 import heapq
+import json
 from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from agent.planner.capacity import NodeState, idle_fraction, schedulable, time_to_fit
 from agent.planner.displacement import displaces
@@ -31,31 +65,42 @@ from agent.planner.jobs import Job
 from agent.planner.model import JobStatus, Lock
 from agent.planner.ordering import order_jobs
 from agent.planner.policy import PlanContext, Policy, PolicyResult, Statuses, cap, kept_since
+from shared import keys
 from shared.config import StarvationConfig
 from shared.keys import LockKind
-from shared.predicates import selects, tolerations_allow
+from shared.predicates import Placement, schedulable_on
 from shared.resources import EMPTY, Resources
-from shared.views import PodView
+from shared.timestamps import parse_time, stamp
+from shared.views import NodeView, PodView
 
-# (requests, nodeSelector, tolerations) of a task: tasks alike in all three rank the nodes alike
-Shape = tuple[tuple[tuple[str, int], ...], tuple[tuple[str, str], ...], tuple[tuple[tuple[str, str], ...], ...]]
+# (requests, Placement.key) of a task: tasks alike in both rank the nodes alike
+Shape = tuple[Resources, tuple[Any, ...]]
 NodeKey = tuple[timedelta, float, str]  # (time_to_fit, -idle_fraction, name): lower is better
 Placeable = tuple[int, str, str]  # (priority, job owner, pod "namespace/name")
+NodeMarks = Mapping[str, Mapping[str, str | None]]  # node -> annotation -> text to write (None: remove)
+ZERO = timedelta(0)
+
+
+def shape(task: PodView) -> Shape:
+    """Seed 000 "PredicateNodes for task" depends on no more than this: tasks of one shape rank nodes alike."""
+    return (task.requests, task.placement.key)
 
 
 def placeable_now(jobs: Iterable[Job], states: Mapping[str, NodeState]) -> list[Placeable]:
-    """Seed 000 "Reserve logic": pending pods kube-scheduler could bind right now (some node's idle covers them,
-    taints and selector allow), as (priority, owner, pod) highest priority first. Decided once per pod shape."""
+    """Seed 000 "Reserve logic": pending pods kube-scheduler could bind right now (some schedulable node's idle
+    covers them and the one predicate, shared.predicates.schedulable_on, lets them on, Reservoir's locks included),
+    as (priority, owner, pod) highest priority first. Decided once per pod shape."""
     fits: dict[Shape, bool] = {}
     out = []
     for job in jobs:
         for pod in job.pending:
-            shape = NodeChooser.shape(pod)
-            if shape not in fits:
-                fits[shape] = any(schedulable(s.node) and selects(pod.node_selector, s.node)
-                                  and tolerations_allow(pod.tolerations, s.node) and s.idle.covers(pod.requests)
-                                  for s in states.values())
-            if fits[shape]:
+            key = shape(pod)
+            if key not in fits:
+                placement = pod.placement
+                fits[key] = any(s.idle.covers(pod.requests) and schedulable(s.node)
+                                and schedulable_on(placement, s.node, pods_on_node=len(s.pods))
+                                for s in states.values())
+            if fits[key]:
                 out.append((pod.priority, job.owner, pod.key))
     return sorted(out, key=lambda item: (-item[0], item[2]))
 
@@ -75,7 +120,7 @@ def higher_priority_blocker(job: Job, placeable: Sequence[Placeable]) -> str | N
 class NodeChooser:
     """Picks the best node for a task without scanning every node per task.
 
-    Tasks with the same shape (request, nodeSelector, tolerations) rank the free nodes the same way, by
+    Tasks with the same shape (request and placement) rank the free nodes the same way, by
     (time_to_fit, -idle_fraction, name) with nothing yet reserved on them; so each shape gets one heap, built once
     per plan, and a node taken by a job (or partly reserved by the job being planned) is re-checked lazily when
     it reaches the top. Exactly the order a full scan would give, at O(shapes x nodes log nodes) per plan.
@@ -93,17 +138,16 @@ class NodeChooser:
 
     @staticmethod
     def shape(task: PodView) -> Shape:
-        """Seed 000 "PredicateNodes for task" depends on no more than this: tasks of one shape rank nodes alike."""
-        tolerations = tuple(sorted(tuple(sorted((k, str(v)) for k, v in t.items())) for t in task.tolerations))
-        return (tuple(sorted(task.requests.items())), tuple(sorted(task.node_selector.items())), tolerations)
+        return shape(task)
 
-    def _usable(self, name: str, task: PodView, owner: str) -> bool:
+    def _usable(self, name: str, task: PodView, owner: str, placement: Placement) -> bool:
         """Seed 000 "Node reserve logic" and "PredicateNodes for task": the node can ever fit the task (allocatable),
-        its selector and taints allow it, it is schedulable, not taken and not another live job's."""
+        kube-scheduler's filters let it on (shared.predicates.schedulable_on on the task's `placement`, Reservoir's
+        lock aside), it is schedulable, not taken and not another live job's."""
         state = self.states[name]
         return (name not in self.taken and self.blocked.get(name) in (None, owner) and schedulable(state.node)
-                and task.requests.fits_in(state.node.allocatable) and selects(task.node_selector, state.node)
-                and tolerations_allow(task.tolerations, state.node, ignore_lock=True))
+                and task.requests.fits_in(state.node.allocatable)
+                and schedulable_on(placement, state.node, pods_on_node=0, ignore_lock=True))
 
     def _key(self, name: str, task: PodView, reserved: Resources) -> NodeKey:
         """Seed 000 node score: (time_to_fit, -idle_fraction, name), lower first."""
@@ -111,30 +155,34 @@ class NodeChooser:
         return (time_to_fit(state, task.requests, reserved, self.now), -idle_fraction(state), name)
 
     def _heap(self, task: PodView, owner: str) -> list[NodeKey]:
-        shape = self.shape(task)
-        if shape not in self.heaps:
-            heap = [self._key(n, task, EMPTY) for n in self.states if self._usable(n, task, owner)]
+        key = shape(task)
+        if key not in self.heaps:
+            placement = task.placement
+            heap = [self._key(n, task, EMPTY) for n in self.states if self._usable(n, task, owner, placement)]
             heapq.heapify(heap)
-            self.heaps[shape] = heap
-        return self.heaps[shape]
+            self.heaps[key] = heap
+        return self.heaps[key]
 
     def choose(self, task: PodView, owner: str, own: Set[str], reserved: Mapping[str, Resources],
                avoid: Set[str] = frozenset()) -> str | None:
-        """Seed 000 node choice: the best node for `task`: nodes already locked for this job first; then by
-        (time_to_fit, -idle, name). Nodes this job reserved on in this plan are scored with what it reserved there;
-        `avoid` is skipped."""
-        best: tuple[tuple[bool, timedelta, float, str], str] | None = None
+        """Seed 000 node choice: the best node for `task` by (must drain, not locked for this job, time_to_fit,
+        -idle, name): a node where it fits now first (one already locked for the job before another), then nodes
+        already locked for this job, then the rest. Nodes this job reserved on in this plan are scored with what it
+        reserved there; `avoid` is skipped."""
+        best: tuple[tuple[bool, bool, timedelta, float, str], str] | None = None
+        placement = task.placement
         for name in sorted((own | set(reserved)) - avoid):
             already = reserved.get(name, EMPTY)
-            if not self._usable(name, task, owner) or not (already + task.requests).fits_in(
+            if not self._usable(name, task, owner, placement) or not (already + task.requests).fits_in(
                     self.states[name].node.allocatable):
                 continue
-            key = (name not in own, *self._key(name, task, already))
+            fit = self._key(name, task, already)
+            key = (fit[0] > ZERO, name not in own, *fit)
             if best is None or key < best[0]:
                 best = (key, name)
         heap = self._heap(task, owner)
         set_aside = []
-        candidate: tuple[tuple[bool, timedelta, float, str], str] | None = None
+        candidate: tuple[tuple[bool, bool, timedelta, float, str], str] | None = None
         while heap:
             entry = heap[0]
             name = entry[2]
@@ -144,7 +192,7 @@ class NodeChooser:
             if name in reserved or name in own or name in avoid:
                 set_aside.append(heapq.heappop(heap))  # scored above, or not for this job
                 continue
-            candidate = ((True, *entry), name)
+            candidate = ((entry[0] > ZERO, True, *entry), name)
             break
         for entry in set_aside:
             heapq.heappush(heap, entry)
@@ -152,19 +200,171 @@ class NodeChooser:
         return min(options)[1] if options else None
 
 
+@dataclass(frozen=True)
+class Reserved:
+    """Seed 000 "Reserved" and "Allocated" for one job: node -> the tasks chosen there. `drain`: nodes that must
+    drain for them (or are locked for the job already): the job's locks. `fit_now`: nodes whose idle covers every task
+    chosen there now: kube-scheduler can place them, nothing is locked."""
+
+    drain: dict[str, list[PodView]] = field(default_factory=dict)
+    fit_now: dict[str, list[PodView]] = field(default_factory=dict)
+
+    @property
+    def tasks(self) -> int:
+        return sum(len(t) for t in self.drain.values()) + sum(len(t) for t in self.fit_now.values())
+
+
 def reserve_tasks(job: Job, tasks: Sequence[PodView], chooser: NodeChooser, own: Set[str],
-                  avoid: Set[str] = frozenset()) -> dict[str, list[PodView]] | None:
-    """Seed 000 "Reserved": every task reserved on some node (node -> its tasks there), each on the best node left
-    by the chooser counting what the job reserved so far; None when one cannot be reserved anywhere."""
+                  avoid: Set[str] = frozenset(), needed: int | None = None) -> Reserved | None:
+    """Seed 000 "Reserved": `needed` tasks (all of `tasks` when None), in their order, each on the best node left by
+    the chooser counting what the job reserved so far; a task that fits nowhere is skipped for the next. None when
+    fewer than `needed` can be reserved. A node whose idle covers all its tasks now, and not locked for the job
+    already, needs no lock (module docstring)."""
+    wanted = len(tasks) if needed is None else needed
     reserved: dict[str, Resources] = {}
     placed: dict[str, list[PodView]] = {}
+    count = 0
     for task in tasks:
+        if count >= wanted:
+            break
         name = chooser.choose(task, job.owner, own, reserved, avoid)
         if name is None:
-            return None
+            continue
         reserved[name] = reserved.get(name, EMPTY) + task.requests
         placed.setdefault(name, []).append(task)
-    return placed
+        count += 1
+    if count < wanted:
+        return None
+    out = Reserved()
+    for name, chosen in placed.items():
+        drained = name not in own and chooser.states[name].idle.covers(reserved[name])
+        (out.fit_now if drained else out.drain)[name] = chosen
+    return out
+
+
+def starvation_cap(percent: int, nodes: int) -> int:
+    """Seed 000 `reservedNodePercent`: floor(percent x nodes / 100), but at least one node when the percent is above
+    0 and there is a node (module docstring: the floor alone locks nothing below 5 nodes at the shipped 20%)."""
+    if percent <= 0 or nodes <= 0:
+        return 0
+    return max(1, cap(percent, nodes))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Budget:
+    """Seed 000: how many nodes starvation may hold in this plan (`start`), and why that many, in words."""
+
+    start: int
+    reason: str  # why `start` is what it is (the numbers of the caps that set it)
+
+    @classmethod
+    def of(cls, context: PlanContext) -> Budget:
+        """min(starvation_cap of reservedNodePercent, what maxLockedNodePercent and the earlier policies left)."""
+        nodes = context.schedulable_nodes
+        percent = context.config.starvation.reserved_node_percent
+        overall_percent = context.config.max_locked_node_percent
+        share, overall = starvation_cap(percent, nodes), cap(overall_percent, nodes)
+        start = max(0, min(share, context.budget))
+        of_nodes = f"of {nodes} schedulable node{'s' if nodes != 1 else ''}"
+        if nodes == 0:
+            return cls(start=0, reason="no schedulable node")
+        if percent <= 0:
+            return cls(start=0, reason="reservedNodePercent is 0")
+        if overall == 0:
+            return cls(start=0, reason=f"maxLockedNodePercent {overall_percent}% {of_nodes} rounds down to 0 nodes")
+        floor = cap(percent, nodes)
+        own = (f"reservedNodePercent {percent}% {of_nodes} is {share} node{'s' if share != 1 else ''}"
+               + (" (rounds down to 0, at least 1)" if floor == 0 else ""))
+        if start < share:
+            left = (f"{context.budget} left" if context.budget > 0 else "none left")
+            return cls(start=start, reason=f"{own}; maxLockedNodePercent {overall_percent}% {of_nodes} is {overall}, "
+                                           f"{left} after reservations, queue guarantees and windows")
+        return cls(start=start, reason=own)
+
+    def spent(self) -> str:
+        """Why a job gets no node: the budget was empty from the start, or jobs ahead of it took it."""
+        if self.start <= 0:
+            return f"no node for starvation: {self.reason}"
+        return f"the {self.start} node{'s' if self.start != 1 else ''} starvation may lock are held by jobs ahead of " \
+               f"it ({self.reason})"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cooldowns:
+    """Seed 000 maxLockDuration's cool-down (module docstring): the jobs that may not lock yet, and the
+    `reservoir.sh/lock-expired` annotations the nodes must be given where they differ from what they carry."""
+
+    until: Mapping[str, datetime] = field(default_factory=dict)  # job owner -> when it may lock again (> now)
+    expired: frozenset[str] = frozenset()  # owners whose locks outlived maxLockDuration in this plan
+    marks: NodeMarks = field(default_factory=dict)  # node -> {keys.LOCK_EXPIRED: text, or None to remove}
+
+
+def read_expiries(text: str) -> dict[str, datetime]:
+    """A `reservoir.sh/lock-expired` annotation: job owner -> when its lock expired. Total: text that is not a JSON
+    object, and entries whose time is not RFC 3339 with a zone between the years 1970 and 9000, are dropped."""
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        return {}
+    out: dict[str, datetime] = {}
+    for owner, value in data.items() if isinstance(data, dict) else ():
+        try:
+            moment = parse_time(value) if isinstance(value, str) and len(value) <= 64 else None
+        except ValueError:
+            moment = None
+        if moment is not None and moment.tzinfo is not None and 1970 <= moment.year <= 9000:
+            out[owner] = moment
+    return out
+
+
+def render_expiries(records: Mapping[str, datetime]) -> str | None:
+    """The annotation's text for `records` (owners sorted, times to the second); None when there is none."""
+    if not records:
+        return None
+    return json.dumps({owner: stamp(records[owner]) for owner in sorted(records)}, separators=(",", ":"))
+
+
+def job_locks_by_owner(current: Mapping[str, Lock]) -> dict[str, list[Lock]]:
+    """Seed 000: job owner -> its job locks now."""
+    held_by: dict[str, list[Lock]] = {}
+    for lock in current.values():
+        if lock.kind is LockKind.JOB:
+            held_by.setdefault(lock.owner, []).append(lock)
+    return held_by
+
+
+def lock_cooldowns(*, nodes: Mapping[str, NodeView], current: Mapping[str, Lock], config: StarvationConfig,
+                   now: datetime) -> Cooldowns:
+    """Seed 000 maxLockDuration and its cool-down, read from and written to the nodes (module docstring): every
+    node's `reservoir.sh/lock-expired` entries, plus one (`now`) on each node of a job lock that expires in this plan
+    (release_expired); entries whose `lockCooldown` has passed are dropped; a job with an entry left may not lock
+    until the latest one's cool-down ends. `marks` asks for each node whose annotation must change."""
+    cooldown = config.lock_cooldown
+    records: dict[str, dict[str, datetime]] = {}
+    for name, node in nodes.items():
+        text = node.annotations.get(keys.LOCK_EXPIRED)
+        if text is not None:
+            records[name] = read_expiries(text)
+    held_by = job_locks_by_owner(current)
+    expired = release_expired(held_by, now=now, max_lock_duration=config.max_lock_duration)
+    moment = now.replace(microsecond=0)
+    for owner in sorted(expired):
+        for lock in held_by[owner]:
+            if lock.node not in nodes:
+                continue
+            on_node = records.setdefault(lock.node, {})
+            if owner not in on_node or now >= on_node[owner] + cooldown:
+                on_node[owner] = moment
+    until: dict[str, datetime] = {}
+    marks: dict[str, Mapping[str, str | None]] = {}
+    for name, on_node in records.items():
+        cooling = {owner: at for owner, at in on_node.items() if now < at + cooldown}
+        for owner, at in cooling.items():
+            until[owner] = max(until.get(owner, at + cooldown), at + cooldown)
+        text = render_expiries(cooling)
+        if text != nodes[name].annotations.get(keys.LOCK_EXPIRED):
+            marks[name] = {keys.LOCK_EXPIRED: text}
+    return Cooldowns(until=until, expired=expired, marks=marks)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -177,8 +377,10 @@ class Starvation:
     current: Mapping[str, Lock]
     held_by: Mapping[str, Sequence[Lock]]  # job owner -> its job locks now
     expired: frozenset[str]  # job owners whose locks outlived maxLockDuration (release_expired)
+    cooling: Mapping[str, datetime]  # job owner -> when its cool-down ends (lock_cooldowns)
     placeable: Sequence[Placeable]  # placeable_now
     chooser: NodeChooser
+    budget: Budget
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -192,15 +394,15 @@ class JobTurn:
 
 def plan_starvation(*, context: PlanContext) -> PolicyResult:
     """Seed 000: starvation locks for the jobs in QueueScoreOrder (seed 001, ordering.order_jobs), expired ones at
-    the back, on nodes not taken, at most min(what the other policies left, `reservedNodePercent` of the schedulable
-    nodes) new-or-kept nodes."""
+    the back, on nodes not taken, at most min(what the other policies left, starvation_cap of `reservedNodePercent`)
+    new-or-kept nodes (Budget)."""
     config = context.config.starvation
     if not config.enabled:
         return PolicyResult()
     jobs = order_jobs(context.jobs, context.scores, context.config.queue_order.ordering)
-    budget = min(context.budget, cap(config.reserved_node_percent, context.schedulable_nodes))
     taken = set(context.taken)  # grows as jobs get locks; the chooser reads it
     starvation = starvation_round(jobs, context=context, taken=taken)
+    budget = starvation.budget.start
     locks: dict[str, Lock] = {}
     statuses: list[JobStatus] = []
     notes: list[str] = []
@@ -215,28 +417,28 @@ def plan_starvation(*, context: PlanContext) -> PolicyResult:
 
 
 def starvation_round(jobs: Sequence[Job], *, context: PlanContext, taken: Set[str]) -> Starvation:
-    """Seed 000: what the jobs' turns share: the job locks now, which of them expired, which nodes the displacement
-    table keeps from starvation (another live job's unexpired lock), and the pods placeable now."""
+    """Seed 000: what the jobs' turns share: the job locks now, which of them expired and which jobs are cooling down
+    (lock_cooldowns), which nodes the displacement table keeps from starvation (another live job's lock, not expired,
+    not cooling down), the pods placeable now and the budget."""
     config = context.config.starvation
-    held_by: dict[str, list[Lock]] = {}
-    for lock in context.current.values():
-        if lock.kind is LockKind.JOB:
-            held_by.setdefault(lock.owner, []).append(lock)
-    expired = release_expired(held_by, now=context.now, max_lock_duration=config.max_lock_duration)
-    # a job lock still claims its node while its job is live: not ready, with a task pending, and not expired
-    claiming = frozenset(job.owner for job in jobs if not job.ready and job.pending) - expired
+    held_by = job_locks_by_owner(context.current)
+    cooldowns = lock_cooldowns(nodes=context.snapshot.nodes, current=context.current, config=config, now=context.now)
+    # a job lock still claims its node while its job is live: not ready, with a task pending, not expired, not cooling
+    claiming = frozenset(job.owner for job in jobs if not job.ready and job.pending) - cooldowns.expired \
+        - cooldowns.until.keys()
     blocked = {node: lock.owner for node, lock in context.current.items()
                if not displaces(LockKind.JOB, lock, live_jobs=claiming)}
     return Starvation(config=config, now=context.now, states=context.states, current=context.current,
-                      held_by=held_by, expired=expired, placeable=placeable_now(jobs, context.states),
-                      chooser=NodeChooser(context.states, taken, blocked, context.now))
+                      held_by=held_by, expired=cooldowns.expired, cooling=cooldowns.until,
+                      placeable=placeable_now(jobs, context.states),
+                      chooser=NodeChooser(context.states, taken, blocked, context.now), budget=Budget.of(context))
 
 
 def release_expired(held_by: Mapping[str, Sequence[Lock]], *, now: datetime,
                     max_lock_duration: timedelta) -> frozenset[str]:
     """Seed 000 (DESIGN 4.1 "Release when ... the lock is older than `maxLockDuration`"): the job owners one of whose
-    locks is that old. Their locks are released; the job goes to the back of the order and not onto the nodes it held (a
-    cool-down, so one giant job cannot hold nodes forever)."""
+    locks is that old. Their locks are released, and they wait `lockCooldown` before locking again
+    (lock_cooldowns); in this plan the job also goes to the back of the order and not onto the nodes it held."""
     return frozenset(owner for owner, locks in held_by.items()
                      if any(now - lock.since >= max_lock_duration for lock in locks))
 
@@ -261,17 +463,32 @@ def job_status(job: Job, *, starving: bool, reason: str) -> JobStatus:
                      reason=reason)
 
 
+def needed_tasks(job: Job) -> int:
+    """Seed 000 ConditionReady (ReadyTaskNum + ReservedNum >= MinAvailable): the tasks to reserve, minMember - bound."""
+    return max(job.min_member - job.bound, 0)
+
+
 def job_turn(job: Job, *, starvation: Starvation, taken: Set[str], budget: int) -> JobTurn:
-    """Seed 000 for one job: nothing for a ready job or one with nothing pending, nor past the budget (unless it
-    holds locks); a job with kept locks (Job Condition Ready) re-reserves on them; a starving one reserves unless a
-    higher-priority pod can be placed now; any other waits for the threshold."""
+    """Seed 000 for one job: nothing for a ready job or one with nothing pending (gated pods are not pending), nor
+    while it cools down after its lock expired, nor past the budget (unless it holds locks); a job with kept locks
+    (Job Condition Ready) re-reserves on them; a starving one reserves unless a higher-priority pod can be placed
+    now; any other waits for the threshold."""
     if job.ready or not job.pending:
         return JobTurn(status=job_status(job, starving=False, reason="ready" if job.ready else "nothing pending"))
     threshold = starvation.config.starving_job_time_threshold
     starving = is_starving(job, now=starvation.now, threshold=threshold)
+    until = starvation.cooling.get(job.owner)
+    if until is not None:
+        why = (f"its lock outlived maxLockDuration {int(starvation.config.max_lock_duration.total_seconds())}s; "
+               f"cooling down until {stamp(until)} (lockCooldown "
+               f"{int(starvation.config.lock_cooldown.total_seconds())}s)")
+        return JobTurn(status=job_status(job, starving=starving, reason=why),
+                       note=f"job={job.subject} decision=cool-down reason={why}")
     if budget <= 0 and job.owner not in starvation.held_by:
-        return JobTurn(status=job_status(job, starving=starving,
-                                         reason="reservedNodePercent budget spent by jobs ahead of it"))
+        why = starvation.budget.spent()
+        # logged when the caps leave starvation nothing at all (a small cluster), not for every job a full budget skips
+        note = f"job={job.subject} decision=no-lock reason={why}" if starving and starvation.budget.start <= 0 else None
+        return JobTurn(status=job_status(job, starving=starving, reason=why), note=note)
     expired = job.owner in starvation.expired
     kept = [] if expired else [lock for lock in starvation.held_by.get(job.owner, ())
                                if lock.node in starvation.states and lock.node not in taken]
@@ -289,24 +506,42 @@ def job_turn(job: Job, *, starvation: Starvation, taken: Set[str], budget: int) 
 
 
 def reserve_job(job: Job, *, kept: Sequence[Lock], starvation: Starvation, budget: int) -> JobTurn:
-    """Seed 000 "Reserve will succeed only if the job can reach ready or condition ready": every pending task
-    reserved on some node (reserve_tasks), on at most `budget` nodes counting the kept ones, else no lock at all."""
+    """Seed 000 "Reserve will succeed only if the job can reach ready or condition ready": minMember - bound tasks
+    reserved (reserve_tasks), locking only the nodes that must drain for them, at most `budget` nodes counting the
+    kept ones; else no lock at all."""
     own = {lock.node for lock in kept}
     # a job whose lock expired goes to the back, and not onto the nodes it held too long
     avoid = {lock.node for lock in starvation.held_by.get(job.owner, ())} if job.owner in starvation.expired else set()
-    placed = reserve_tasks(job, job.pending, starvation.chooser, own, avoid)
-    if placed is None or len(placed) > budget:
-        why = ("a pending task fits on no node (allocatable too small or every candidate held)" if placed is None
-               else f"needs {len(placed)} nodes, {budget} left within reservedNodePercent")
+    needed = needed_tasks(job)
+    placed = reserve_tasks(job, job.pending, starvation.chooser, own, avoid, needed)
+    if placed is None or len(placed.drain) > budget:
+        if placed is not None:
+            start = starvation.budget.start
+            why = (f"needs {len(placed.drain)} nodes, {max(budget, 0)} of the {start} starvation may lock are left, "
+                   f"the rest held by jobs ahead of it ({starvation.budget.reason})" if budget < start else
+                   f"needs {len(placed.drain)} nodes, starvation may lock {budget}: {starvation.budget.reason}")
+        elif len(job.pending) < needed:
+            why = (f"needs {needed} more tasks bound to reach minMember {job.min_member}, only {len(job.pending)} "
+                   f"pending (pods held by schedulingGates do not count)")
+        else:
+            why = (f"fewer than the {needed} tasks it needs fit on any node (allocatable too small, kube-scheduler's "
+                   f"filters refuse the rest, or every candidate held)")
         return JobTurn(status=job_status(job, starving=True, reason=f"cannot reserve: {why}"),
                        note=f"job={job.subject} decision=no-lock reason={why}")
-    new = sum(1 for n in placed if n not in own)
-    return JobTurn(status=job_status(job, starving=True,
-                                     reason=f"reserved on {len(placed)} nodes ({new} new, {len(placed) - new} kept)"),
-                   locks=job_locks(job, placed=placed, starvation=starvation))
+    fitting = sum(len(t) for t in placed.fit_now.values())
+    if not placed.drain:
+        why = f"the {fitting} tasks it needs fit now on unlocked nodes: kube-scheduler can place them, nothing to lock"
+        return JobTurn(status=job_status(job, starving=True, reason=why),
+                       note=f"job={job.subject} decision=no-lock reason={why}")
+    new = sum(1 for n in placed.drain if n not in own)
+    also = f"; {fitting} more fit now elsewhere" if fitting else ""
+    return JobTurn(status=job_status(job, starving=True, reason=f"reserved on {len(placed.drain)} nodes ({new} new, "
+                                                                f"{len(placed.drain) - new} kept){also}"),
+                   locks=job_locks(job, placed=placed.drain, needed=needed, starvation=starvation))
 
 
-def job_locks(job: Job, *, placed: Mapping[str, Sequence[PodView]], starvation: Starvation) -> dict[str, Lock]:
+def job_locks(job: Job, *, placed: Mapping[str, Sequence[PodView]], needed: int,
+              starvation: Starvation) -> dict[str, Lock]:
     """Seed 000 "Data Model": a node's `Reserved` is "the sum of the resource requirement of all the tasks reserved
     on the node"; the lock names those tasks and expires `maxLockDuration` after it was first taken."""
     config, now = starvation.config, starvation.now
@@ -314,8 +549,8 @@ def job_locks(job: Job, *, placed: Mapping[str, Sequence[PodView]], starvation: 
     for node, tasks in placed.items():
         # no ages or clocks in the reason: it is written to the node, and must not change while nothing does
         reason = (f"starving job: {job.bound}/{job.min_member} bound, older than "
-                  f"{int(config.starving_job_time_threshold.total_seconds())}s; reserves {len(tasks)} of "
-                  f"{len(job.pending)} pending tasks")
+                  f"{int(config.starving_job_time_threshold.total_seconds())}s; reserves {len(tasks)} of the "
+                  f"{needed} tasks it needs ({len(job.pending)} pending)")
         since = kept_since(starvation.current, node=node, owner=job.owner, now=now)
         locks[node] = Lock(node=node, owner=job.owner, kind=LockKind.JOB, subject=job.subject, reason=reason,
                            since=since, expires=since + config.max_lock_duration,

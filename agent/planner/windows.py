@@ -2,19 +2,49 @@
 
 A window starts at each `schedule` time (5-field cron in `timezone`) and lasts `duration`; its nodes are locked
 from `start - startReserveAgo` until `start + duration` (`window_bounds`; the seed's "should start reserve 2h ago").
-Nodes matching `nodeSelector` and open to a window by the displacement table are ordered by future idle at the
-window start (capacity.future_idle: "Node idle is consisted of node resource unused and the resource will be
-released in the future before reserve start time"), nodes already held for the window first, and taken while the
-accumulated allocatable does not yet cover `resources` (`window_nodes`: "traverse the ordered nodes, accumulate the
-node allocatable resource, if the accumulated resource is less than the resource to be reserved, add the node").
-The window's nodes are released at its end, and (`window_released`) once `podNumToReserve` reserve pods have started
-during it ("if 10 reserve tasks are scheduled during reserve time range, stop reserve"), or once reserve demand is
-covered (no reserve pod pending and at least one started during the window).
+That whole span is the window's "reserve time range": the seed's PredicateFn keeps non-reserved tasks off the nodes
+only "within the reserved time range", so the range must include the lead time.
+
+Its reserve pods (`reserve.is_reserve_pod`: `volcano.sh/reserveable`, on the pod or its PodGroup) are those the window
+lets in (shared.entitlement: its `namespaces` and `queues`; any when unset). `reserve_demand` counts them as the seed's
+caches do, on the window's own nodes only:
+- scheduled ("the number of reserve pods which have been scheduled"): bound on the nodes the window holds, scheduled
+  (startTime, else creation) within its range, finished or not;
+- "reservedTaskAllocatedResource": the requests of those still running;
+- "reservedTaskPendingResource": the requests of those not bound, not finished, not being deleted, whose nodeSelector
+  lets them onto a node the window selects.
+
+`window_nodes` (the seed's ReserveNodesMap): nodes matching `nodeSelector` and open to the window by the displacement
+table, the window's own first (those hosting its scheduled reserve pods before the others), then by future idle at
+the window start (capacity.future_idle: "Node idle is consisted of node resource unused and the resource will be
+released in the future before reserve start time"), then name; taken while their accumulated allocatable does not yet
+cover `reserve_target` ("traverse the ordered nodes, accumulate the node allocatable resource, if the accumulated
+resource is less than the resource to be reserved, add the node"). The target is the seed's PredicateFn bound,
+max(reservedTaskAllocatedResource + reservedTaskPendingResource, resources): a window keeps at least `resources`, and
+more while its reserve pods, placed and waiting, ask for more.
+
+The window holds that through its range, until `podNumToReserve` of its reserve pods were scheduled on its nodes
+within the range (`window_released`: "if 10 reserve tasks are scheduled during reserve time range, stop reserve"), or
+until its end when `podNumToReserve` is not set (the seed's count check then never lets anyone in). No other rule
+releases it early: ten reserve pods arriving over the hour find the room the first wave did.
+
+Where this departs from the seed, and why:
+- The seed counts reserve pods cluster-wide; a window counts only those bound on the nodes it holds, so a reserve pod
+  bound elsewhere (on another window's nodes, or a tenant's anywhere) cannot release it. A window that holds no node
+  (after its release, or while it could lock none) counts on every node its `nodeSelector` matches, so that a
+  released window stays released: the pods it counted are still on those nodes. The price: before a window has locked
+  anything (its first plan in range, or while the budget leaves it no node), reserve pods it lets in that were bound on
+  its matching nodes within its range count too.
+- The seed's comparisons run over every resource; `reserve_target` is taken in the dimensions `resources` names, so a
+  reserve pod asking for something the window does not reserve (a GPU the ebook nodes lack) cannot make it take every
+  matching node looking for it.
+- "reserve tasks are scheduled": the count is of reserve pods present in the snapshot; one deleted (not merely
+  finished) no longer counts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
@@ -25,13 +55,16 @@ from agent.planner.capacity import future_idle, schedulable
 from agent.planner.displacement import may_take
 from agent.planner.model import Lock, WindowStatus
 from agent.planner.policy import PlanContext, Policy, PolicyResult, Statuses, kept_since
+from agent.planner.reservations import pod_meta
+from agent.planner.reserve import is_reserve_pod
 from shared.config import WindowConfig
+from shared.entitlement import Grounds, entitlement
 from shared.keys import LockKind
 from shared.ownership import window_owner_id
 from shared.predicates import selects
 from shared.resources import EMPTY, Resources
 from shared.timestamps import stamp
-from shared.views import PodView
+from shared.views import NodeView, PodView
 
 
 def window_bounds(window: WindowConfig, now: datetime) -> tuple[datetime, datetime, bool]:
@@ -48,20 +81,75 @@ def window_bounds(window: WindowConfig, now: datetime) -> tuple[datetime, dateti
     return start.astimezone(now.tzinfo), (start + window.duration).astimezone(now.tzinfo), False
 
 
+@dataclass(frozen=True)
+class ReservePod:
+    """A reserve pod (reserve.is_reserve_pod) with the owner ids of the windows that let it in (shared.entitlement)."""
+
+    pod: PodView
+    windows: frozenset[str]
+
+
+def reserve_pods(context: PlanContext) -> list[ReservePod]:
+    """Every reserve pod that is bound, or pending (not finished, not being deleted), with the windows it belongs to:
+    computed once per plan for all windows. Entitlement is the one rule (shared.entitlement) the webhook and repair
+    apply: a reserve pod of a window only as far as the window's `namespaces` and `queues` let it in."""
+    snapshot = context.snapshot
+    grounds = Grounds(podgroups=snapshot.podgroups, queues=snapshot.queues, config=context.config)
+    window_ids = {window_owner_id(window.name) for window in context.config.windows}
+    out = []
+    for pod in snapshot.pods:
+        if not (pod.is_bound or (not pod.is_terminal and not pod.deleting)):
+            continue
+        if not is_reserve_pod(pod, snapshot.podgroups):
+            continue
+        rights = entitlement(pod_meta(pod), pod.namespace, grounds, reservations=(), best_effort=pod.best_effort)
+        windows = frozenset(rights.owners.keys() & window_ids)
+        if windows:
+            out.append(ReservePod(pod, windows))
+    return out
+
+
 @dataclass(frozen=True, kw_only=True)
 class ReserveDemand:
-    """Seed 004: reserve pods (`volcano.sh/reserveable`) as the window counts them."""
+    """Seed 004: one window's reserve pods, as its caches count them (module docstring)."""
 
-    started: Sequence[PodView]  # bound, started (or created) since the window's nodes were locked
-    pending: Sequence[PodView]  # not bound, not finished, not being deleted
+    scheduled: Sequence[PodView]  # bound on its nodes, scheduled within its range: podNumToReserve counts these
+    allocated: Resources  # "reservedTaskAllocatedResource": requests of those of `scheduled` still running
+    pending: Sequence[PodView]  # not bound, not finished, not being deleted, able to go to a node the window selects
+    pending_requests: Resources  # "reservedTaskPendingResource"
 
 
-def reserve_demand(pods: Sequence[PodView], *, lock_from: datetime) -> ReserveDemand:
-    """Seed 004 "reservedTaskAllocatedResource" and "reservedTaskPendingResource", counted in pods: the reserve pods
-    started within the window's range and those pending."""
-    reserve = [p for p in pods if p.reserveable]
-    return ReserveDemand(started=[p for p in reserve if p.is_bound and (p.started or p.created) >= lock_from],
-                         pending=[p for p in reserve if not p.is_bound and not p.is_terminal and not p.deleting])
+def scheduled_at(pod: PodView) -> datetime:
+    """When a bound pod was scheduled, as near as its view says: its startTime, else its creation."""
+    return pod.started or pod.created
+
+
+def reserve_demand(reserve: Sequence[ReservePod], *, owner: str, nodes: Collection[str],
+                   selected: Sequence[NodeView], lock_from: datetime) -> ReserveDemand:
+    """Seed 004 "reservedTaskAllocatedResource" and "reservedTaskPendingResource", and the reserve pods scheduled, of
+    the window `owner` counted on `nodes` (those it holds; module docstring) from `lock_from`. `selected`: the nodes
+    the window's nodeSelector matches, where its pending reserve pods must be able to go (their nodeSelector)."""
+    scheduled: list[PodView] = []
+    pending: list[PodView] = []
+    for item in reserve:
+        if owner not in item.windows:
+            continue
+        pod = item.pod
+        if pod.is_bound:
+            if pod.node_name in nodes and scheduled_at(pod) >= lock_from:
+                scheduled.append(pod)
+        elif not pod.node_selector or any(selects(pod.node_selector, node) for node in selected):
+            pending.append(pod)
+    return ReserveDemand(scheduled=scheduled,
+                         allocated=Resources.total(p.requests for p in scheduled if p.holds_resources),
+                         pending=pending, pending_requests=Resources.total(p.requests for p in pending))
+
+
+def reserve_target(window: WindowConfig, demand: ReserveDemand) -> Resources:
+    """Seed 004 PredicateFn: max(reservedTaskAllocatedResource + reservedTaskPendingResource, reserveResourcesConfig),
+    per dimension, in the dimensions `resources` names (module docstring)."""
+    need = demand.allocated + demand.pending_requests
+    return Resources({name: max(need.get(name, 0), amount) for name, amount in window.resources.items()})
 
 
 def plan_windows(*, context: PlanContext) -> PolicyResult:
@@ -69,8 +157,11 @@ def plan_windows(*, context: PlanContext) -> PolicyResult:
     locks: dict[str, Lock] = {}
     statuses: list[WindowStatus] = []
     notes: list[str] = []
+    reserve: list[ReservePod] | None = None
     for window in context.config.windows:
-        window_locks, status, window_notes = plan_window(window, context=context)
+        if reserve is None and window_bounds(window, context.now)[2]:
+            reserve = reserve_pods(context)  # only when some window is in its range
+        window_locks, status, window_notes = plan_window(window, context=context, reserve=reserve or [])
         locks.update(window_locks)
         statuses.append(status)
         notes += window_notes
@@ -78,9 +169,18 @@ def plan_windows(*, context: PlanContext) -> PolicyResult:
     return PolicyResult(locks=locks, statuses=Statuses(windows=tuple(statuses)), notes=tuple(notes))
 
 
-def plan_window(window: WindowConfig, *,
-                context: PlanContext) -> tuple[dict[str, Lock], WindowStatus, list[str]]:
-    """Seed 004: one window's locks, status and notes (module docstring)."""
+def counted_nodes(window: WindowConfig, *, owner: str, context: PlanContext) -> set[str]:
+    """The nodes a window counts its reserve pods on: those it holds now; when it holds none (released, or not locked
+    yet), every node its nodeSelector matches (module docstring)."""
+    held = {node for node, lock in context.current.items() if lock.owner == owner}
+    if held:
+        return held
+    return {name for name, node in context.snapshot.nodes.items() if selects(window.node_selector, node)}
+
+
+def plan_window(window: WindowConfig, *, context: PlanContext,
+                reserve: Sequence[ReservePod] = ()) -> tuple[dict[str, Lock], WindowStatus, list[str]]:
+    """Seed 004: one window's locks, status and notes (module docstring). `reserve`: reserve_pods(context)."""
     start, end, active = window_bounds(window, context.now)
     lock_from = start - window.start_reserve_ago
     owner = window_owner_id(window.name)
@@ -93,55 +193,74 @@ def plan_window(window: WindowConfig, *,
 
     if not active:
         return release(f"inactive: next lock at {stamp(lock_from)}")
-    demand = reserve_demand(context.snapshot.pods, lock_from=lock_from)
+    selected = [s.node for s in context.states.values()
+                if schedulable(s.node) and selects(window.node_selector, s.node)]
+    demand = reserve_demand(reserve, owner=owner, nodes=counted_nodes(window, owner=owner, context=context),
+                            selected=selected, lock_from=lock_from)
     released = window_released(window, demand=demand)
     if released is not None:
         return release(released)
-    chosen, accumulated = window_nodes(window, context=context, owner=owner, start=start)
+    target = reserve_target(window, demand)
+    hosting = {p.node_name for p in demand.scheduled}
+    chosen, accumulated = window_nodes(window, context=context, owner=owner, start=start, target=target,
+                                       hosting=hosting)
     notes = []
-    if not accumulated.covers(window.resources):
+    if not accumulated.covers(target):
         notes.append(f"window={window.name} decision=partial reason=matching nodes cover "
-                     f"{accumulated.to_quantities()} of {window.resources.to_quantities()} (budget {context.budget})")
-    reason = f"window {window.name} {start:%H:%M}-{end:%H:%M} UTC: {len(demand.pending)} reserve pods pending"
+                     f"{accumulated.to_quantities()} of {target.to_quantities()} (budget {context.budget})")
+    count = window.pod_num_to_reserve
+    until = f"{count} reserve pods are scheduled on its nodes" if count else "its end"
+    reason = f"window {window.name} {start:%H:%M}-{end:%H:%M} UTC: reserves {quantities(target)} until {until}"
     locks = {name: Lock(node=name, owner=owner, kind=LockKind.WINDOW, subject=f"window/{window.name}", reason=reason,
                         since=kept_since(context.current, node=name, owner=owner, now=context.now), expires=end,
-                        reserved=window.resources)
+                        reserved=target)
              for name in chosen}
-    return locks, WindowStatus(window.name, active, start, end, f"holding {len(chosen)} nodes for reserve pods"), notes
+    cap = f" of podNumToReserve {count}" if count else ""
+    status = (f"holding {len(chosen)} nodes for reserve pods: {len(demand.scheduled)}{cap} scheduled on them, "
+              f"{len(demand.pending)} pending, reserving {quantities(target)}")
+    return locks, WindowStatus(window.name, active, start, end, status), notes
+
+
+def quantities(resources: Resources) -> str:
+    """`cpu=32,memory=64Gi`: a resource vector in one token."""
+    return ",".join(f"{name}={amount}" for name, amount in resources.to_quantities().items())
 
 
 def window_released(window: WindowConfig, *, demand: ReserveDemand) -> str | None:
-    """Seed 004: why a window within its range holds no node any more ("if 10 reserve tasks are scheduled during
-    reserve time range, stop reserve"; or reserve demand covered: some started, none pending), or None."""
-    started = len(demand.started)
-    if window.pod_num_to_reserve and started >= window.pod_num_to_reserve:
-        return f"{started} reserve pods started (podNumToReserve {window.pod_num_to_reserve})"
-    if demand.started and not demand.pending:
-        return f"reserve demand covered ({started} started, none pending)"
+    """Seed 004: why a window within its range holds no node any more, or None: `podNumToReserve` of its reserve pods
+    were scheduled on its nodes within the range ("if 10 reserve tasks are scheduled during reserve time range, stop
+    reserve"). Without `podNumToReserve` nothing releases it before its end."""
+    scheduled = len(demand.scheduled)
+    if window.pod_num_to_reserve is not None and scheduled >= window.pod_num_to_reserve:
+        return f"{scheduled} reserve pods scheduled on its nodes (podNumToReserve {window.pod_num_to_reserve})"
     return None
 
 
-def window_nodes(window: WindowConfig, *, context: PlanContext, owner: str,
-                 start: datetime) -> tuple[list[str], Resources]:
+def window_nodes(window: WindowConfig, *, context: PlanContext, owner: str, start: datetime,
+                 target: Resources | None = None, hosting: Collection[str] = ()) -> tuple[list[str], Resources]:
     """Seed 004 ReserveNodesMap: nodes matching `nodeSelector`, not taken and open to the window
-    (displacement.may_take), the window's own first, then by future idle at `start` (desc, in the dimensions of
-    `resources`), then name; taken while their accumulated allocatable does not cover `resources`, at most
-    `context.budget` of them. Returns the nodes and what they accumulate."""
+    (displacement.may_take), the window's own first (among them those in `hosting`, where its scheduled reserve pods
+    are, first: a window that shrinks keeps the nodes its count is on), then by future idle at `start` (desc, in the
+    dimensions of `resources`), then name; taken while their accumulated allocatable does not cover `target`
+    (reserve_target; `resources` by default), at most `context.budget` of them. Returns the nodes and what they
+    accumulate."""
     states, current, taken = context.states, context.current, context.taken
+    want = window.resources if target is None else target
     own = {node for node, lock in current.items() if lock.owner == owner}
     dims = sorted(window.resources)
     candidates = [n for n, s in states.items() if n not in taken and schedulable(s.node)
                   and selects(window.node_selector, s.node)
                   and may_take(LockKind.WINDOW, current.get(n), owner=owner, live_jobs=context.live_jobs)]
 
-    def order(name: str) -> tuple[bool, tuple[int, ...], str]:
+    def order(name: str) -> tuple[bool, bool, tuple[int, ...], str]:
         idle = future_idle(states[name], start)
-        return (name not in own, tuple(-idle[d] for d in dims), name)
+        mine = name in own
+        return (not mine, not (mine and name in hosting), tuple(-idle[d] for d in dims), name)
 
     chosen: list[str] = []
     accumulated = EMPTY
     for name in sorted(candidates, key=order):
-        if accumulated.covers(window.resources) or len(chosen) >= context.budget:
+        if accumulated.covers(want) or len(chosen) >= context.budget:
             break
         chosen.append(name)
         accumulated = accumulated + states[name].node.allocatable

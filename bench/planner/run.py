@@ -6,7 +6,16 @@ full plan's time (no earlier plan to reuse; collector paused, as the agent plans
 separate run), and the time to re-plan after one pod event as the agent does it: a full plan over the updated
 snapshot, handed the previous plan so node states whose node and pods did not change are reused. Each size runs
 in its own process so peak memory is not shared. Then the queue-guarantee search: its quality against brute force
-on small random clusters, and, at each size, a plan with 100 guaranteed queues beside one without.
+on small random clusters (of few node shapes, and of nodes all different), and, at each size, a plan with 100
+guaranteed queues beside one without.
+
+Last, a heterogeneous ("mixed") cluster at 500 and 5,000 nodes: MIXED_SHAPES (24 node shapes, 4-128 cpu, 2-8 GiB
+per cpu), each node's allocatable a little less than its shape's by a random amount (kube-reserved, the memory the
+kernel reports), so no two nodes have the same allocatable; random usage (each node filled to a random 0-95% of its
+cpu with pods of random size; 1% of pods pending), a tenth of the jobs in PodGroups of the 100 queues, and 100 queues
+guaranteed 16-256 cpu (2 or 4 GiB per cpu) each, opted into locks, all from a fixed seed. Reported: one full plan
+with the guarantees (collector paused) beside one without, and the tracemalloc peak of the allocations one plan with
+the guarantees makes (a separate run; the snapshot, built before, is not counted).
 """
 
 from __future__ import annotations
@@ -114,6 +123,17 @@ def measure(nodes: int) -> dict:
 QUEUES = 100
 
 
+def opt_in() -> dict[str, str]:
+    """The annotation a Queue opts its guarantee into node locks with (none when this tree has no opt-in)."""
+    from shared import keys
+
+    key = getattr(keys, "QUEUE_LOCK_GUARANTEE", None)
+    return {key: "true"} if key else {}
+
+
+OPT_IN = opt_in()
+
+
 def measure_guarantees(nodes: int) -> dict:
     """The same cluster with QUEUES queues each guaranteed 64 cpu / 128Gi (two nodes' worth): one full plan
     with the guarantees beside one without, in the same process."""
@@ -127,7 +147,8 @@ def measure_guarantees(nodes: int) -> dict:
     config = load_config("starvation: {starvingJobTimeThreshold: 10m}")
     snapshot = build(nodes)
     queues = {f"q{i:03d}": QueueView.from_obj({
-        "metadata": {"name": f"q{i:03d}", "uid": f"q{i}", "creationTimestamp": stamp(NOW - timedelta(days=1, minutes=i))},
+        "metadata": {"name": f"q{i:03d}", "uid": f"q{i}", "annotations": OPT_IN,
+                     "creationTimestamp": stamp(NOW - timedelta(days=1, minutes=i))},
         "spec": {"weight": 1, "guarantee": {"resource": {"cpu": "64", "memory": "128Gi"}}}}) for i in range(QUEUES)}
     with collector_paused():
         began = time.perf_counter()
@@ -140,8 +161,10 @@ def measure_guarantees(nodes: int) -> dict:
             "queue_nodes": sum(len(g.nodes) for g in result.guarantees)}
 
 
-def search_quality(samples: int = 300, budget: int = 2000, seed: int = 11, exact_when_small: bool = True) -> dict:
-    """Chosen score / brute-force optimum on random clusters of 1-12 nodes (queue use and idle random)."""
+def search_quality(samples: int = 300, budget: int = 2000, seed: int = 11, exact_when_small: bool = True,
+                   mixed: bool = False) -> dict:
+    """Chosen score / brute-force optimum on random clusters of 1-12 nodes (queue use and idle random); `mixed`: every
+    node's allocatable a little less than its shape's, by a random amount, so no two are alike."""
     from agent.planner.guarantee_search import Problem, brute_force, search
     from shared.resources import Resources
 
@@ -151,8 +174,11 @@ def search_quality(samples: int = 300, budget: int = 2000, seed: int = 11, exact
         n = rng.randint(1, 12)
         spec = [(rng.choice([2, 4, 8, 16]), rng.choice([4, 8, 16, 32, 64]), rng.randint(0, 100), rng.randint(0, 3))
                 for _ in range(n)]
-        alloc = [Resources({"cpu": c * 1000, "memory": m * 2**30}) for c, m, _, _ in spec]
-        idle = [Resources({"cpu": c * 10 * p, "memory": m * 2**30 * p // 100}) for c, m, p, _ in spec]
+        cut = [(rng.randint(0, 300), rng.randint(0, 700) * 2**20) if mixed else (0, 0) for _ in range(n)]
+        alloc = [Resources({"cpu": c * 1000 - dc, "memory": m * 2**30 - dm})
+                 for (c, m, _, _), (dc, dm) in zip(spec, cut, strict=True)]
+        idle = [Resources({"cpu": a["cpu"] * p // 100, "memory": a["memory"] * p // 100})
+                for a, (_, _, p, _) in zip(alloc, spec, strict=True)]
         used = [Resources({"cpu": u * 1000, "memory": u * 2**30}) for *_, u in spec]
         problem = Problem([f"n{i}" for i in range(n)], alloc, idle, used,
                           Resources({"cpu": rng.randint(1, 64) * 1000, "memory": rng.randint(1, 200) * 2**30}),
@@ -170,12 +196,109 @@ def search_quality(samples: int = 300, budget: int = 2000, seed: int = 11, exact
             "search_ms": search_s / samples * 1000, "brute_ms": brute_s / samples * 1000}
 
 
+MIXED_SIZES = (500, 5000)
+MIXED_SHAPES = [(cpu, per) for cpu in (4, 8, 16, 32, 48, 64, 96, 128) for per in (2, 4, 8)]  # cpu, GiB per cpu
+
+
+def build_mixed(nodes: int, seed: int = 2002):
+    """The heterogeneous cluster of the module docstring, and its QUEUES guaranteed queues."""
+    from agent.planner.model import Snapshot
+    from shared import keys
+    from shared.views import NodeView, PodGroupView, PodView, QueueView
+
+    rng = random.Random(seed)
+    node_views, placed = {}, []
+    for i in range(nodes):
+        name = f"node-{i:05d}"
+        cpu, per = rng.choice(MIXED_SHAPES)
+        milli, mib = cpu * 1000 - rng.randint(50, 400), cpu * per * 1024 - rng.randint(1, 512)
+        node_views[name] = NodeView.from_obj({"metadata": {"name": name, "labels": {"zone": f"z{i % 3}"},
+                                                           "creationTimestamp": stamp(NOW - timedelta(days=3))},
+                                              "status": {"allocatable": {"cpu": f"{milli}m", "memory": f"{mib}Mi",
+                                                                         "pods": "110"}}})
+        fill, used = rng.uniform(0, 0.95) * milli, 0
+        while used < fill:
+            request = rng.choice([250, 500, 1000, 2000, 4000])
+            placed.append((name, request, request * per * rng.choice([1, 2, 3]) // 2000))
+            used += request
+    pending = len(placed) // 99  # 1% of all pods
+    placed += [(None, rng.choice([8000, 16000, 30000]), rng.choice([16, 32, 64]) * 1024) for _ in range(pending)]
+    pods, groups, job, index = [], {}, 0, 0
+    while index < len(placed):
+        size, ns = rng.randint(1, 8), f"ns-{job % 50}"
+        in_group = job % 10 == 0
+        if in_group:
+            groups[(ns, f"job-{job}")] = PodGroupView.from_obj({
+                "metadata": {"name": f"job-{job}", "namespace": ns,
+                             "creationTimestamp": stamp(NOW - timedelta(hours=1))},
+                "spec": {"minMember": size, "queue": f"q{job // 10 % QUEUES:03d}"}})
+        for task, (node_name, milli, mib) in enumerate(placed[index:index + size]):
+            requests = {"cpu": f"{milli}m", "memory": f"{mib}Mi"}
+            spec = {"priority": rng.choice([0, 0, 0, 100, 1000]),
+                    "containers": [{"name": "c", "resources": {"requests": requests}}]}
+            status = {"phase": "Pending"}
+            if node_name is not None:
+                spec["nodeName"] = node_name
+                status = {"phase": "Running", "startTime": stamp(NOW - timedelta(minutes=rng.randint(1, 120)))}
+            meta = {"name": f"job-{job}-{task}", "namespace": ns, "uid": f"u{index + task}",
+                    "annotations": {keys.GROUP_NAME: f"job-{job}"} if in_group else {},
+                    "creationTimestamp": stamp(NOW - timedelta(minutes=rng.randint(1, 180)))}
+            if not in_group:
+                meta["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": f"job-{job}",
+                                            "uid": f"j{job}", "controller": True}]
+            pods.append(PodView.from_obj({"metadata": meta, "spec": spec, "status": status}))
+        index += size
+        job += 1
+    queues = {}
+    for i in range(QUEUES):
+        cpu = rng.choice([16, 32, 64, 128, 256])
+        resource = {"cpu": str(cpu), "memory": f"{cpu * rng.choice([2, 4])}Gi"}
+        queues[f"q{i:03d}"] = QueueView.from_obj({
+            "metadata": {"name": f"q{i:03d}", "uid": f"q{i}", "annotations": OPT_IN,
+                         "creationTimestamp": stamp(NOW - timedelta(days=1, minutes=i))},
+            "spec": {"weight": 1, "guarantee": {"resource": resource}}})
+    return Snapshot(nodes=node_views, pods=pods, podgroups=groups), queues
+
+
+def measure_mixed(nodes: int) -> dict:
+    """The mixed cluster: one full plan with its QUEUES guaranteed queues beside one without, and the tracemalloc peak
+    of one plan with them."""
+    from dataclasses import replace
+
+    from agent.gcpause import collector_paused
+    from agent.planner.plan import plan
+    from shared.config import load_config
+
+    config = load_config("starvation: {starvingJobTimeThreshold: 10m}")
+    snapshot, queues = build_mixed(nodes)
+    guaranteed = replace(snapshot, queues=queues)
+    with collector_paused():
+        began = time.perf_counter()
+        plan(snapshot, config, NOW)
+        without = time.perf_counter() - began
+        began = time.perf_counter()
+        result = plan(guaranteed, config, NOW)
+        with_queues = time.perf_counter() - began
+    tracemalloc.start()  # a second plan, for memory only
+    plan(guaranteed, config, NOW)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    allocatables = {n.allocatable for n in snapshot.nodes.values()}
+    return {"nodes": nodes, "pods": len(snapshot.pods), "shapes": len(MIXED_SHAPES), "allocatables": len(allocatables),
+            "without_s": without, "with_s": with_queues, "peak_mib": peak / 2**20,
+            "queue_nodes": sum(len(g.nodes) for g in result.guarantees),
+            "placed": sum(1 for g in result.guarantees if g.nodes)}
+
+
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--one":
         print(json.dumps(measure(int(sys.argv[2]))))
         return 0
     if len(sys.argv) > 1 and sys.argv[1] == "--guarantees":
         print(json.dumps(measure_guarantees(int(sys.argv[2]))))
+        return 0
+    if len(sys.argv) > 1 and sys.argv[1] == "--mixed":
+        print(json.dumps(measure_mixed(int(sys.argv[2]))))
         return 0
     sizes = [int(s) for s in (sys.argv[1:] or ["500", "5000", "10000"])]
     rows = []
@@ -191,8 +314,9 @@ def main() -> int:
         a, b = rows[0], rows[-1]
         growth = (b["plan_s"] / a["plan_s"]) / (b["nodes"] / a["nodes"])
         print(f"plan time growth per node-count growth, {a['nodes']} -> {b['nodes']}: {growth:.2f} (1.0 = linear)")
-    for exact, label in ((True, "as run"), (False, "beams alone")):
-        quality = search_quality(exact_when_small=exact)
+    for exact, mixed, label in ((True, False, "as run"), (False, False, "beams alone"),
+                                (True, True, "as run, all nodes different")):
+        quality = search_quality(exact_when_small=exact, mixed=mixed)
         print(f"guarantee search quality, {label}, on {quality['samples']} random clusters of <= 12 nodes (score / "
               f"brute-force optimum): min {quality['min']:.3f}, mean {quality['mean']:.4f}; search "
               f"{quality['search_ms']:.1f} ms, brute force {quality['brute_ms']:.1f} ms per cluster", flush=True)
@@ -205,7 +329,21 @@ def main() -> int:
               f"{g['queue_nodes']} nodes locked for queues", flush=True)
     five = next((r for r in rows if r["nodes"] == 5000), rows[-1])
     print(f"planner: {five['nodes']} nodes full plan {five['plan_s']:.2f} s, peak {five['peak_mib']:.0f} MiB, "
-          f"replan after one event {five['replan_ms']:.0f} ms")
+          f"replan after one event {five['replan_ms']:.0f} ms", flush=True)
+    mixed = []
+    for size in MIXED_SIZES:
+        out = subprocess.run([sys.executable, "-m", "bench.planner.run", "--mixed", str(size)], capture_output=True,
+                             text=True, check=True)
+        mixed.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        m = mixed[-1]
+        placement = 1000 * (m["with_s"] - m["without_s"]) / QUEUES
+        print(f"{m['nodes']:>6} mixed nodes {m['pods']:>7} pods ({m['shapes']} shapes, {m['allocatables']} different "
+              f"allocatables), {QUEUES} guaranteed queues: plan {m['with_s']:.3f}s vs {m['without_s']:.3f}s without "
+              f"(placement {placement:.1f} ms per queue), peak {m['peak_mib']:.0f} MiB (tracemalloc), "
+              f"{m['queue_nodes']} nodes locked for {m['placed']} queues", flush=True)
+    m = mixed[-1]
+    print(f"planner: {m['nodes']} mixed nodes, {QUEUES} guarantees: plan {m['with_s']:.2f} s, "
+          f"peak {m['peak_mib']:.0f} MiB")
     return 0
 
 

@@ -223,5 +223,5 @@ async def apply_setup(kit: Kit, *files: str) -> None:
                 async def established(crd: str = crd) -> bool:
                     got = await kit.raw("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd}")
                     return any(c["type"] == "Established" and c["status"] == "True"
-                               for c in got.get("status", {}).get("conditions", []))
+                               for c in (got.get("status") or {}).get("conditions") or [])
                 await kit.wait_for(established, what=f"CRD {crd} Established")

@@ -69,3 +69,13 @@ async def locked_nodes(kit: Kit, names: list[str]) -> dict[str, str]:
             if taint["key"] == keys.LOCK:
                 out[name] = taint["value"]
     return out
+
+
+SPARE_NODE = "spare"
+
+
+async def spare_node(kit: Kit, name: str = SPARE_NODE) -> str:
+    """A Ready node no test pod fits on (100m cpu): with maxLockedNodePercent at most 90 (floor of 90% of the
+    schedulable nodes), a story told on one node needs a second schedulable node for its one lock."""
+    await kit.create_node(name, {"cpu": "100m", "memory": "1Gi"})
+    return name

@@ -18,7 +18,7 @@ from localcluster.agent_process import AgentProcess
 from shared import keys
 from shared.ownership import JobRef, window_owner_id
 from tests.e2e.kit import REPO, Kit, apply_setup
-from tests.e2e.scenarios import SETUP, STARVATION_CONFIG, configure, window_config
+from tests.e2e.scenarios import SETUP, STARVATION_CONFIG, configure, spare_node, window_config
 
 FOREIGN = {"key": "example.com/dedicated", "value": "batch", "effect": "NoSchedule"}
 
@@ -29,6 +29,7 @@ async def held_node(kit: Kit) -> AsyncIterator[str]:
     await apply_setup(kit, *SETUP)
     await configure(kit, STARVATION_CONFIG)
     await kit.create_node("held", {"cpu": "4", "memory": "16Gi"})
+    await spare_node(kit)
     await kit.patch_node("held", [{"op": "add", "path": "/spec/taints", "value": [FOREIGN]}])
     toleration = {"key": FOREIGN["key"], "operator": "Exists"}
     await kit.create_pod("hog", {"cpu": "3"}, tolerations=[toleration])

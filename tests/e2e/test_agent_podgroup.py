@@ -10,7 +10,7 @@ from localcluster.cluster import COMPLETE_AFTER, free_port
 from shared import keys
 from shared.ownership import JobRef
 from tests.e2e.kit import Kit, apply_setup
-from tests.e2e.scenarios import SETUP, STARVATION_CONFIG, configure, scheduled_at
+from tests.e2e.scenarios import SETUP, STARVATION_CONFIG, configure, scheduled_at, spare_node
 
 
 async def test_podgroup_gets_the_lock_and_the_events(kit: Kit) -> None:
@@ -25,6 +25,7 @@ async def test_podgroup_gets_the_lock_and_the_events(kit: Kit) -> None:
 
     try:
         await kit.create_node("gang-node", {"cpu": "4", "memory": "16Gi"})
+        await spare_node(kit)
         await kit.create_pod("hog", {"cpu": "3"}, annotations={COMPLETE_AFTER: "8s"})
         await kit.wait_pod("hog", lambda p: p.get("status", {}).get("phase") == "Running", "Running")
         await kit.custom.create_namespaced_custom_object(keys.VOLCANO_GROUP, keys.VOLCANO_VERSION, kit.namespace,

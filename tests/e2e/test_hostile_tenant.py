@@ -28,7 +28,7 @@ from shared.kube import new_api_client
 from shared.ownership import JobRef, queue_owner_id, reservation_owner_id
 from shared.tolerations import lock_toleration
 from tests.e2e.kit import Kit, apply_setup, running_webhook
-from tests.e2e.scenarios import QUEUE_CONFIG, SETUP, STARVATION_CONFIG, configure, locked_nodes
+from tests.e2e.scenarios import QUEUE_CONFIG, SETUP, STARVATION_CONFIG, configure, locked_nodes, spare_node
 
 TEAM_A, TEAM_B = "team-a", "team-b"
 TENANT = f"system:serviceaccount:{TEAM_A}:tenant"
@@ -134,6 +134,7 @@ async def _lock_for_team_b_job(world: World, allocatable: dict[str, str] | None 
     """Node LOCKED (4 cpu) half full of a team-b pod that never ends, and team-b's `big` needing all of it: the agent
     locks LOCKED for big's job once it has starved 3 s. Returns the lock's owner id, read from the node's taint."""
     await world.admin.create_node(LOCKED, allocatable or {"cpu": "4", "memory": "16Gi"})
+    await spare_node(world.admin)
     await world.team_b.create_pod("filler", {"cpu": "2"})
     await world.team_b.wait_pod("filler", lambda p: p["spec"].get("nodeName") == LOCKED, f"bound on {LOCKED}")
     await world.team_b.create_pod("big", {"cpu": "4"})
@@ -297,6 +298,7 @@ async def test_a_forged_allocated_annotation_does_not_end_someone_elses_reservat
     (allocateOnce) stays Available, its node stays locked, and no one is recorded as its owner."""
     world = reservation_world
     await kit.create_node("rsv-node", {"cpu": "4", "memory": "16Gi"})
+    await spare_node(kit)
     # the tenant's pod ran on the node before the Reservation took it, and finished
     await world.tenant.create_pod("finished", {"cpu": "100m"}, annotations={COMPLETE_AFTER: "1s"},
                                   extra_spec={"nodeSelector": {"kubernetes.io/hostname": "rsv-node"}})
@@ -387,6 +389,10 @@ async def test_the_entitlement_check_fails_closed_while_the_webhook_is_down(kit:
     equal = tenant.pod_body("equal", {"cpu": "1"}, tolerations=[lock_toleration(someone_else)])
     blanket = tenant.pod_body("blanket", {"cpu": "1"}, tolerations=[{"operator": "Exists"}])
     pinned = tenant.pod_body("pinned", {"cpu": "1"}, extra_spec={"nodeName": "anywhere"})
+    # admitted while the webhook runs: a pod with a nodeName (on no locked node) and its job's lock toleration
+    settled = await tenant.raw("POST", pods, body=tenant.pod_body("settled", {"cpu": "1"},
+                                                                   extra_spec={"nodeName": "anywhere"}))
+    assert settled.get("kind") == "Pod", settled
 
     world.webhook.stop(remove_files=False)  # its certificates stay: the registration's caBundle names their CA
     for body in (equal, blanket, pinned):
@@ -402,6 +408,19 @@ async def test_the_entitlement_check_fails_closed_while_the_webhook_is_down(kit:
     assert plain.get("kind") == "Pod", f"a plain pod was refused while the webhook was down: {plain}"
     locks = [t for t in plain["spec"].get("tolerations") or [] if t.get("key") == keys.LOCK]
     assert not locks, f"the plain pod was mutated (lock tolerations {locks}): the webhook was not down"
+    # updates that leave tolerations and nodeName alone never reach the check: a label, a finalizer added and removed
+    # (as the Job controller does on every pod it tracks) all go through on the pod that has a nodeName
+    for patch in ({"metadata": {"labels": {"touched": "yes"}}},
+                  {"metadata": {"finalizers": ["reservoir-test/hold"]}}, {"metadata": {"finalizers": None}}):
+        updated = await tenant.raw("PATCH", f"{pods}/settled", body=patch,
+                                   content_type="application/merge-patch+json")
+        assert updated.get("kind") == "Pod", f"an update touching no toleration was refused while down: {updated}"
+    # and one that adds a toleration is refused for the outage, as a create would be
+    tolerations = [*(settled["spec"].get("tolerations") or []), lock_toleration(someone_else)]
+    added = await tenant.raw("PATCH", f"{pods}/settled", content_type="application/merge-patch+json",
+                             body={"spec": {"tolerations": tolerations}})
+    message = _refusal(added)
+    assert message is not None and f'failed calling webhook "{POD_LOCKS}"' in message, added
 
     world.webhook.start()
     message = await _refused(world, equal, f'"{POD_LOCKS}"', "spec.tolerations[0]", someone_else)
@@ -428,7 +447,8 @@ async def test_a_queue_bound_to_another_namespace_lends_its_lock_to_none_of_the_
     owner = queue_owner_id(queue)
     created = await kit.server_side_apply({
         "apiVersion": keys.VOLCANO_API_VERSION, "kind": "Queue",
-        "metadata": {"name": queue, "annotations": {keys.QUEUE_NAMESPACES: f"{TEAM_B},team-c"}},
+        "metadata": {"name": queue, "annotations": {keys.QUEUE_NAMESPACES: f"{TEAM_B},team-c",
+                                                    keys.QUEUE_LOCK_GUARANTEE: "true"}},
         "spec": {"weight": 1, "guarantee": {"resource": {"cpu": "4"}}}})
     assert created.get("kind") == "Queue", created
     world.queues.append(queue)

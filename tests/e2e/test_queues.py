@@ -1,8 +1,11 @@
-"""Queues on the real control plane (seeds 001 and 002): a guarantee locks nodes that only its queue's pods land on
-and writes status.reservation; removing it releases them; two queues competing for the cap are served in
-QueueScoreOrder; a guarantee larger than the cluster is refused with a Warning Event; `Guaranteed` evicts other
-pods through the Eviction API (a PodDisruptionBudget blocks one, reported); and a queue's PriorityClass makes
-kube-scheduler preempt a lower queue's pod. The agent and the webhook run as their ServiceAccounts."""
+"""Queues on the real control plane (seeds 001 and 002): a guarantee locks nothing until its Queue opts in
+(`reservoir.sh/lock-guarantee: "true"`); then it locks nodes that only its queue's pods land on, writes
+status.reservation and reports NodeLocked on the Queue; removing it releases them; two queues competing for the cap
+are served in QueueScoreOrder; a pod of a guaranteed queue created without the webhook gets its queue's toleration
+from the agent; a guarantee larger than the cluster is refused with a Warning Event; `Guaranteed` evicts other pods
+through the Eviction API (a PodDisruptionBudget blocks one, reported) and its node takes no BestEffort pod of another
+queue; and a queue's PriorityClass (or a PodGroup's own) makes kube-scheduler preempt a lower queue's pod. The agent
+and the webhook run as their ServiceAccounts."""
 
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from localcluster.agent_process import AgentProcess
 from localcluster.webhook_process import WebhookProcess
 from shared import keys
 from shared.ownership import queue_owner_id
+from shared.tolerations import lock_toleration
 from tests.e2e.kit import REPO, Kit, apply_setup, running_webhook
 from tests.e2e.scenarios import QUEUE_CONFIG, SETUP, configure, locked_nodes
 
@@ -44,9 +48,13 @@ async def webhook(kit: Kit, queues: list[str]) -> AsyncIterator[WebhookProcess]:
         yield process
 
 
-async def apply_queue(kit: Kit, created: list[str], name: str, spec: dict) -> None:
+OPT_IN = {keys.QUEUE_LOCK_GUARANTEE: "true"}  # a guarantee locks nodes only for a Queue annotated so
+
+
+async def apply_queue(kit: Kit, created: list[str], name: str, spec: dict,
+                      annotations: dict[str, str] | None = None) -> None:
     await kit.server_side_apply({"apiVersion": f"{keys.VOLCANO_GROUP}/{keys.VOLCANO_VERSION}", "kind": "Queue",
-                                 "metadata": {"name": name}, "spec": spec})
+                                 "metadata": {"name": name, "annotations": dict(annotations or {})}, "spec": spec})
     if name not in created:
         created.append(name)
 
@@ -85,16 +93,29 @@ async def test_guarantee_locks_nodes_for_its_queue_only_and_is_released_when_rem
         await kit.create_node(name, {"cpu": "4", "memory": "16Gi"})
     queue = f"gold-{kit.namespace[-5:]}"
     owner = queue_owner_id(queue)
+    # as a Volcano cluster has it: a guarantee (Volcano's quota floor), no opt-in. Reservoir changes nothing for it.
     await apply_queue(kit, queues, queue, {"weight": 1, "guarantee": {"resource": {"cpu": "8"}}})
     agent = AgentProcess(kit.cluster)
     agent.start()
     try:
+        async def left_alone() -> bool:
+            return f"queue={queue} decision=no-lock reason=not locked" in agent.log_text()
+        await kit.wait_for(left_alone, what="the agent leaving the guarantee alone, and saying so", timeout=30)
+        assert await locked_nodes(kit, names) == {}
+        assert not ((await kit.raw("GET", f"{VOLCANO}/queues/{queue}")).get("status") or {}).get("reservation")
+
+        await apply_queue(kit, queues, queue, {"weight": 1, "guarantee": {"resource": {"cpu": "8"}}}, OPT_IN)
         locks = await wait_locks(kit, names, {owner: 2})
         async def status_written() -> dict | None:
             reservation = ((await kit.raw("GET", f"{VOLCANO}/queues/{queue}")).get("status") or {}).get("reservation")
             return reservation if reservation and sorted(reservation.get("nodes", [])) == sorted(locks) else None
         reservation = await kit.wait_for(status_written, what="Queue status.reservation", timeout=20)
         assert reservation["resource"]["cpu"] == "8", reservation
+        async def reported() -> list[dict]:
+            return [e for e in await queue_events(kit, "NodeLocked") if e["involvedObject"]["name"] == queue]
+        events = await kit.wait_for(reported, what="NodeLocked Events on the Queue", timeout=20)
+        assert events[0]["involvedObject"]["kind"] == "Queue" and events[0]["involvedObject"].get("uid")
+        assert {e["message"].split()[1] for e in await reported()} == set(locks)
 
         # ten 1-cpu pods outside the queue: eight fill the two free nodes, two wait; the queue's pods take the rest
         for i in range(10):
@@ -115,7 +136,7 @@ async def test_guarantee_locks_nodes_for_its_queue_only_and_is_released_when_rem
         assert sum(1 for p in pods if not p["spec"].get("nodeName")) == 2
 
         # the guarantee removed (apply without it): released, status cleared, without a restart
-        await apply_queue(kit, queues, queue, {"weight": 1})
+        await apply_queue(kit, queues, queue, {"weight": 1}, OPT_IN)
         await wait_locks(kit, names, {})
         async def status_cleared() -> bool:
             return not ((await kit.raw("GET", f"{VOLCANO}/queues/{queue}")).get("status") or {}).get("reservation")
@@ -136,14 +157,14 @@ async def test_two_queues_compete_for_the_cap_in_queue_score_order(kit: Kit, que
     await priority_class(kit, "reservoir-test-gold", 1000)
     suffix = kit.namespace[-5:]
     gold, bronze, huge = f"gold-{suffix}", f"bronze-{suffix}", f"huge-{suffix}"
-    await apply_queue(kit, queues, bronze, {"weight": 1, "guarantee": {"resource": {"cpu": "8"}}})
+    await apply_queue(kit, queues, bronze, {"weight": 1, "guarantee": {"resource": {"cpu": "8"}}}, OPT_IN)
     await apply_queue(kit, queues, gold, {"weight": 1, "priorityClassName": "reservoir-test-gold",
-                                          "guarantee": {"resource": {"cpu": "8"}}})
-    await apply_queue(kit, queues, huge, {"weight": 1, "guarantee": {"resource": {"cpu": "100"}}})
+                                          "guarantee": {"resource": {"cpu": "8"}}}, OPT_IN)
+    await apply_queue(kit, queues, huge, {"weight": 1, "guarantee": {"resource": {"cpu": "100"}}}, OPT_IN)
     agent = AgentProcess(kit.cluster)
     agent.start()
     try:
-        await wait_locks(kit, names, {queue_owner_id(gold): 2})
+        gold_nodes = sorted(await wait_locks(kit, names, {queue_owner_id(gold): 2}))
         out = reservoir(kit, "status", "--queues", "-o", "json")
         assert out.returncode == 0, out.stderr
         order = [q["name"] for q in json.loads(out.stdout) if q["name"] in (gold, bronze, huge)]
@@ -157,13 +178,29 @@ async def test_two_queues_compete_for_the_cap_in_queue_score_order(kit: Kit, que
         events = await kit.wait_for(refused, what="a GuaranteeRefused Warning Event on the huge queue", timeout=20)
         assert events[0]["type"] == "Warning" and "more than the cluster" in events[0]["message"]
         assert len(await refused()) == 1, "reported once, not on every reconcile"
+
+        # no webhook runs here: a pod of gold, pinned to one of gold's nodes, has no toleration of its lock and waits;
+        # the agent's repair adds its queue's toleration, and it lands there
+        await kit.create_pod("gold-late", {"cpu": "1"}, annotations={keys.QUEUE_NAME: gold},
+                             extra_spec={"nodeSelector": {"kubernetes.io/hostname": gold_nodes[0]}})
+        bound = await kit.wait_pod("gold-late", lambda p: p["spec"].get("nodeName") == gold_nodes[0],
+                                   f"repaired and bound on {gold_nodes[0]}", timeout=40)
+        assert lock_toleration(queue_owner_id(gold)) in bound["spec"]["tolerations"]
+        assert f"pod={kit.namespace}/gold-late decision=repair" in agent.log_text()
     finally:
         agent.stop()
 
 
-async def test_guaranteed_policy_evicts_other_pods_and_respects_disruption_budgets(kit: Kit, queues: list[str]) -> None:
+async def test_guaranteed_policy_evicts_other_pods_and_respects_disruption_budgets(
+        kit: Kit, queues: list[str], webhook: WebhookProcess) -> None:
+    """`Guaranteed` evicts the other pods of its node through the Eviction API (a PodDisruptionBudget holds one);
+    the node carries the exclusive taint too, so a BestEffort pod of another queue, admitted by the webhook with its
+    every-lock toleration, is kept off it and never evicted."""
     await configure(kit, QUEUE_CONFIG)
     await kit.create_node("ev-1", {"cpu": "4", "memory": "16Gi"})
+    # maxLockedNodePercent is at most 90 (floor of 90% of the schedulable nodes): one lock needs a second node, one
+    # no pod of this story fits on
+    await kit.create_node("ev-spare", {"cpu": "100m", "memory": "1Gi"})
     await kit.create_pod("free", {"cpu": "1"}, labels={"app": "free"})
     await kit.create_pod("protected", {"cpu": "1"}, labels={"app": "protected"})
     for name in ("free", "protected"):
@@ -176,11 +213,14 @@ async def test_guaranteed_policy_evicts_other_pods_and_respects_disruption_budge
         return (pdb.get("status") or {}).get("currentHealthy") == 1
     await kit.wait_for(budget_counted, what="the PodDisruptionBudget observing its pod", timeout=30)
     queue = f"strict-{kit.namespace[-5:]}"
-    await apply_queue(kit, queues, queue, {"weight": 1, "guarantee": {"policy": "Guaranteed", "resource": {"cpu": "4"}}})
+    strict = {"weight": 1, "guarantee": {"policy": "Guaranteed", "resource": {"cpu": "4"}}}
+    await apply_queue(kit, queues, queue, strict, OPT_IN)
     agent = AgentProcess(kit.cluster)
     agent.start()
     try:
         await wait_locks(kit, ["ev-1"], {queue_owner_id(queue): 1})
+        taints = {(t["key"], t["value"]) for t in (await kit.read_node("ev-1"))["spec"].get("taints") or []}
+        assert (keys.LOCK_EXCLUSIVE, queue_owner_id(queue)) in taints, taints
         async def free_gone() -> bool:
             pods = (await kit.raw("GET", f"/api/v1/namespaces/{kit.namespace}/pods"))["items"]
             return "free" not in {p["metadata"]["name"] for p in pods}
@@ -194,6 +234,19 @@ async def test_guaranteed_policy_evicts_other_pods_and_respects_disruption_budge
             f"pod={kit.namespace}/protected decision=evict outcome=blocked") >= 2
         assert (await kit.read_pod("protected"))["status"]["phase"] == "Running", "the budget held"
         assert f"pod={kit.namespace}/free decision=evict outcome=evicted" in agent.log_text()
+
+        # a BestEffort pod of another queue, asking for that very node, is kept off it: it tolerates every lock but
+        # not the exclusive taint (so no eviction brings it back again and again)
+        await kit.create_pod("best-effort", extra_spec={"nodeSelector": {"kubernetes.io/hostname": "ev-1"}})
+        def unschedulable(pod: dict) -> bool:
+            return any(c["type"] == "PodScheduled" and c["status"] == "False" and c.get("reason") == "Unschedulable"
+                       for c in pod.get("status", {}).get("conditions") or [])
+        waiting = await kit.wait_pod("best-effort", unschedulable, "Unschedulable", timeout=30)
+        assert {"key": keys.LOCK, "operator": "Exists"} in waiting["spec"]["tolerations"], "admitted as BestEffort"
+        assert keys.LOCK_EXCLUSIVE not in {t.get("key") for t in waiting["spec"]["tolerations"]}
+        assert "untolerated taint" in (next(c for c in waiting["status"]["conditions"]
+                                            if c["type"] == "PodScheduled").get("message") or "")
+        assert f"pod={kit.namespace}/best-effort decision=evict" not in agent.log_text()
     finally:
         agent.stop()
         await kit.raw("DELETE", f"/apis/policy/v1/namespaces/{kit.namespace}/poddisruptionbudgets/keep")
@@ -219,3 +272,32 @@ async def test_queue_priority_class_lets_kube_scheduler_preempt_a_lower_queue(
     assert bound["spec"]["priority"] == 1000
     pods = {p["metadata"]["name"] for p in (await kit.raw("GET", f"/api/v1/namespaces/{kit.namespace}/pods"))["items"]}
     assert "low-pod" not in pods, "preempted by kube-scheduler"
+
+
+async def test_a_podgroups_own_priority_class_comes_before_its_queues(
+        kit: Kit, queues: list[str], webhook: WebhookProcess) -> None:
+    """Seed 001 `cache.go` (issue 11): a PodGroup of class gold in a queue of class bronze gives its pods gold, with
+    its value and preemption policy, and kube-apiserver's Priority plugin accepts them; a PodGroup of no class gives
+    them the queue's."""
+    await priority_class(kit, "reservoir-test-gold", 1000)
+    await priority_class(kit, "reservoir-test-bronze", 10)
+    low = f"low-{kit.namespace[-5:]}"
+    await apply_queue(kit, queues, low, {"weight": 1, "priorityClassName": "reservoir-test-bronze"})
+    groups = f"{VOLCANO}/namespaces/{kit.namespace}/podgroups"
+    for name, spec in (("golden", {"priorityClassName": "reservoir-test-gold"}), ("plain", {})):
+        created = await kit.raw("POST", groups, body={"apiVersion": keys.VOLCANO_API_VERSION, "kind": "PodGroup",
+                                                      "metadata": {"name": name},
+                                                      "spec": {"minMember": 1, "queue": low, **spec}})
+        assert created.get("kind") == "PodGroup", created
+    pods = f"/api/v1/namespaces/{kit.namespace}/pods"
+    want = {"golden": ("reservoir-test-gold", 1000), "plain": ("reservoir-test-bronze", 10)}
+    for group, (klass, value) in want.items():
+        body = kit.pod_body(f"{group}-0", {"cpu": "1"}, annotations={keys.GROUP_NAME: group})
+
+        # the webhook reads its caches: a dry-run create until it has seen the Queue and the PodGroup
+        async def seen(body: dict = body, klass: str = klass) -> bool:
+            return (await kit.raw("POST", pods + "?dryRun=All", body=body))["spec"].get("priorityClassName") == klass
+        await kit.wait_for(seen, what=f"the webhook seeing PodGroup {group}", timeout=20)
+        pod = await kit.raw("POST", pods, body=body)
+        assert (pod["spec"]["priorityClassName"], pod["spec"]["priority"]) == (klass, value), pod["spec"]
+        assert pod["spec"]["preemptionPolicy"] == "PreemptLowerPriority"

@@ -16,7 +16,7 @@ from localcluster.cluster import COMPLETE_AFTER
 from shared import keys
 from shared.ownership import reservation_owner_id
 from tests.e2e.kit import Kit, apply_setup, running_webhook
-from tests.e2e.scenarios import QUEUE_CONFIG, SETUP, configure, locked_nodes
+from tests.e2e.scenarios import QUEUE_CONFIG, SETUP, configure, locked_nodes, spare_node
 
 RESERVATIONS = f"/apis/{keys.RESERVATION_GROUP}/{keys.RESERVATION_VERSION}/reservations"
 
@@ -111,6 +111,7 @@ async def test_owner_only_allocate_once_and_ttl_expiry(kit: Kit, running: tuple[
 async def test_pre_allocation_waits_for_a_full_node_to_drain(kit: Kit, running: tuple[list[str], AgentProcess]) -> None:
     created, _ = running
     await kit.create_node("pa-1", {"cpu": "4", "memory": "16Gi"})
+    await spare_node(kit)
     for i in range(2):
         await kit.create_pod(f"busy-{i}", {"cpu": "2"}, annotations={COMPLETE_AFTER: "8s"})
     for i in range(2):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import time
 from collections.abc import AsyncIterator
 
@@ -17,7 +18,7 @@ from shared import keys
 from shared.ownership import JobRef
 from shared.timestamps import parse_time
 from tests.e2e.kit import Kit, apply_setup
-from tests.e2e.scenarios import SETUP, STARVATION_CONFIG, configure, scheduled_at
+from tests.e2e.scenarios import SETUP, STARVATION_CONFIG, configure, locked_nodes, scheduled_at
 
 STREAM_SECONDS = 30
 SMALL_RUNS = "5s"
@@ -52,6 +53,8 @@ async def stream_small_pods(kit: Kit, seconds: float, keep_pending: int = 3) -> 
 async def run_story(kit: Kit) -> tuple[float, float, dict, list[dict]]:
     """Returns (stream end, big pod bind time or inf, big pod, small pods)."""
     await kit.create_node("starve-node", {"cpu": "4", "memory": "16Gi"})
+    # maxLockedNodePercent is at most 90 (floor): one node alone locks nothing, so a second, where no pod here fits
+    await kit.create_node("spare", {"cpu": "100m", "memory": "1Gi"})
     stream = asyncio.create_task(stream_small_pods(kit, STREAM_SECONDS))
     await asyncio.sleep(3)  # the node is full of small pods
     await kit.create_pod("big", {"cpu": "4"})
@@ -102,3 +105,75 @@ async def test_with_the_agent_the_node_is_locked_drained_and_given_to_the_big_po
     events = await kit.raw("GET", "/api/v1/namespaces/default/events?fieldSelector=involvedObject.name=starve-node")
     reasons = {e["reason"] for e in events["items"]}
     assert {"NodeLocked", "NodeReleased"} <= reasons, reasons
+
+
+# --- issue 11, seed 000 as its users check it: kube-scheduler's predicate, and minMember - bound tasks ---
+
+def zone_affinity(zone: str) -> dict:
+    return {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "zone", "operator": "In", "values": [zone]}]}]}}}}
+
+
+async def fill(kit: Kit, node: str, count: int) -> None:
+    """`count` pods of 1 cpu bound to `node` that run until the test ends: the node never drains by itself."""
+    for i in range(count):
+        await kit.create_pod(f"{node}-fill-{i}", {"cpu": "1"}, extra_spec={"nodeName": node})
+
+
+async def held_for(kit: Kit, names: list[str], owner: str) -> dict[str, list[str]]:
+    """The nodes of `names` locked for `owner`, with the tasks their lock-info names."""
+    out = {}
+    for name, value in (await locked_nodes(kit, names)).items():
+        if value == owner:
+            info = (await kit.read_node(name))["metadata"].get("annotations", {}).get(keys.LOCK_INFO, "{}")
+            out[name] = json.loads(info).get("tasks", [])
+    return out
+
+
+async def steady(kit: Kit, names: list[str], owner: str, seconds: float) -> dict[str, list[str]]:
+    """The locks for `owner` once they have stayed the same for `seconds` (several agent resyncs of 2 s)."""
+    seen = await held_for(kit, names, owner)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        await asyncio.sleep(0.5)
+        now = await held_for(kit, names, owner)
+        assert now == seen, f"the locks changed from {seen} to {now}"
+    return seen
+
+
+async def test_seed_000_pod_requiring_a_zone_locks_only_nodes_of_that_zone(kit: Kit, agent: AgentProcess) -> None:
+    """Issue 11: a pod that requires zone=a got a lock on a zone-b node. Here the zone-b nodes are the better ones by
+    the seed's score (more idle; nothing on either ever ends): only a zone-a node may be locked."""
+    names = ["zone-a-0", "zone-a-1", "zone-b-0", "zone-b-1"]
+    for name in names:
+        await kit.create_node(name, {"cpu": "4", "memory": "16Gi"}, labels={"zone": name.split("-")[1]})
+    for name in names:
+        await fill(kit, name, 2 if "-a-" in name else 1)
+    await kit.create_pod("big", {"cpu": "4"}, extra_spec=zone_affinity("a"))
+    owner = JobRef(kit.namespace, "Pod", "big").owner_id
+    await kit.wait_for(lambda: held_for(kit, names, owner), what="a node locked for the zone-a pod", timeout=30)
+    held = await steady(kit, names, owner, seconds=6)
+    assert len(held) == 1 and set(held) <= {"zone-a-0", "zone-a-1"}, held
+    assert held == {next(iter(held)): [f"{kit.namespace}/big"]}
+    assert not await locked_nodes(kit, ["zone-b-0", "zone-b-1"]), "no zone-b node is locked, for anyone"
+
+
+async def test_gang_of_min_member_3_with_8_pending_pods_gets_3_tasks_worth_of_locked_nodes(
+        kit: Kit, agent: AgentProcess) -> None:
+    """Issue 11: the seed's "reach ready" rule reserves minMember - bound tasks. Five nodes with one task's room each
+    after a drain: 8 tasks never fit (no lock at all, before), 3 do."""
+    names = [f"gang-{i}" for i in range(5)]
+    for name in names:
+        await kit.create_node(name, {"cpu": "4", "memory": "16Gi"})
+        await fill(kit, name, 1)
+    await kit.custom.create_namespaced_custom_object(keys.VOLCANO_GROUP, keys.VOLCANO_VERSION, kit.namespace,
+                                                     keys.PODGROUP_PLURAL, {
+        "apiVersion": f"{keys.VOLCANO_GROUP}/{keys.VOLCANO_VERSION}", "kind": "PodGroup",
+        "metadata": {"name": "train"}, "spec": {"minMember": 3}})
+    for i in range(8):
+        await kit.create_pod(f"train-{i}", {"cpu": "4"}, annotations={keys.GROUP_NAME: "train"})
+    owner = JobRef(kit.namespace, "PodGroup", "train").owner_id
+    await kit.wait_for(lambda: held_for(kit, names, owner), what="nodes locked for the gang", timeout=30)
+    held = await steady(kit, names, owner, seconds=6)
+    assert len(held) == 3, held
+    assert sorted(t for tasks in held.values() for t in tasks) == [f"{kit.namespace}/train-{i}" for i in range(3)]

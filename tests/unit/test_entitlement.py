@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from shared import keys
 from shared.config import load_config
 from shared.entitlement import Grounds, entitlement, lock_claims, unentitled
 from shared.ownership import JobRef, queue_owner_id, reservation_owner_id, window_owner_id
-from shared.tolerations import lock_toleration
+from shared.tolerations import (
+    BYPASS_TOLERATION,
+    EXCLUSIVE_BYPASS_TOLERATION,
+    exclusive_toleration,
+    lock_toleration,
+)
 from shared.views import PodGroupView, QueueView, ReservationView
 
 NS = "team-a"
@@ -122,8 +128,12 @@ def test_lock_claims_follow_the_one_toleration_rule() -> None:
         {"operator": "Exists", "effect": "NoExecute"},  # does not tolerate a NoSchedule taint
         {"key": keys.LOCK, "operator": "Equal", "value": "queue-y", "effect": "NoExecute"},
         "not a toleration",
+        {"key": keys.LOCK_EXCLUSIVE, "operator": "Exists"},
+        exclusive_toleration("queue-z"),
     ]
-    assert [(c.index, c.owner) for c in lock_claims(tolerations)] == [(1, "job-x"), (2, None), (3, None)]
+    # a toleration of no key claims both taint keys: the lock's and the exclusive one
+    assert [(c.index, c.owner, c.exclusive) for c in lock_claims(tolerations)] == [
+        (1, "job-x", False), (2, None, False), (3, None, False), (3, None, True), (7, None, True), (8, "queue-z", True)]
 
 
 def test_a_pod_bringing_a_lock_toleration_it_is_not_entitled_to_is_refused() -> None:
@@ -150,3 +160,41 @@ def test_node_name_on_a_locked_node_needs_the_lock() -> None:
     for node in ("n2", "n3"):
         placed = pod(requests=CPU, node_name=node)
         assert unentitled(placed, NS, entitlement(placed, NS, GROUNDS), locks) == []
+
+
+def test_a_best_effort_pod_may_not_use_a_guaranteed_queues_exclusive_locks() -> None:
+    """Issue 11: the BestEffort exemption stops at the exclusive locks of `Guaranteed` queues opted into locks (their
+    evictions would bring the pod back every reconcile): not its tolerations of them, not a blanket toleration while
+    such a lock may exist, not a nodeName on such a node. Its own queue's it may use; a DaemonSet's pod every one."""
+    strict = QueueView.from_obj({"metadata": {"name": "gold", "annotations": {keys.QUEUE_LOCK_GUARANTEE: "true"}},
+                                 "spec": {"guarantee": {"policy": "Guaranteed", "resource": {"cpu": "4"}}}})
+    grounds = Grounds(queues={"gold": strict}, daemonsets={(NS, "ds"): "u"})
+    gold = queue_owner_id("gold")
+    assert grounds.exclusive_owners == {gold}
+    stranger = entitlement(pod(), NS, grounds)
+    assert stranger.every_lock is not None and not stranger.allows(gold) and stranger.allows("job-anyone-abc123")
+    member = entitlement(pod(annotations={keys.QUEUE_NAME: "gold"}), NS, grounds)
+    assert member.allows(gold)
+    daemon = entitlement(pod(owner_refs=[{"kind": "DaemonSet", "name": "ds", "uid": "u", "controller": True}]), NS,
+                         grounds)
+    assert daemon.allows(gold) and daemon.tolerations() == [BYPASS_TOLERATION, EXCLUSIVE_BYPASS_TOLERATION]
+
+    def refusals(**fields: Any) -> list[str]:
+        candidate = pod(**fields)
+        return unentitled(candidate, NS, entitlement(candidate, NS, grounds), {"n1": gold})
+
+    assert refusals(tolerations=[BYPASS_TOLERATION]) == [], "the lock key's Exists reaches no exclusive taint"
+    [blanket] = refusals(tolerations=[{"operator": "Exists"}])
+    assert "spec.tolerations[0]" in blanket and gold in blanket
+    assert len(refusals(tolerations=[exclusive_toleration(gold)])) == 1
+    assert len(refusals(tolerations=[{"key": keys.LOCK_EXCLUSIVE, "operator": "Exists"}])) == 1
+    [pinned] = refusals(node_name="n1")
+    assert "spec.nodeName 'n1'" in pinned
+    assert refusals(annotations={keys.QUEUE_NAME: "gold"}, node_name="n1",
+                    tolerations=[BYPASS_TOLERATION, exclusive_toleration(gold)]) == []
+    # a Best-Effort guarantee, or no opt-in: nothing is exclusive
+    for queue_view in (replace(strict, annotations={}),
+                       QueueView.from_obj({"metadata": {"name": "gold",
+                                                        "annotations": {keys.QUEUE_LOCK_GUARANTEE: "true"}},
+                                           "spec": {"guarantee": {"resource": {"cpu": "4"}}}})):
+        assert Grounds(queues={"gold": queue_view}).exclusive_owners == frozenset()

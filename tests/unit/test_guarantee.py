@@ -4,17 +4,27 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import timedelta
+from fractions import Fraction
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agent.planner.guarantee import NOT_OPTED_IN
 from agent.planner.guarantee_search import Problem, brute_force, search
+from agent.planner.model import lock_on
 from agent.planner.plan import plan
-from shared.config import load_config
+from agent.writer import node_patch
+from shared import keys
+from shared.config import ConfigError, ReservoirConfig, load_config
+from shared.jsonpatch import apply
 from shared.ownership import queue_owner_id
 from shared.resources import Resources
-from shared.views import QueueView
+from shared.tolerations import BYPASS_TOLERATION, tolerates_taint
+from shared.views import NodeView, QueueView
+from webhook.lookup import Lookup
+from webhook.mutate import mutate_pod
+from webhook.validate import validate_queue
 from shared.timestamps import stamp
 from tests.builders import NOW, node, pod, snap
 
@@ -61,14 +71,17 @@ def test_search_prefers_an_exact_fit_on_few_nodes() -> None:
 
 
 def queue(name: str, guarantee: dict | None, capability: dict | None = None, age: timedelta = timedelta(days=1),
-          priority_class: str = "") -> QueueView:
+          priority_class: str = "", opted_in: bool = True) -> QueueView:
+    """A Queue; with a guarantee, opted into locks (`reservoir.sh/lock-guarantee: "true"`) unless `opted_in` is
+    False."""
     spec: dict = {"weight": 1, "priorityClassName": priority_class}
     if guarantee is not None:
         spec["guarantee"] = guarantee
     if capability:
         spec["capability"] = capability
-    return QueueView.from_obj({"metadata": {"name": name, "uid": f"uid-{name}", "creationTimestamp": stamp(NOW - age)},
-                               "spec": spec})
+    annotations = {keys.QUEUE_LOCK_GUARANTEE: "true"} if opted_in else {}
+    return QueueView.from_obj({"metadata": {"name": name, "uid": f"uid-{name}", "creationTimestamp": stamp(NOW - age),
+                                            "annotations": annotations}, "spec": spec})
 
 
 def with_queues(snapshot, *queues):
@@ -142,3 +155,113 @@ def test_the_higher_scoring_queue_wins_the_last_lockable_nodes() -> None:
     # without the priority class the older queue wins
     result = plan(with_queues(snap(nodes, []), replace(high, priority_class_name=""), low), half, NOW)
     assert {l.owner for l in result.locks.values()} == {queue_owner_id("low")}
+
+
+# --- issue 11 ---
+
+def test_a_guarantee_locks_nothing_until_the_queue_opts_in() -> None:
+    """Issue 11: a Volcano cluster's Queues carry `spec.guarantee.resource` already (Volcano's quota floor; Volcano's
+    schema keeps nothing else of it). Installing Reservoir changes nothing for them: no lock, no eviction, no Warning
+    Event; the status and the note say why. The annotation `reservoir.sh/lock-guarantee: "true"` opts in."""
+    nodes = [node(f"n{i}") for i in range(4)]
+    on_n0 = [pod("other", "1", node_name="n0")]
+    volcano = QueueView.from_obj({"metadata": {"name": "research", "uid": "u1"},  # as Volcano's schema keeps it
+                                  "spec": {"weight": 1, "guarantee": {"resource": {"cpu": "8"}}}})
+    strict = queue("strict", {"policy": "Guaranteed", "resource": {"cpu": "16"}}, opted_in=False)
+    refused = replace(volcano, name="off", annotations={keys.QUEUE_LOCK_GUARANTEE: "false"})
+    result = plan(with_queues(snap(nodes, on_n0), volcano, strict, refused), CONFIG, NOW)
+    assert result.locks == {}
+    assert {g.queue: (g.nodes, g.evict, g.warning) for g in result.guarantees} == {
+        name: ((), (), None) for name in ("research", "strict", "off")}
+    assert all(keys.QUEUE_LOCK_GUARANTEE in g.reason for g in result.guarantees)
+    assert f"policy=guarantee queue=research decision=no-lock reason={NOT_OPTED_IN}" in result.notes
+    opted = replace(volcano, annotations={keys.QUEUE_LOCK_GUARANTEE: "true"})
+    result = plan(with_queues(snap(nodes, on_n0), opted), CONFIG, NOW)
+    assert len(result.locks) == 2 and result.guarantees[0].nodes == tuple(sorted(result.locks))
+
+
+def test_percentage_counts_exactly_29_hundredths_of_100_nodes_is_29() -> None:
+    """Issue 11, seed 002 "math.Floor(clusterNodeNumber * percentage)": 0.29 x 100 nodes is 29 nodes; a float product
+    (28.999999999999996) floors to 28. The value is read exactly as written, from a JSON number or a string."""
+    nodes = [node(f"n{i:03d}") for i in range(100)]
+    for value in (0.29, "0.29"):
+        q = queue("q1", {"percentage": {"dimensions": ["cpu"], "value": value}})
+        result = plan(with_queues(snap(nodes, []), q), CONFIG, NOW)
+        assert len(result.locks) == 29, (value, len(result.locks))
+    assert queue("q", {"percentage": {"dimensions": ["cpu"], "value": 0.29}}).guarantee.percentage_value == \
+        Fraction(29, 100)
+
+
+def gpu_node(name: str, gpus: dict[str, str]) -> NodeView:
+    return NodeView.from_obj({"metadata": {"name": name, "creationTimestamp": stamp(NOW - timedelta(days=1))},
+                              "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110", **gpus}}})
+
+
+def test_the_seeds_gpu_dimension_is_the_configured_extended_resource() -> None:
+    """Issue 11: the seed's own percentage dimensions `["cpu", "memory", "gpu"]` are accepted; `gpu` is
+    `guarantee.gpuResource` (default nvidia.com/gpu): half of four nodes goes to the two with the most idle GPUs of
+    that resource."""
+    assert validate_queue({"metadata": {"name": "q"}, "spec": {"guarantee": {
+        "percentage": {"dimensions": ["cpu", "memory", "gpu"], "value": 0.2}}}}).allowed
+    assert ReservoirConfig().guarantee.gpu_resource == "nvidia.com/gpu"
+    with pytest.raises(ConfigError, match="guarantee.gpuResource: expected an extended resource name"):
+        load_config("guarantee: {gpuResource: gpu}")
+    nodes = [gpu_node("n0", {"amd.com/gpu": "8"}), gpu_node("n1", {"amd.com/gpu": "8"}),
+             gpu_node("n2", {"nvidia.com/gpu": "8"}), gpu_node("n3", {"nvidia.com/gpu": "4"})]
+    q = queue("q1", {"percentage": {"dimensions": ["gpu"], "value": 0.5}})
+    assert sorted(plan(with_queues(snap(nodes, []), q), CONFIG, NOW).locks) == ["n2", "n3"]
+    amd = load_config("maxLockedNodePercent: 90\nstarvation: {enabled: false}\nguarantee: {gpuResource: amd.com/gpu}")
+    assert sorted(plan(with_queues(snap(nodes, []), q), amd, NOW).locks) == ["n0", "n1"]
+
+
+def tolerated(pod_json: dict, node_json: dict) -> bool:
+    """kube-scheduler's TaintToleration: every NoSchedule taint of the node tolerated by the pod."""
+    tolerations = pod_json["spec"].get("tolerations") or []
+    return all(any(tolerates_taint(t, taint["key"], taint.get("value", ""), taint["effect"]) for t in tolerations)
+               for taint in node_json["spec"].get("taints") or [] if taint["effect"] == "NoSchedule")
+
+
+def test_a_guaranteed_queues_locked_node_does_not_take_best_effort_pods() -> None:
+    """Issue 11: `Guaranteed` evicted every BestEffort pod of another queue from its node, and the pod's replacement,
+    tolerating every lock, came straight back. Now the planner's lock is exclusive, the writer puts the exclusive
+    taint beside the lock's, and the webhook's BestEffort toleration does not tolerate it: a BestEffort pod of
+    another queue stays off; the queue's own pods (BestEffort or not) and a DaemonSet's pod still go there."""
+    nodes = [node("n0"), node("n1")]
+    strict = queue("gold", {"policy": "Guaranteed", "resource": {"cpu": "4"}})
+    result = plan(with_queues(snap(nodes, [], spare=1), strict), CONFIG, NOW)
+    [(name, lock)] = result.locks.items()
+    patch = node_patch({"metadata": {"name": name, "resourceVersion": "1"}, "spec": {}}, lock) or []
+    locked = apply({"metadata": {"name": name}, "spec": {}}, [op for op in patch if op["op"] != "test"])
+    assert lock_on(NodeView.from_obj(locked)) == lock, "read back as written (the agent keeps no other state)"
+    lookup = Lookup(queues={"gold": strict}, daemonsets={("ns", "ds"): "u"})
+
+    def admitted(name: str, queue_name: str = "", requests: dict | None = None, owners: list | None = None) -> dict:
+        meta: dict = {"name": name, "namespace": "ns", "annotations": {keys.QUEUE_NAME: queue_name} if queue_name else {}}
+        if owners:
+            meta["ownerReferences"] = owners
+        container: dict = {"name": "c", **({"resources": {"requests": requests}} if requests else {})}
+        obj = {"metadata": meta, "spec": {"containers": [container]}}
+        return apply(obj, mutate_pod(obj, "ns", lookup).patch)
+
+    assert not tolerated(admitted("best-effort"), locked), "a BestEffort pod of another queue stays off"
+    assert tolerated(admitted("best-effort-of-gold", "gold"), locked)
+    assert tolerated(admitted("worker-of-gold", "gold", {"cpu": "1"}), locked)
+    ds = [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds", "uid": "u", "controller": True}]
+    assert tolerated(admitted("daemon", owners=ds), locked)
+    assert not tolerated(admitted("worker", "", {"cpu": "1"}), locked)
+    assert lock.exclusive and {t["key"] for t in locked["spec"]["taints"]} == {keys.LOCK, keys.LOCK_EXCLUSIVE}
+
+
+def test_guaranteed_evicts_what_the_lock_keeps_off_and_leaves_what_would_come_back() -> None:
+    """Issue 11: a pod admitted before the lock (a BestEffort one with the every-lock toleration) is evicted once: its
+    replacement cannot come back. A pod that tolerates the exclusive taint (a trusted namespace's blanket
+    toleration) is not evicted at all: it would only come back, reconcile after reconcile."""
+    nodes = [node("n0", cpu="8"), node("n1", cpu="2"), node("n2", cpu="2")]
+    earlier = replace(pod("earlier", "0", node_name="n0"), best_effort=True, tolerations=(BYPASS_TOLERATION,))
+    monitor = replace(pod("monitor", "100m", node_name="n0", ns="ops"), tolerations=({"operator": "Exists"},))
+    plain = pod("plain", "1", node_name="n0")
+    strict = queue("gold", {"policy": "Guaranteed", "resource": {"cpu": "8"}})
+    config = load_config("maxLockedNodePercent: 90\nstarvation: {enabled: false}\nwebhook: {trustedNamespaces: [ops]}")
+    result = plan(with_queues(snap(nodes, [earlier, monitor, plain]), strict), config, NOW)
+    [gold] = result.guarantees
+    assert gold.nodes == ("n0",) and gold.evict == ("ns/earlier", "ns/plain")

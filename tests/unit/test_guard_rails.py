@@ -70,7 +70,8 @@ def snapshot(nodes: list[NodeView], pods: list[PodView], queues: list[QueueView]
 
 
 def guaranteed_queue(cpu: str = "8") -> QueueView:
-    return QueueView.from_obj({"metadata": {"name": "gold", "creationTimestamp": stamp(NOW - timedelta(days=1))},
+    return QueueView.from_obj({"metadata": {"name": "gold", "creationTimestamp": stamp(NOW - timedelta(days=1)),
+                                            "annotations": {keys.QUEUE_LOCK_GUARANTEE: "true"}},
                                "spec": {"guarantee": {"resource": {"cpu": cpu}, "policy": "Guaranteed"}}})
 
 
@@ -145,7 +146,8 @@ def test_node_readiness_is_read_from_the_ready_condition_and_the_lifecycle_taint
 def test_control_plane_and_not_ready_nodes_are_never_locked_nor_counted_in_the_cap() -> None:
     # by name and idleness "cp" and "down" would come first; they are never candidates
     nodes = [node("cp", "16", labels=CONTROL_PLANE), node("down", "16", ready="False"), node("n1"), node("n2")]
-    starving = [pod("big", "4", age=timedelta(minutes=5))]
+    # n1 and n2 each run a small pod, so the big one fits on neither now: a lock is needed (never on cp or down)
+    starving = [pod("big", "4", age=timedelta(minutes=5)), *(pod(f"small-{n}", "1", node_name=n) for n in ("n1", "n2"))]
     config = load_config(STARVING)
     context = plan_context(snapshot=snapshot(nodes, starving), config=config, now=NOW, current={}, previous=None)
     assert context.schedulable_nodes == 2 and context.budget == 1, "90% of the 2 eligible nodes, not of 4"

@@ -12,6 +12,7 @@ from shared.config import load_config
 from shared.ownership import JobRef, queue_owner_id, reservation_owner_id, window_owner_id
 from shared.views import PodGroupView, PriorityClassView, QueueView, ReservationView
 from shared.jsonpatch import apply, pointer
+from shared.tolerations import BYPASS_TOLERATION, EXCLUSIVE_BYPASS_TOLERATION, exclusive_toleration, lock_toleration
 from webhook.lookup import Lookup
 from webhook.mutate import mutate_pod, mutate_podgroup, parse_reservation_affinity
 
@@ -175,7 +176,8 @@ def test_best_effort_and_daemonset_pods_tolerate_every_lock() -> None:
     ds_ref = [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent", "uid": "u", "controller": True}]
     daemon, _ = mutated(pod("ds", requests={"cpu": "100m"}, owners=ds_ref),
                         replace(LOOKUP, daemonsets={(NS, "agent"): "u"}))  # the DaemonSet exists with that uid
-    assert daemon["spec"]["tolerations"] == [{"key": keys.LOCK, "operator": "Exists"}]
+    assert daemon["spec"]["tolerations"] == [{"key": keys.LOCK, "operator": "Exists"},
+                                             {"key": keys.LOCK_EXCLUSIVE, "operator": "Exists"}]
     forged, _ = mutated(pod("ds", requests={"cpu": "100m"}, owners=ds_ref))  # no such DaemonSet: an ownerReference
     assert {"key": keys.LOCK, "operator": "Exists"} not in forged["spec"].get("tolerations", [])
     off = Lookup(config=load_config("webhook: {tolerateBestEffort: false}"))
@@ -251,3 +253,59 @@ def test_naming_a_reservation_narrows_but_never_grants_its_toleration() -> None:
     assert reservation_owner_id("r1") in tolerated_owners(owner)
     with pytest.raises(ValueError, match="empty reservationSelector"):
         parse_reservation_affinity('{"reservationSelector": {}}')
+
+
+# --- issue 11 ---
+
+def test_a_podgroups_own_class_comes_before_its_queues() -> None:
+    """Seed 001 `cache.go`, issue 11's report: a PodGroup of class `research-high` in queue `batch` (class
+    `batch-low`, preemptionPolicy Never) gives its pods `research-high` with its value and policy, not the queue's. A
+    PodGroup naming a class that does not exist falls back to the queue's; a pod's own class is kept."""
+    groups = {(NS, "hi"): PodGroupView.from_obj({"metadata": {"name": "hi", "namespace": NS},
+                                                  "spec": {"queue": "batch", "priorityClassName": "research-high"}}),
+              (NS, "ghost"): PodGroupView.from_obj({"metadata": {"name": "ghost", "namespace": NS},
+                                                     "spec": {"queue": "batch", "priorityClassName": "nope"}})}
+    lookup = replace(LOOKUP, podgroups=groups)
+    out, _ = mutated(pod("hi-0", annotations={keys.GROUP_NAME: "hi"}, requests={"cpu": "1"}), lookup)
+    assert (out["spec"]["priorityClassName"], out["spec"]["priority"], out["spec"]["preemptionPolicy"]) == \
+        ("research-high", 1000, "PreemptLowerPriority")
+    # the globalDefault class the Priority plugin filled in still counts as "no class chosen"
+    defaulted = pod("hi-1", annotations={keys.GROUP_NAME: "hi"}, requests={"cpu": "1"},
+                    spec_extra={"priorityClassName": "cluster-default", "priority": 5})
+    assert mutated(defaulted, lookup)[0]["spec"]["priorityClassName"] == "research-high"
+    out, _ = mutated(pod("ghost-0", annotations={keys.GROUP_NAME: "ghost"}, requests={"cpu": "1"}), lookup)
+    assert (out["spec"]["priorityClassName"], out["spec"]["preemptionPolicy"]) == ("batch-low", "Never")
+    chosen = pod("hi-2", annotations={keys.GROUP_NAME: "hi"}, requests={"cpu": "1"},
+                 spec_extra={"priorityClassName": "batch-low", "priority": 10})
+    out, patch = mutated(chosen, lookup)
+    assert out["spec"]["priorityClassName"] == "batch-low" and not [o for o in patch if "priority" in o["path"]]
+
+
+GUARANTEED = QueueView.from_obj({"metadata": {"name": "gold", "annotations": {keys.QUEUE_LOCK_GUARANTEE: "true"}},
+                                 "spec": {"guarantee": {"policy": "Guaranteed", "resource": {"cpu": "4"}}}})
+
+
+def test_best_effort_pods_get_no_toleration_for_a_guaranteed_queues_exclusive_locks() -> None:
+    """Issue 11 (seed 002 `Guaranteed`): the BestEffort exemption's toleration does not reach the exclusive taint of a
+    `Guaranteed` queue's locks; a BestEffort pod of that queue gets that queue's exclusive toleration, a DaemonSet's
+    pod every one, and the queue's other pods both of its tolerations. Only opted-in queues lock (exclusively)."""
+    lookup = replace(LOOKUP, queues={**LOOKUP.queues, "gold": GUARANTEED})
+    gold = queue_owner_id("gold")
+    stranger, _ = mutated(pod("be", annotations={}), lookup)
+    assert stranger["spec"]["tolerations"] == [BYPASS_TOLERATION]
+    member, _ = mutated(pod("be-gold", annotations={keys.QUEUE_NAME: "gold"}), lookup)
+    assert member["spec"]["tolerations"] == [BYPASS_TOLERATION, exclusive_toleration(gold)]
+    worker, _ = mutated(pod("w", annotations={keys.QUEUE_NAME: "gold"}, requests={"cpu": "1"}), lookup)
+    assert lock_toleration(gold) in worker["spec"]["tolerations"]
+    assert exclusive_toleration(gold) in worker["spec"]["tolerations"]
+    ds_ref = [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent", "uid": "u", "controller": True}]
+    daemon, _ = mutated(pod("ds", owners=ds_ref), replace(lookup, daemonsets={(NS, "agent"): "u"}))
+    assert daemon["spec"]["tolerations"] == [BYPASS_TOLERATION, EXCLUSIVE_BYPASS_TOLERATION]
+    # a Best-Effort guarantee, or one not opted in, locks nothing exclusively
+    best_effort = QueueView.from_obj({"metadata": {"name": "gold", "annotations": {keys.QUEUE_LOCK_GUARANTEE: "true"}},
+                                      "spec": {"guarantee": {"resource": {"cpu": "4"}}}})
+    not_opted = replace(GUARANTEED, annotations={})
+    for queue_view in (best_effort, not_opted):
+        plain, _ = mutated(pod("w", annotations={keys.QUEUE_NAME: "gold"}, requests={"cpu": "1"}),
+                           replace(LOOKUP, queues={"gold": queue_view}))
+        assert not [t for t in plain["spec"]["tolerations"] if t.get("key") == keys.LOCK_EXCLUSIVE]

@@ -113,7 +113,7 @@ def test_one_bad_node_does_not_fail_the_plan_and_its_lock_is_released(info: str)
     """A node locked for a job that is gone, with a malformed annotation: the plan releases it, and still locks
     another node for a starving job."""
     nodes = [node("poisoned", owner=GONE_JOB, info=info), node("n2"), node("n3")]
-    busy = [pod(f"small-{i}", "1", node_name=name) for name in ("n2", "n3") for i in range(4)]
+    busy = [pod(f"small-{i}", "1", node_name=name) for name in ("poisoned", "n2", "n3") for i in range(4)]
     big = pod("big", "4")
     snapshot = Snapshot(nodes={n.name: n for n in nodes}, pods=[*busy, big])
     current = current_locks(snapshot)

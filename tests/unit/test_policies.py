@@ -14,6 +14,7 @@ from agent.planner.model import Lock, lock_on
 from agent.planner.plan import POLICIES, plan
 from agent.planner.policy import PlanContext, kept_since
 from shared.config import load_config
+from shared import keys
 from shared.keys import LockKind
 from shared.ownership import JobRef, queue_owner_id, reservation_owner_id, window_owner_id
 from shared.timestamps import stamp
@@ -72,7 +73,8 @@ windows:
 - {name: w, nodeSelector: {business: ebook}, resources: {cpu: "4"}, cron: "0 13 - 14 * * *", startReserveAgo: 2h}
 """)
     assert plan(snap(nodes, [big]), windows, NOW).locks["n0"].owner == window_owner_id("w")
-    queue = QueueView.from_obj({"metadata": {"name": "q", "uid": "q", "creationTimestamp": stamp(NOW)},
+    queue = QueueView.from_obj({"metadata": {"name": "q", "uid": "q", "creationTimestamp": stamp(NOW),
+                                             "annotations": {keys.QUEUE_LOCK_GUARANTEE: "true"}},
                                 "spec": {"guarantee": {"resource": {"cpu": "4"}}}})
     guaranteed = plan(replace(snap(nodes, [big]), queues={"q": queue}), windows.model_copy(update={"windows": []}), NOW)
     assert [n for n, held in guaranteed.locks.items() if held.owner == queue_owner_id("q")] == ["n1"]
@@ -85,7 +87,8 @@ def test_every_note_is_tagged_with_its_policy() -> None:
                   CONFIG, NOW)
     assert result.notes == ["policy=starvation job=ns/Pod/big decision=wait reason=higher-priority pod ns/urgent "
                             "can be placed now"]
-    queue = QueueView.from_obj({"metadata": {"name": "huge", "uid": "q", "creationTimestamp": stamp(NOW)},
+    queue = QueueView.from_obj({"metadata": {"name": "huge", "uid": "q", "creationTimestamp": stamp(NOW),
+                                             "annotations": {keys.QUEUE_LOCK_GUARANTEE: "true"}},
                                 "spec": {"guarantee": {"resource": {"cpu": "100"}}}})
     result = plan(replace(snap([node("n1")], []), queues={"huge": queue}), CONFIG, NOW)
     assert len(result.notes) == 1 and result.notes[0].startswith("policy=guarantee queue=huge decision=no-lock ")

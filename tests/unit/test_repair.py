@@ -13,10 +13,10 @@ from agent.planner.repair import plan_repairs
 from shared import keys
 from shared.config import load_config
 from shared.keys import LockKind
-from shared.ownership import JobRef, reservation_owner_id, window_owner_id
+from shared.ownership import JobRef, queue_owner_id, reservation_owner_id, window_owner_id
 from shared.timestamps import stamp
-from shared.tolerations import lock_toleration
-from shared.views import PodGroupView, ReservationView
+from shared.tolerations import BYPASS_TOLERATION, exclusive_toleration, lock_toleration
+from shared.views import PodGroupView, PodView, QueueView, ReservationView
 from tests.builders import CONFIG, NOW, node, pod, snap
 
 EXISTS = {"key": keys.LOCK, "operator": "Exists"}
@@ -135,3 +135,37 @@ def test_repairs_are_sorted_and_add_owners_sorted() -> None:
                            reservations={}, windows=WINDOWS.windows)
     assert [r.key for r in repairs] == ["ns/a", "ns/r", "ns/x", "other/z"]
     assert repairs[1].add == tuple(lock_toleration(o) for o in sorted((ebook, idle)))
+
+
+def guaranteed(name: str, policy: str = "Best-Effort", namespaces: str | None = None) -> QueueView:
+    annotations = {keys.QUEUE_LOCK_GUARANTEE: "true", **({keys.QUEUE_NAMESPACES: namespaces} if namespaces else {})}
+    return QueueView.from_obj({"metadata": {"name": name, "uid": f"uid-{name}", "annotations": annotations,
+                                            "creationTimestamp": stamp(NOW - timedelta(days=1))},
+                               "spec": {"guarantee": {"policy": policy, "resource": {"cpu": "4"}}}})
+
+
+def of_queue(name: str, queue_name: str, *, ns: str = "ns", **kw: object) -> PodView:
+    base = pod(name, "1", ns=ns, **kw)
+    return replace(base, annotations={**base.annotations, keys.QUEUE_NAME: queue_name})
+
+
+def test_a_pending_pod_of_a_queue_whose_guarantee_holds_a_lock_gets_its_queues_toleration() -> None:
+    """Issue 11: repair gave pending pods their job's, windows' and Reservations' tolerations but not their queue's.
+    Now a pending pod of a queue holding a guarantee lock gets it (a `Guaranteed` queue's: both, the lock's and the
+    exclusive one), as far as the Queue's `reservoir.sh/namespaces` lets it in; other queues' pods, bound pods and
+    pods of a namespace the Queue does not admit get nothing."""
+    gold, strict = queue_owner_id("gold"), queue_owner_id("strict")
+    pods = [of_queue("w", "gold"), of_queue("bound", "gold", node_name="n9"), of_queue("elsewhere", "other"),
+            of_queue("outsider", "gold", ns="team-x"), of_queue("s", "strict"), pod("plain", "1")]
+    queues = {"gold": guaranteed("gold", namespaces="ns"), "strict": guaranteed("strict", "Guaranteed")}
+    snapshot = replace(snap([node("n1"), node("n2")], pods, spare=1), queues=queues)
+    result = plan(snapshot, RESERVING, NOW)
+    assert sorted(lock.owner for lock in result.locks.values()) == sorted((gold, strict))
+    assert result.repairs == [
+        Repair(namespace="ns", name="s", tolerations=(), add=(lock_toleration(strict), exclusive_toleration(strict))),
+        Repair(namespace="ns", name="w", tolerations=(), add=(lock_toleration(gold),))]
+    # a BestEffort pod of the Guaranteed queue tolerates every lock's taint already: it lacks the exclusive one only
+    best_effort = replace(of_queue("be", "strict"), best_effort=True, tolerations=(BYPASS_TOLERATION,))
+    result = plan(replace(snapshot, pods=[best_effort]), RESERVING, NOW)
+    assert result.repairs == [Repair(namespace="ns", name="be", tolerations=(BYPASS_TOLERATION,),
+                                     add=(exclusive_toleration(strict),))]

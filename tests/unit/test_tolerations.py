@@ -1,5 +1,5 @@
 """Tolerations against taints (kube-scheduler's ToleratesTaint), the lock tolerations the webhook adds, and the
-node predicates built on them (nodeSelector, required node affinity, taints)."""
+node predicates built on them (nodeSelector, taints; the whole predicate in test_predicates.py)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,7 @@ import pytest
 
 from shared import keys
 from shared.jsonpatch import apply
-from shared.predicates import (
-    node_affinity_allows,
-    required_node_affinity_terms,
-    selects,
-    tolerations_allow,
-)
+from shared.predicates import selects, tolerations_allow
 from shared.tolerations import (
     BYPASS_TOLERATION,
     lock_toleration,
@@ -161,55 +156,7 @@ def test_selects_needs_every_label_equal() -> None:
     assert not selects({"rack": "1"}, gpu)
 
 
-def test_required_node_affinity_terms() -> None:
-    term = {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["gpu"]}]}
-    spec = {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [term]}}}}
-    assert required_node_affinity_terms(spec) == [term]
-    assert required_node_affinity_terms({}) == []
-    assert required_node_affinity_terms({"affinity": {"nodeAffinity": {
-        "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1, "preference": term}]}}}) == []
-
-
-def expr(key: str, operator: str, *values: str) -> dict[str, Any]:
-    expression: dict[str, Any] = {"key": key, "operator": operator}
-    if values:
-        expression["values"] = list(values)
-    return expression
-
-
-@pytest.mark.parametrize(("expression", "allowed"), [
-    (expr("pool", "In", "gpu", "cpu"), True),
-    (expr("pool", "In", "cpu"), False),
-    (expr("missing", "In", "gpu"), False),
-    (expr("pool", "NotIn", "cpu"), True),
-    (expr("pool", "NotIn", "gpu"), False),
-    (expr("missing", "NotIn", "gpu"), True),
-    (expr("pool", "Exists"), True),
-    (expr("missing", "Exists"), False),
-    (expr("pool", "DoesNotExist"), False),
-    (expr("missing", "DoesNotExist"), True),
-    (expr("gpus", "Gt", "4"), True),
-    (expr("gpus", "Gt", "8"), False),
-    (expr("gpus", "Lt", "9"), True),
-    (expr("gpus", "Lt", "8"), False),
-    (expr("pool", "Gt", "1"), False),
-    (expr("missing", "Lt", "1"), False),
-    (expr("gpus", "Gt", "many"), False),
-    (expr("pool", "Like", "gpu"), False),
-])
-def test_node_affinity_operators(expression: dict[str, Any], allowed: bool) -> None:
-    gpu = node({"pool": "gpu", "gpus": "8"})
-    assert node_affinity_allows([{"matchExpressions": [expression]}], gpu) is allowed
-
-
-def test_node_affinity_terms_ored_expressions_anded() -> None:
-    gpu = node({"pool": "gpu", "zone": "a"})
-    in_gpu, in_b = expr("pool", "In", "gpu"), expr("zone", "In", "b")
-    assert node_affinity_allows([], gpu), "no terms allow every node"
-    assert not node_affinity_allows([{"matchExpressions": [in_gpu, in_b]}], gpu)
-    assert node_affinity_allows([{"matchExpressions": [in_b]}, {"matchExpressions": [in_gpu]}], gpu)
-    assert not node_affinity_allows([{"matchExpressions": [in_b]}], gpu)
+# required node affinity (kube's semantics, matchFields, empty terms): tests/unit/test_predicates.py
 
 
 def test_tolerations_allow_every_blocking_taint_tolerated() -> None:

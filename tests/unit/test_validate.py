@@ -37,7 +37,7 @@ def test_podgroup_annotations() -> None:
 @pytest.mark.parametrize(("spec", "message"), [
     ({"guarantee": {"policy": "Sometimes", "resource": {"cpu": "1"}}}, "spec.guarantee.policy is 'Sometimes': expected Best-Effort or Guaranteed"),
     ({"guarantee": {"percentage": {"dimensions": ["cpu"], "value": 1.5}}}, "percentage.value is 1.5: expected a number in [0, 1]"),
-    ({"guarantee": {"percentage": {"dimensions": ["gpu"], "value": 0.5}}}, "unknown resource name 'gpu'"),
+    ({"guarantee": {"percentage": {"dimensions": ["gpus"], "value": 0.5}}}, "unknown resource name 'gpus'"),
     ({"guarantee": {"percentage": {"value": 0.5}}}, "percentage.dimensions is None"),
     ({"guarantee": {"resource": {"cpu": "lots"}}}, "spec.guarantee.resource: quantity 'lots' is not valid"),
     ({"guarantee": {"resource": {"cpu": "8"}}, "capability": {"cpu": "4"}},
@@ -96,3 +96,16 @@ def test_configmap() -> None:
     assert not verdict.allowed and "maxLockedNodePercent" in verdict.message and "150" in verdict.message
     assert validate_configmap(cm(keys.CONFIGMAP_NAME, "dryRun: true")).allowed
     assert validate_configmap(cm("other", "garbage: [")).allowed
+
+
+def test_queue_lock_guarantee_opt_in_is_true_or_false_and_its_absence_is_warned() -> None:
+    """Issue 11: a guarantee locks no node until the Queue opts in; the webhook says so when it is written, and
+    refuses an opt-in value it cannot read (a typo would silently lock nothing)."""
+    guarantee = {"guarantee": {"resource": {"cpu": "2"}}}
+    verdict = validate_queue(queue(guarantee))
+    assert verdict.allowed and any(keys.QUEUE_LOCK_GUARANTEE in w and "locks no node" in w for w in verdict.warnings)
+    opted = {"metadata": {"name": "q1", "annotations": {keys.QUEUE_LOCK_GUARANTEE: "true"}}, "spec": guarantee}
+    assert validate_queue(opted).allowed and validate_queue(opted).warnings == []
+    typo = {"metadata": {"name": "q1", "annotations": {keys.QUEUE_LOCK_GUARANTEE: "yes"}}, "spec": guarantee}
+    verdict = validate_queue(typo)
+    assert not verdict.allowed and f'metadata.annotations["{keys.QUEUE_LOCK_GUARANTEE}"] is \'yes\'' in verdict.message

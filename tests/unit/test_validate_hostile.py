@@ -26,7 +26,7 @@ def podgroup(min_resources: object) -> dict:
 
 
 def queue(spec: dict, name: str = "q1") -> dict:
-    return {"metadata": {"name": name}, "spec": spec}
+    return {"metadata": {"name": name, "annotations": {keys.QUEUE_LOCK_GUARANTEE: "true"}}, "spec": spec}
 
 
 # --- PodGroup spec.minResources ---

@@ -1,4 +1,5 @@
 from datetime import timedelta
+from fractions import Fraction
 
 import pytest
 
@@ -47,7 +48,7 @@ def test_podgroup_and_queue_defaults() -> None:
     queue = QueueView.from_obj({"metadata": {"name": "q"}, "spec": {
         "guarantee": {"resource": {"cpu": "2"}, "percentage": {"dimensions": ["cpu"], "value": 0.2}}}})
     assert queue.guarantee is not None and queue.guarantee.policy == "Best-Effort"
-    assert queue.guarantee.resource["cpu"] == 2000 and queue.guarantee.percentage_value == 0.2
+    assert queue.guarantee.resource["cpu"] == 2000 and queue.guarantee.percentage_value == Fraction(1, 5)
     assert QueueView.from_obj({"metadata": {"name": "q"}, "spec": {}}).guarantee is None
 
 
@@ -155,7 +156,7 @@ def test_tolerated_shapes_read_as_before() -> None:
     assert PodView.from_obj(_pod(priority=None)).priority == 0
     queue = QueueView.from_obj({"metadata": {"name": "q"}, "spec": {"priority": 5, "guarantee": {
         "percentage": {"dimensions": ["cpu"], "value": "0.5"}}}})
-    assert queue.priority == 5 and queue.guarantee is not None and queue.guarantee.percentage_value == 0.5
+    assert queue.priority == 5 and queue.guarantee is not None and queue.guarantee.percentage_value == Fraction(1, 2)
     assert QueueView.from_obj({"metadata": {"name": "q"}, "spec": {}}).priority is None
 
 

@@ -14,7 +14,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from agent import writer as writer_module
-from agent.planner.model import Lock, Repair, lock_on
+from agent.planner.model import Lock, Repair, Snapshot, lock_on
 from agent.writer import (
     MAX_ATTEMPTS,
     Writer,
@@ -512,3 +512,56 @@ async def test_an_eviction_limit_of_zero_turns_evictions_off_without_deferring(r
                               pods={"ns/a": running_pod("ns", "a")})
     assert not [s for s in recorder.of("POST") if s.path.endswith("/eviction")]
     assert deferred == [] and writer.retry_after is None, "nothing to come back for"
+
+
+async def test_a_queues_and_a_reservations_locks_are_reported_on_them_too(recorder: Recorder) -> None:
+    """Issue 11, DESIGN section 4 "Visibility": NodeLocked / NodeReleased Events go on the Queue and the Reservation
+    that own a lock, as they go on a job's PodGroup, with the owner's uid when the snapshot knows it (`kubectl
+    describe` matches Events by it). A Queue and a Reservation are cluster-scoped: their Events are recorded in
+    `default`. A window is no object: the node's Event is all."""
+    queue_lock = Lock(node="n1", owner="queue-gold-abcdef", kind=LockKind.QUEUE, subject="queue/gold",
+                      reason="guarantee of queue gold (resource, Best-Effort)", since=NOW)
+    held = Lock(node="n2", owner="reservation-r1-abcdef", kind=LockKind.RESERVATION, subject="reservation/r1",
+                reason="Reservation r1", since=NOW)
+    window = Lock(node="n3", owner="window-w-abcdef", kind=LockKind.WINDOW, subject="window/w", reason="w", since=NOW)
+    recorder.nodes["n1"] = node_obj()
+    recorder.nodes["n2"] = {**node_obj(lock=held), "metadata": {**node_obj(lock=held)["metadata"], "name": "n2"}}
+    recorder.nodes["n3"] = node_obj()
+    writer, _ = new_writer()
+    await writer.apply({"n1": queue_lock, "n3": window}, {"n2": held})
+    events = [(s.path, s.body["involvedObject"], s.body["reason"]) for s in recorder.of("POST")]
+    owners = [(path, obj, reason) for path, obj, reason in events if obj["kind"] != "Node"]
+    assert owners == [
+        ("/api/v1/namespaces/default/events", {"kind": "Queue", "name": "gold", "namespace": "",
+                                               "apiVersion": keys.VOLCANO_API_VERSION}, "NodeLocked"),
+        ("/api/v1/namespaces/default/events", {"kind": "Reservation", "name": "r1", "namespace": "",
+                                               "apiVersion": keys.RESERVATION_API_VERSION}, "NodeReleased"),
+    ]
+    assert [(obj["name"], reason) for _, obj, reason in events if obj["kind"] == "Node"] == [
+        ("n1", "NodeLocked"), ("n2", "NodeReleased"), ("n3", "NodeLocked")]
+    # with the snapshot the plan was made from, the owner's uid
+    recorder.sent.clear()
+    recorder.nodes["n1"] = node_obj()
+    gold = QueueView.from_obj({"metadata": {"name": "gold", "uid": "uid-gold"}, "spec": {}})
+    await writer.apply({"n1": queue_lock}, {}, snapshot=Snapshot(queues={"gold": gold}))
+    assert [s.body["involvedObject"].get("uid") for s in recorder.of("POST")] == [None, "uid-gold"]
+
+
+def test_an_exclusive_lock_carries_the_exclusive_taint_too_and_a_release_removes_both() -> None:
+    """Issue 11: a `Guaranteed` queue's lock (Lock.exclusive) is two taints, `reservoir.sh/lock` and
+    `reservoir.sh/lock-exclusive`, both valued with the owner id; read back as exclusive; turning the lock
+    non-exclusive, or releasing it, removes the second; other taints stay."""
+    exclusive = Lock(node="n1", owner="queue-gold-abcdef", kind=LockKind.QUEUE, subject="queue/gold", reason="g",
+                     since=NOW, exclusive=True)
+    theirs = {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
+    locked = apply(node_obj(taints=[theirs]), [op for op in node_patch(node_obj(taints=[theirs]), exclusive) or []
+                                               if op["op"] != "test"])
+    assert locked["spec"]["taints"] == [theirs, {"key": keys.LOCK, "value": exclusive.owner, "effect": "NoSchedule"},
+                                        {"key": keys.LOCK_EXCLUSIVE, "value": exclusive.owner, "effect": "NoSchedule"}]
+    assert lock_on(NodeView.from_obj(locked)) == exclusive and node_patch(locked, exclusive) is None
+    plain = Lock(**{**exclusive.__dict__, "exclusive": False})
+    assert not exclusive.same_hold(plain)
+    for desired in (plain, None):
+        ops = node_patch(locked, desired) or []
+        taints = next(op["value"] for op in ops if op["path"] == "/spec/taints")
+        assert keys.LOCK_EXCLUSIVE not in {t["key"] for t in taints} and theirs in taints

@@ -1,0 +1,70 @@
+"""Seed 004's two pod annotations as the planner reads them, each written once here: whether a pod is a reserve pod
+("recognize pods which need to be reserved") and its maximum runtime ("recognize pod max running time").
+
+The seed sets either on the pod or on its PodGroup ("which means all pods under podgroup are reserve tasks", "the
+podgroup will run for a maximum of 500 seconds"). The webhook copies the PodGroup's onto each pod it admits
+(webhook/mutate.py copy_reserve_annotations), but a pod admitted before its PodGroup reached the webhook's cache, or
+while the webhook was down, carries neither: so the planner reads the PodGroup too. The pod's own annotation comes
+first, as the webhook's copy and shared.entitlement.is_reserve_pod have it: a pod that says
+`volcano.sh/reserveable: "false"` is not a reserve pod in a reserveable PodGroup, and a pod's own readable maximum
+runtime wins over its PodGroup's (an unreadable one, on the pod or the PodGroup, is ignored: shared.views._runtime).
+
+A tenant may write either annotation on their own pods and PodGroups: being a reserve pod lets a pod use a window's
+lock only as far as the window's `namespaces` and `queues` let it in (shared.entitlement), and it counts toward a
+window only when bound on the nodes that window holds (windows.reserve_demand).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from datetime import timedelta
+
+from shared import keys
+from shared.ownership import podgroup_named
+from shared.views import PodGroupView, PodView
+
+PodGroups = Mapping[tuple[str, str], PodGroupView]
+
+
+def pod_group(pod: PodView, podgroups: PodGroups) -> PodGroupView | None:
+    """The PodGroup the pod names (`scheduling.k8s.io/group-name`), when it is known."""
+    return podgroup_named(pod.namespace, pod.annotations, podgroups)
+
+
+def is_reserve_pod(pod: PodView, podgroups: PodGroups) -> bool:
+    """Seed 004: `volcano.sh/reserveable: "true"` on the pod, or on its PodGroup when the pod does not say."""
+    value = pod.annotations.get(keys.RESERVEABLE)
+    if value is not None:
+        return value == "true"
+    group = pod_group(pod, podgroups)
+    return group is not None and group.reserveable
+
+
+def maximum_runtime(pod: PodView, podgroups: PodGroups) -> timedelta | None:
+    """Seed 004 `volcano.sh/maximum-runtime`: the pod's own, else its PodGroup's; None when neither has a readable one
+    (the pod may run forever)."""
+    if pod.maximum_runtime is not None:
+        return pod.maximum_runtime
+    group = pod_group(pod, podgroups)
+    return group.maximum_runtime if group is not None else None
+
+
+def with_group_runtimes(pods: Sequence[PodView], podgroups: PodGroups) -> Sequence[PodView]:
+    """The pods as the release curves (capacity.pod_end, capacity.Releases, capacity.future_idle) must see them: a pod
+    without a maximum runtime of its own whose PodGroup has one carries the PodGroup's (`maximum_runtime`). `pods`
+    itself, the same object, when no PodGroup has a maximum runtime or no pod needs one; otherwise a new list in
+    which only those pods are new views (the others stay the same objects, so capacity.node_states still reuses the
+    previous plan's state of every node that hosts none of them)."""
+    timed = {(ns, "PodGroup", name) for (ns, name), group in podgroups.items() if group.maximum_runtime is not None}
+    if not timed:
+        return pods
+    out: list[PodView] | None = None
+    for index, pod in enumerate(pods):
+        if pod.maximum_runtime is None and pod.job in timed:
+            runtime = maximum_runtime(pod, podgroups)
+            if runtime is not None:
+                if out is None:
+                    out = list(pods)
+                out[index] = replace(pod, maximum_runtime=runtime)
+    return pods if out is None else out
