@@ -39,7 +39,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from agent.gcpause import collector_paused
 from agent.planner.model import Plan, Snapshot
 from agent.planner.plan import current_locks, plan
-from agent.writer import Writer
+from agent.writer import EventTarget, Writer
 from shared import keys, kinds
 from shared.config import ReservoirConfig
 from shared.keys import LockKind
@@ -58,10 +58,7 @@ _WATCHED = {w.name: w for w in (kinds.NODES, kinds.PODS, kinds.PODGROUPS, kinds.
 class PendingEvent:
     """A Warning Event to record on an object once the agent leads."""
 
-    kind: str
-    api_version: str
-    namespace: str  # where the Event is recorded: the object's namespace, "default" for a cluster-scoped one
-    name: str
+    target: EventTarget
     reason: str
     message: str
 # Whole seconds: kubernetes_asyncio's LeaseLock converts the duration with int(str(value)).
@@ -187,6 +184,10 @@ class AgentMetrics:
         self.evictions_deferred = Counter("reservoir_evictions_deferred_total",
                                           "Evictions put off to a later reconcile by guarantee.maxEvictionsPerMinute",
                                           registry=self.registry)
+        self.wakeups = Counter("reservoir_reconcile_wakeups_total",
+                               "Reconciles started, by cause: change (a view the planner reads changed, or the "
+                               "config) or resync (the resync period passed with no change)", ["cause"],
+                               registry=self.registry)
 
 
 class Agent:
@@ -226,6 +227,9 @@ class Agent:
     # --- inputs ---
 
     def _poke(self, kind: str, obj: Any) -> None:
+        """A cache's on_change: called only when the view of an object changed (shared.watchcache), not for an event
+        that leaves it equal (a node heartbeat, a pod condition): the agent stays idle while nothing it plans from
+        changes, and re-plans on the resync period regardless."""
         self.changed.set()
 
     def _protecting(self, config: ReservoirConfig) -> ReservoirConfig:
@@ -241,7 +245,7 @@ class Agent:
             log.warning("config=rejected kept=last-good error=%s", error)
             assert configmap is not None
             self._pending_events.append(PendingEvent(
-                "ConfigMap", "v1", self.namespace, configmap["metadata"]["name"], "InvalidConfig",
+                EventTarget("ConfigMap", configmap["metadata"]["name"], self.namespace, "v1"), "InvalidConfig",
                 f"config.yaml rejected, last good config kept: {error}"))
         elif configmap is None or event == "DELETED":
             log.info("config=defaults reason=ConfigMap %s deleted", keys.CONFIGMAP_NAME)
@@ -282,8 +286,10 @@ class Agent:
             self.metrics.locks.labels(kind.value).set(sum(1 for lock in result.locks.values() if lock.kind is kind))
         self.metrics.starving.set(sum(1 for j in result.jobs if j.starving))
         for pending in self._drain_events():
-            await self.writer.event(pending.name, pending.reason, pending.message, kind=pending.kind,
-                                    namespace=pending.namespace, event_type="Warning", api_version=pending.api_version)
+            target = pending.target
+            await self.writer.event(target.name, pending.reason, pending.message, kind=target.kind,
+                                    namespace=target.namespace, event_type="Warning", api_version=target.api_version,
+                                    uid=target.uid)
         self.writer.configure(self.config)
         await self.writer.write(result, snapshot, current, dry_run=self.config.dry_run)
         self.metrics.reconcile.observe(time.perf_counter() - began)
@@ -298,7 +304,7 @@ class Agent:
             return
         namespace, _, name = record.name.rpartition("/")
         self._pending_events.append(PendingEvent(
-            watched.kind, watched.api_version, namespace or "default", name, "Unreadable",
+            EventTarget(watched.kind, name, namespace or "default", watched.api_version, record.uid), "Unreadable",
             f"Reservoir cannot read this {watched.kind} and acts as if it did not exist: {record.error}"))
 
     def _drain_events(self) -> list[PendingEvent]:
@@ -314,10 +320,12 @@ class Agent:
                 wait = min(wait, self.writer.retry_after + 0.1)
             try:
                 await asyncio.wait_for(self.changed.wait(), timeout=wait)
+                cause = "change"
             except TimeoutError:
-                pass
-            await asyncio.sleep(self.config.debounce.total_seconds())
+                cause = "resync"
+            await asyncio.sleep(self.config.debounce.total_seconds())  # changes within it make one reconcile
             self.changed.clear()
+            self.metrics.wakeups.labels(cause).inc()
             try:
                 await self.reconcile()
             except asyncio.CancelledError:

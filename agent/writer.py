@@ -69,6 +69,10 @@ CLUSTER_SCOPED = frozenset(("Node", "Queue", "Reservation", "PriorityClass"))
 VOLCANO_API_VERSION = keys.VOLCANO_API_VERSION
 RESERVATION_API_VERSION = keys.RESERVATION_API_VERSION
 MAX_ATTEMPTS = 5
+# Node patches of one reconcile in flight at once (`Writer.apply`). Each is a GET and a PATCH of one node, so 16 keep a
+# release of several locks within one or two round trips while staying far below the client's connection pool (100)
+# and the API server's default max-mutating-requests-inflight (200), whatever the cluster size.
+NODE_PATCHES_IN_FLIGHT = 16
 
 
 # --- bodies (pure) ---
@@ -231,6 +235,8 @@ def _split(key: str) -> tuple[str, str]:
 # `RESERVOIR_FAILPOINT=exit-after-node-patches:N` makes the process die (exit 137, as SIGKILL would);
 # `RESERVOIR_FAILPOINT=pause-after-node-patches:N:S` makes the reconcile wait S seconds there (once), the rest of the
 # agent (Lease renewal, watches) running on, so a test can take the Lease away between two writes of one batch.
+# Until it acts, `Writer.apply` writes nodes one at a time in name order, so "the N-th" is the N-th node and nothing
+# else is in flight when it acts.
 FAILPOINT = "RESERVOIR_FAILPOINT"
 _EXIT_AFTER = "exit-after-node-patches:"
 _PAUSE_AFTER = "pause-after-node-patches:"
@@ -316,6 +322,7 @@ class Writer:
         self.on_deferred = on_deferred
         self.node_patches = 0
         self.failpoint = _failpoint_from_env()
+        self._failpoint_armed = self.failpoint is not None  # until it acts, `apply` writes one node at a time
         self.protected: frozenset[str] = ALWAYS_PROTECTED_NAMESPACES  # namespaces never evicted from
         self.evictions = EvictionBudget(ReservoirConfig().guarantee.max_evictions_per_minute, clock=clock)
         self.retry_after: float | None = None  # evictions deferred: seconds until the window has room again
@@ -391,6 +398,7 @@ class Writer:
                     point.seconds)
         await asyncio.sleep(point.seconds)
         log.warning("node=%s failpoint=%s%d:%g: resuming", name, _PAUSE_AFTER, point.after, point.seconds)
+        self._failpoint_armed = False  # acted (once): later reconciles write nodes concurrently again
 
     async def _read_node(self, name: str) -> dict[str, Any] | None:
         try:
@@ -433,40 +441,76 @@ class Writer:
                     marks: Mapping[str, Mapping[str, str | None]] | None = None, *,
                     snapshot: Snapshot | None = None) -> None:
         """Patch every node whose lock differs from `desired`, or whose marks (Plan.node_marks) must change, in one
-        patch per node, with an Event on the node and on the owner when the lock changes hands."""
+        patch per node, with an Event on the node and on the owner when the lock changes hands.
+
+        The nodes are written concurrently, at most NODE_PATCHES_IN_FLIGHT at a time (one at a time while a failpoint
+        is armed), each on its own (`_apply_one`: its read-modify-write guarded by resourceVersion, its conflict
+        retries, its Events after its patch); a node that fails is logged and counted and never stops the others. A
+        fenced write (a Lease lost mid-batch) stops the nodes not yet sent, and `Fenced` is raised once every node is
+        done; any other error escapes the same way, after the others finished."""
         if not self.may_write("node-locks"):
             return
         marks = marks or {}
+        changed = []
         for name in sorted(set(desired) | set(current) | set(marks)):
             want = desired.get(name)
             have = current.get(name)
             unreadable = have.unreadable if have is not None else ""
             same = (want is None and have is None) or (want is not None and want.same_hold(have) and not unreadable)
-            if same and name not in marks:
-                continue
-            try:
-                before, patched = await self.set_lock(name, want, marks.get(name))
-            except ApiException as err:
-                self._failed()
-                log.warning("node=%s decision=patch-failed status=%s reason=%s", name, err.status, err.reason)
-                continue
-            if not patched:
-                continue
-            if unreadable:  # hand-edited: this node alone was read with defaults; its annotation is now rewritten
-                done = "rewritten" if want is not None else "removed with the lock"
-                log.warning("node=%s decision=lock-info-unreadable owner=%s done=%s reason=%s", name,
-                            have.owner if have else "", done, unreadable)
-                await self.event(name, "LockInfoUnreadable", f"{unreadable}: the lock was read with defaults for "
-                                 f"those fields; the annotation was {done}", event_type="Warning")
-            if before is not None and (want is None or before.owner != want.owner):
-                log.info("node=%s decision=release owner=%s subject=%s", name, before.owner, before.subject)
-                await self.event(name, "NodeReleased", f"released from {before.kind.value} {before.subject}")
-                await self.owner_event(before, "NodeReleased", f"node {name} released", snapshot)
-            if want is not None and (before is None or before.owner != want.owner):
-                log.info("node=%s decision=lock owner=%s kind=%s subject=%s reason=%r", name, want.owner,
-                         want.kind.value, want.subject, want.reason)
-                await self.event(name, "NodeLocked", f"locked for {want.kind.value} {want.subject}: {want.reason}")
-                await self.owner_event(want, "NodeLocked", f"node {name} locked for it: {want.reason}", snapshot)
+            if not same or name in marks:
+                changed.append(name)
+        if not changed:
+            return
+        # with a failpoint armed, one node at a time in name order, as the fault tests expect: when it acts, exactly
+        # the first N nodes are patched and no other patch is in flight
+        limit = asyncio.Semaphore(1 if self._failpoint_armed else NODE_PATCHES_IN_FLIGHT)
+
+        async def one(name: str) -> None:
+            async with limit:
+                await self._apply_one(name, desired.get(name), current.get(name), marks.get(name), snapshot)
+
+        outcomes = await asyncio.gather(*(one(name) for name in changed), return_exceptions=True)
+        errors = [(name, err) for name, err in zip(changed, outcomes, strict=True) if isinstance(err, BaseException)]
+        if not errors:
+            return
+        fenced = [err for _, err in errors if isinstance(err, Fenced)]
+        raised = fenced[0] if fenced else errors[0][1]
+        for name, err in errors:  # the one raised is reported by the caller; the others here
+            if err is not raised and not isinstance(err, Fenced):
+                log.warning("node=%s decision=patch-failed error=%r", name, err)
+        raise raised
+
+    async def _apply_one(self, name: str, want: Lock | None, have: Lock | None,
+                         marks: Mapping[str, str | None] | None, snapshot: Snapshot | None) -> None:
+        """One node of `apply`: its patch, then its log lines and Events. An API error is logged and counted here;
+        `Fenced` (and anything unexpected) is left to `apply`."""
+        why = self.stale()  # a Lease lost while this node waited for its turn: not even read
+        if why is not None:
+            raise Fenced(why)
+        unreadable = have.unreadable if have is not None else ""
+        try:
+            before, patched = await self.set_lock(name, want, marks)
+        except ApiException as err:
+            self._failed()
+            log.warning("node=%s decision=patch-failed status=%s reason=%s", name, err.status, err.reason)
+            return
+        if not patched:
+            return
+        if unreadable:  # hand-edited: this node alone was read with defaults; its annotation is now rewritten
+            done = "rewritten" if want is not None else "removed with the lock"
+            log.warning("node=%s decision=lock-info-unreadable owner=%s done=%s reason=%s", name,
+                        have.owner if have else "", done, unreadable)
+            await self.event(name, "LockInfoUnreadable", f"{unreadable}: the lock was read with defaults for "
+                             f"those fields; the annotation was {done}", event_type="Warning")
+        if before is not None and (want is None or before.owner != want.owner):
+            log.info("node=%s decision=release owner=%s subject=%s", name, before.owner, before.subject)
+            await self.event(name, "NodeReleased", f"released from {before.kind.value} {before.subject}")
+            await self.owner_event(before, "NodeReleased", f"node {name} released", snapshot)
+        if want is not None and (before is None or before.owner != want.owner):
+            log.info("node=%s decision=lock owner=%s kind=%s subject=%s reason=%r", name, want.owner,
+                     want.kind.value, want.subject, want.reason)
+            await self.event(name, "NodeLocked", f"locked for {want.kind.value} {want.subject}: {want.reason}")
+            await self.owner_event(want, "NodeLocked", f"node {name} locked for it: {want.reason}", snapshot)
 
     # pods
 

@@ -20,6 +20,11 @@ again on every reconcile). Their nodes carry a second taint, `reservoir.sh/lock-
 that the BestEffort exemption's toleration (`reservoir.sh/lock` Exists) does not tolerate; the queue's own pods get
 its Equal toleration, DaemonSet pods an Exists one. So a BestEffort pod may use an exclusive lock only when it is its
 own queue's; a pod that may use an owner's exclusive locks is given both tolerations of that owner.
+Who may tolerate an exclusive taint (`Entitlement.entitled_exclusive`): the owner's entitled pods and DaemonSet
+pods, and a trusted namespace's whatever it brings. The validating check judges every toleration of that key (Exists
+or Equal) by that rule always, whether or not any queue's locks are exclusive now: a toleration let in before a queue
+opts in would otherwise be carried onto its nodes once it does. `Guaranteed` spares from eviction only the pods
+entitled to the queue's lock (agent.planner.guarantee.guaranteed_evictions), never one merely carrying a toleration.
 """
 
 from __future__ import annotations
@@ -90,6 +95,18 @@ class Entitlement:
         return self.every_lock is not None and (self.every_exclusive or owner not in self.exclusive)
 
     @property
+    def every_exclusive_lock(self) -> bool:
+        """The pod is entitled to every owner's exclusive locks: it is exempt as a DaemonSet's (not as a BestEffort
+        pod). Trust is not entitlement: a trusted namespace's pod is let in with what it brings, nothing more."""
+        return self.every_lock is not None and self.every_exclusive
+
+    def entitled_exclusive(self, owner: str) -> bool:
+        """The pod is entitled to `owner`'s locks when they are exclusive (module docstring, "Exclusive locks"), now or
+        later: one of its own owners, or every owner's as a DaemonSet's pod. Never by being BestEffort, never by
+        trust, and whether or not `owner`'s locks are exclusive now."""
+        return owner in self.owners or self.every_exclusive_lock
+
+    @property
     def barred(self) -> frozenset[str]:
         """The exclusive owners the pod's exemption does not reach (a BestEffort pod's: every other queue's)."""
         if self.trusted is not None or self.every_exclusive:
@@ -141,13 +158,14 @@ def exemption(pod: Mapping[str, Any], namespace: str, grounds: Grounds,
     return None
 
 
-def is_reserve_pod(pod: Mapping[str, Any], podgroup: PodGroupView | None) -> bool:
-    """Seed 004: `volcano.sh/reserveable: "true"` on the pod, or on its PodGroup when the pod does not say."""
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+def is_reserve_pod(annotations: Mapping[str, Any], podgroup: PodGroupView | None) -> bool:
+    """Seed 004, the one rule (the webhook's entitlement and the planner's reserve.is_reserve_pod): the pod's own
+    `volcano.sh/reserveable` when it has one ("true": a reserve pod; anything else: not), else its PodGroup's
+    (PodGroupView.reserveable). `annotations`: the pod's."""
     value = annotations.get(keys.RESERVEABLE)
-    if value is None and podgroup is not None:
-        value = podgroup.annotations.get(keys.RESERVEABLE)
-    return value == "true"
+    if value is not None:
+        return bool(value == "true")
+    return podgroup is not None and podgroup.reserveable
 
 
 def entitlement(pod: Mapping[str, Any], namespace: str, grounds: Grounds,
@@ -166,7 +184,7 @@ def entitlement(pod: Mapping[str, Any], namespace: str, grounds: Grounds,
     queue = queue_of(pod, podgroup)
     if queue_admits(grounds.queues.get(queue), namespace):
         owners[queue_owner_id(queue)] = f"its queue {queue}"
-    if is_reserve_pod(pod, podgroup):
+    if is_reserve_pod((pod.get("metadata") or {}).get("annotations") or {}, podgroup):
         for window in grounds.config.windows:
             if (not window.namespaces or namespace in window.namespaces) and (
                     not window.queues or queue in window.queues):
@@ -211,9 +229,10 @@ def unentitled(pod: Mapping[str, Any], namespace: str, rights: Entitlement,
                lock_of_node: Mapping[str, str]) -> list[str]:
     """Why the pod reaches locked capacity it is not entitled to: each lock toleration beyond its rights, and a
     `spec.nodeName` on a node locked for an owner it may not use (`lock_of_node`: node -> owner id). Empty: fine.
-    An exempt pod's claims are judged only where its exemption stops: a BestEffort pod's on the exclusive locks of
-    other queues (`Entitlement.barred`), which it may not tolerate all at once while any such lock exists."""
-    if rights.trusted is not None or (rights.every_lock is not None and not rights.barred):
+    An exempt pod's claims of the lock key are judged only where its exemption stops (a BestEffort pod's: the
+    exclusive locks of other queues, `Entitlement.barred`); every claim of the exclusive key is judged by
+    `Entitlement.entitled_exclusive` always, whether or not any lock is exclusive now (module docstring)."""
+    if rights.trusted is not None or rights.every_exclusive_lock:
         return []
     spec = pod.get("spec") or {}
     tolerations = spec.get("tolerations") or ()
@@ -223,16 +242,26 @@ def unentitled(pod: Mapping[str, Any], namespace: str, rights: Entitlement,
         where = f"spec.tolerations[{claim.index}]"
         if (claim.index, claim.owner) in judged:
             continue
-        if claim.owner is None and rights.every_lock is not None:
-            if claim.exclusive:
-                problems.append(f"{where} {dict(claim.toleration)} tolerates every exclusive Reservoir lock, among "
-                                f"them those of {', '.join(sorted(rights.barred))} (a Guaranteed queue's, which "
-                                f"{rights.every_lock} may not use); remove it or name the key {keys.LOCK}")
+        if claim.exclusive and claim.owner is None:
+            if rights.every_lock is not None:
+                now = f", among them those of {', '.join(sorted(rights.barred))}" if rights.barred else ""
+                problems.append(f"{where} {dict(claim.toleration)} tolerates every exclusive Reservoir lock (a "
+                                f"Guaranteed queue's{now}), which {rights.every_lock} may not use; remove it or name "
+                                f"the key {keys.LOCK}")
+            else:
+                problems.append(f"{where} {dict(claim.toleration)} tolerates every exclusive Reservoir lock: only "
+                                "DaemonSet pods and trusted namespaces may; remove it")
+            judged.add((claim.index, claim.owner))
+        elif claim.exclusive and claim.owner is not None:
+            if not rights.entitled_exclusive(claim.owner):
+                problems.append(f"{where} tolerates the exclusive lock of {claim.owner}, which this pod may not use "
+                                f"({_may_use(rights)}); remove it")
                 judged.add((claim.index, claim.owner))
         elif claim.owner is None:
-            problems.append(f"{where} {dict(claim.toleration)} tolerates every Reservoir lock: only BestEffort pods, "
-                            "DaemonSet pods and trusted namespaces may; remove it")
-            judged.add((claim.index, claim.owner))
+            if rights.every_lock is None:
+                problems.append(f"{where} {dict(claim.toleration)} tolerates every Reservoir lock: only BestEffort "
+                                "pods, DaemonSet pods and trusted namespaces may; remove it")
+                judged.add((claim.index, claim.owner))
         elif not rights.allows(claim.owner):
             problems.append(f"{where} tolerates the lock of {claim.owner}, which this pod may not use ("
                             f"{_may_use(rights)}); remove it")

@@ -50,6 +50,9 @@ MAXIMUM_RUNTIME = "volcano.sh/maximum-runtime"
 GROUP_NAME = "scheduling.k8s.io/group-name"
 QUEUE_NAME = "scheduling.volcano.sh/queue-name"
 DEFAULT_QUEUE = "default"
+# seed 002 `guarantee.percentage.dimensions`: the seed's own name for GPUs ("dimensions: ["cpu", "memory", "gpu"]"),
+# read as the extended resource `guarantee.gpuResource` of the config (nvidia.com/gpu by default)
+GPU_DIMENSION = "gpu"
 
 # --- Reservoir's own objects ---
 CONFIGMAP_NAME = "reservoir-config"

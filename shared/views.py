@@ -273,11 +273,18 @@ class NodeView:
 
     @property
     def lock_owner(self) -> str | None:
-        """The owner id of Reservoir's lock taint on this node, if any."""
+        """The owner id of Reservoir's lock on this node, if any: the value of its lock taint (`reservoir.sh/lock`),
+        else of any other taint Reservoir writes (keys.LOCK_TAINT_KEYS: a lone `reservoir.sh/lock-exclusive`, its
+        lock taint removed by hand or never written after a crash, is a lock too, so it is found and reconciled)."""
+        other: str | None = None
         for taint in self.taints:
-            if taint.key == keys.LOCK and taint.effect == keys.LOCK_EFFECT:
+            if taint.effect != keys.LOCK_EFFECT:
+                continue
+            if taint.key == keys.LOCK:
                 return taint.value
-        return None
+            if other is None and taint.key in keys.LOCK_TAINT_KEYS:
+                other = taint.value
+        return other
 
 
 @dataclass(frozen=True, slots=True)

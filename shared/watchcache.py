@@ -3,6 +3,22 @@ resourceVersion with bookmarks; resume from the last resourceVersion after a dro
 410 Gone; back off on errors. A resource whose API is not installed (404, e.g. no Volcano CRDs) counts as
 synced and empty, and is listed again every `absent_retry` seconds.
 
+Lists are paginated (issue 15): `limit=PAGE_SIZE` and the `continue` token of each answer, so a list never holds
+more than one page of JSON; each page is turned into views and dropped. The first page is a consistent read
+(resourceVersion unset), not resourceVersion="0": an API server before the snapshottable watch cache (KEP-4988,
+ListFromCacheSnapshot, beta and on by default from 1.34) serves RV=0 from its watch cache and ignores `limit`,
+answering the whole collection in one body, the very thing pagination is here to avoid; a consistent paginated list
+is paginated on every version (from etcd on old ones, from the cache's snapshots on recent ones) and cannot travel
+back in time on a lagging API server. A page that fails is tried again with backoff (PAGE_RETRIES); a 410 Gone on a
+page (its continue token expired) starts the list over (LIST_RESTARTS). Until the last page is in, the items of the
+previous list stay in force, whole: a list replaces them all at once or not at all. The watch starts from the
+list's resourceVersion. (The streaming list, a watch with sendInitialEvents=true, is not used: see `list`.)
+
+Readers are told only what they can see. A view is compared with the one cached for its key: an event whose view is
+equal (a node heartbeat, a pod condition, managedFields, a status field no view keeps) changes neither the items,
+nor `version`, nor calls `on_change`; `apply_event` returns whether it changed the view. A relist keeps the cached
+view object of an unchanged item and reports only the items that differ.
+
 No object can stop a cache. Each object is converted on its own: one that cannot be (any exception from its key or
 its view: a bad quantity or duration, a field of the wrong type, RecursionError, OverflowError) is skipped, logged
 once per version (uid + resourceVersion, not again on every relist) with its kind, name and the error, reported to
@@ -40,8 +56,12 @@ from shared.views import ViewError
 V = TypeVar("V")
 log = logging.getLogger("reservoir.watchcache")
 WATCH_TIMEOUT_SECONDS = 290
-LIST_TIMEOUT_SECONDS = 60
+LIST_TIMEOUT_SECONDS = 60  # one page of a list
 BACKOFF_START, BACKOFF_MAX = 0.5, 30.0
+PAGE_SIZE = 500  # objects per page of a list (client-go's reflector pages by 500 too)
+PAGE_RETRIES = 3  # a page that fails is tried again this many times, with backoff from PAGE_BACKOFF_START
+PAGE_BACKOFF_START = 0.5
+LIST_RESTARTS = 3  # a list whose continue token expires (410) starts over at most this many times in a row
 
 
 # --- JSON that may nest deeper than json.loads allows ---
@@ -199,6 +219,30 @@ def _error_text(err: BaseException) -> str:
 _UNREADABLE = object()  # what _convert returns for an object it skipped
 
 
+def _same(old: Any, new: Any) -> bool:
+    """Does a reader see any difference between two views of one object? Any error comparing them: they differ."""
+    if old is new:
+        return True
+    try:
+        return bool(old == new)
+    except Exception:
+        return False
+
+
+class _Expired(Exception):
+    """The continue token of a list expired (410 Gone on a page after the first): the list starts over."""
+
+
+@dataclass
+class _Listing:
+    """A list in progress: what it has read so far, not yet in force."""
+
+    items: dict[Any, Any]
+    skipped: dict[Any, Skipped]
+    resource_version: str = ""
+    pages: int = 0
+
+
 class WatchCache(Generic[V]):
     def __init__(
         self,
@@ -211,6 +255,7 @@ class WatchCache(Generic[V]):
         on_change: Callable[[str, V | None], None] | None = None,
         absent_retry: float = 30.0,
         on_skip: Callable[[Skipped], None] | None = None,
+        page_size: int = PAGE_SIZE,
     ) -> None:
         self.api = api
         self.name = name
@@ -218,16 +263,16 @@ class WatchCache(Generic[V]):
         self.convert = convert
         self.key = key
         self.field_selector = field_selector
-        self.on_change = on_change
+        self.on_change = on_change  # called for each change of the view of an object, not for an event that keeps it
         self.on_skip = on_skip
         self.absent_retry = absent_retry
+        self.page_size = page_size
         self._items: dict[Any, V] = {}
         self._skipped: dict[Any, Skipped] = {}
-        self._skipped_before: Mapping[Any, Skipped] = {}  # during a relist: what the list before it skipped
         self.resource_version = ""
         self.synced = asyncio.Event()
         self.absent = False
-        self.version = 0  # bumped on every change, so readers can cache what they derive from the items
+        self.version = 0  # bumped on every change of the views, so readers can cache what they derive from the items
         self.heard_at: float | None = None  # time.monotonic() of the last answer from the API server
         self._created_at = time.monotonic()
 
@@ -274,15 +319,16 @@ class WatchCache(Generic[V]):
             query.append(("fieldSelector", self.field_selector))
         return query
 
-    def _key_of(self, obj: Any) -> Any:
-        """The object's cache key; a stand-in key (and the object recorded as skipped) when it has none."""
+    def _key_of(self, obj: Any, skipped: dict[Any, Skipped] | None = None) -> Any:
+        """The object's cache key; a stand-in key (and the object recorded as skipped, in `skipped` when given, else
+        in the cache's own record) when it has none."""
         try:
             key = self.key(obj)
             hash(key)
             return key
         except Exception as err:
             stand_in = ("(unreadable key)", _name_of(obj), self._version_of(obj))
-            self._skip(stand_in, obj, f"no usable name: {_error_text(err)}")
+            self._skip(stand_in, obj, f"no usable name: {_error_text(err)}", skipped=skipped)
             return None
 
     @staticmethod
@@ -292,12 +338,14 @@ class WatchCache(Generic[V]):
             return ("", "")
         return (_text(meta.get("uid")), _text(meta.get("resourceVersion")))
 
-    def _skip(self, key: Any, obj: Any, error: str, kind: str = "") -> None:
+    def _skip(self, key: Any, obj: Any, error: str, kind: str = "", skipped: dict[Any, Skipped] | None = None) -> None:
+        """Record the object as skipped (in `skipped`, a list in progress, when given); report it unless the cache
+        already reported this very version (uid and resourceVersion) as skipped."""
         uid, rv = self._version_of(obj)
-        before = self._skipped.get(key) or self._skipped_before.get(key)
+        before = self._skipped.get(key)  # during a list: what the lists and watch events before it skipped
         kind = (_text(obj.get("kind")) if isinstance(obj, Mapping) else "") or kind  # list items often carry none
         record = Skipped(self.name, kind or self.name, _name_of(obj), uid, rv, error)
-        self._skipped[key] = record
+        (self._skipped if skipped is None else skipped)[key] = record
         if before is not None and (before.uid, before.resource_version) == (uid, rv) and uid and rv:
             return  # this version was reported already (a relist): once is enough
         log.warning("cache=%s skipped=%s %s uid=%s resourceVersion=%s error=%s: the object is left out until it is "
@@ -308,16 +356,18 @@ class WatchCache(Generic[V]):
             except Exception:
                 log.exception("cache=%s on_skip failed", self.name)
 
-    def _convert(self, key: Any, obj: Any) -> Any:
-        """The object's view, or _UNREADABLE (recorded in `skipped`)."""
+    def _convert(self, key: Any, obj: Any, skipped: dict[Any, Skipped] | None = None) -> Any:
+        """The object's view, or _UNREADABLE (recorded as skipped: in `skipped`, a list in progress, when given)."""
         try:
             if not isinstance(obj, Mapping):
                 raise TypeError(f"expected a JSON object, got {type(obj).__name__}")
             value = self.convert(obj)
         except Exception as err:  # RecursionError, OverflowError, ValueError, TypeError, KeyError, ...
-            self._skip(key, obj, _error_text(err), err.kind if isinstance(err, ViewError) else "")
+            self._skip(key, obj, _error_text(err), err.kind if isinstance(err, ViewError) else "", skipped=skipped)
             return _UNREADABLE
-        if self._skipped.pop(key, None) is not None or key in self._skipped_before:
+        if key in self._skipped:
+            if skipped is None:
+                del self._skipped[key]
             log.info("cache=%s readable=%s: back in the cache", self.name, _name_of(obj))
         return value
 
@@ -329,36 +379,68 @@ class WatchCache(Generic[V]):
         except Exception:
             log.exception("cache=%s on_change(%s) failed", self.name, event)
 
-    def _replace(self, objects: Iterable[Any]) -> None:
-        """The items of a fresh list: each object converted on its own; the skipped ones recorded anew (a version
-        reported before is not reported again)."""
-        old, self._skipped_before, self._skipped = self._items, self._skipped, {}
-        items: dict[Any, V] = {}
-        try:
-            for obj in objects:
-                key = self._key_of(obj)
-                if key is None:
-                    continue
-                value = self._convert(key, obj)
-                if value is not _UNREADABLE:
-                    items[key] = value
-        finally:
-            self._skipped_before = {}
-        self._items = items
-        self.version += 1
-        for k in set(old) - set(items):
-            self._notify("DELETED", old[k])
-        for k, value in items.items():
-            if old.get(k) != value:
-                self._notify("MODIFIED" if k in old else "ADDED", value)
+    # --- a list: pages read into a _Listing, then put in force at once ---
+
+    def _listing(self) -> _Listing:
+        return _Listing(items={}, skipped={})
+
+    def _read_into(self, listing: _Listing, objects: Iterable[Any]) -> None:
+        """Convert the objects of one page into `listing`; a view equal to the one cached is kept as the cached
+        object (no second copy of an unchanged object, and the commit sees it unchanged by identity)."""
+        for obj in objects:
+            key = self._key_of(obj, listing.skipped)
+            if key is None:
+                continue
+            value = self._convert(key, obj, listing.skipped)
+            if value is _UNREADABLE:
+                continue
+            cached = self._items.get(key)
+            listing.items[key] = cached if cached is not None and _same(cached, value) else value
+
+    def _commit(self, listing: _Listing) -> bool:
+        """Put a complete list in force: the items and the skipped records at once; `on_change` for each item that
+        was added, changed or deleted; `version` bumped when any was. Whether any was."""
+        old = self._items
+        self._items, self._skipped = listing.items, listing.skipped
+        deleted = [value for key, value in old.items() if key not in self._items]
+        changed = [("MODIFIED" if key in old else "ADDED", value) for key, value in self._items.items()
+                   if old.get(key) is not value]
+        if deleted or changed:
+            self.version += 1
+        for value in deleted:
+            self._notify("DELETED", value)
+        for event, value in changed:
+            self._notify(event, value)
+        return bool(deleted or changed)
+
+    def _replace(self, objects: Iterable[Any]) -> bool:
+        """The items of a fresh list given whole (one page): each object converted on its own; the skipped ones
+        recorded anew (a version reported before is not reported again). Whether any view changed."""
+        listing = self._listing()
+        self._read_into(listing, objects)
+        return self._commit(listing)
 
     # --- list and watch ---
 
     async def list(self) -> None:
-        try:
-            response = await get_stream(self.api, self.path, self._query(), timeout=LIST_TIMEOUT_SECONDS)
-        except NotFound:
-            self.heard()
+        """List every object, page by page (module docstring), and put the result in force at once; then the cache
+        is synced, at the list's resourceVersion. A 404 (the API is not installed) counts as synced and empty.
+
+        Not the streaming list (a watch with sendInitialEvents=true and resourceVersionMatch=NotOlderThan): it
+        would bound memory no better than one page at a time, and it needs a second path for servers that refuse it
+        (the WatchList gate off, before 1.32) with its fallback; the paginated list works on every server."""
+        restarts = 0
+        while True:
+            try:
+                listing = await self._list_pages()
+                break
+            except _Expired as err:
+                restarts += 1
+                if restarts > LIST_RESTARTS:
+                    raise RuntimeError(f"list {self.path}: its continue token expired {restarts} times in a row; "
+                                       f"the items of the last complete list stay in force") from err
+                log.info("cache=%s list continue token expired (%s): listing again from the start", self.name, err)
+        if listing is None:
             if not self.absent:
                 log.warning("cache=%s path=%s api not installed: treated as empty, retrying every %ss",
                             self.name, self.path, self.absent_retry)
@@ -367,29 +449,79 @@ class WatchCache(Generic[V]):
             self.resource_version = ""
             self.synced.set()
             return
-        try:
-            body = await response.read()
-        finally:
-            response.release()
-        data = parse_json(body)
-        items = data.get("items") if isinstance(data, dict) else None
-        meta = data.get("metadata") if isinstance(data, dict) else None
-        if not isinstance(meta, dict) or not isinstance(items, (list, type(None))):
-            raise RuntimeError(f"list {self.path} answered without items and metadata: {body[:300]!r}")
-        self.heard()
         self.absent = False
-        self._replace(items or ())
-        self.resource_version = _text(meta.get("resourceVersion"))
+        self._commit(listing)
+        self.resource_version = listing.resource_version
         self.synced.set()
 
-    def apply_event(self, event: Mapping[str, Any]) -> None:
-        """One watch event. An event that says nothing usable is logged and ignored; an object that cannot be read
-        is skipped (module docstring); ERROR raises (Gone for 410: list again). Any event counts as word from the API
-        server (`stale_for`), a bookmark too."""
+    async def _list_pages(self) -> _Listing | None:
+        """Every page of one list, read into a _Listing; None when the API is not installed (404). Raises _Expired
+        when a continue token expired (410 on a page after the first)."""
+        listing = self._listing()
+        token: str | None = None
+        while True:
+            try:
+                data = await self._page(token)
+            except NotFound:
+                self.heard()
+                return None
+            except Gone as err:
+                if token is None:
+                    raise
+                raise _Expired(err.reason or "410 Gone") from None
+            self.heard()
+            items, meta = data.get("items"), data["metadata"]
+            del data
+            listing.pages += 1
+            self._read_into(listing, items or ())
+            del items  # the page's JSON goes now: only views are kept
+            listing.resource_version = _text(meta.get("resourceVersion"))
+            token = _text(meta.get("continue")) or None
+            if token is None:
+                return listing
+
+    async def _page(self, token: str | None) -> dict[str, Any]:
+        """One page of the list (the first when `token` is None), as JSON with items and metadata. A page that fails
+        (no answer, a 5xx, a body that is not a list) is tried again PAGE_RETRIES times with backoff, with the same
+        continue token; NotFound and Gone are not retried (the caller decides)."""
+        query = self._query(limit=self.page_size or None, **{"continue": token})
+        backoff = PAGE_BACKOFF_START
+        for attempt in range(PAGE_RETRIES + 1):
+            try:
+                response = await get_stream(self.api, self.path, query, timeout=LIST_TIMEOUT_SECONDS)
+                try:
+                    body = await response.read()
+                finally:
+                    response.release()
+                data = parse_json(body)
+                items = data.get("items") if isinstance(data, dict) else None
+                meta = data.get("metadata") if isinstance(data, dict) else None
+                if not isinstance(meta, dict) or not isinstance(items, (list, type(None))):
+                    raise RuntimeError(f"list {self.path} answered without items and metadata: {body[:300]!r}")
+                del body
+                assert isinstance(data, dict)
+                return data
+            except (NotFound, Gone, asyncio.CancelledError):
+                raise
+            except Exception as err:
+                if attempt == PAGE_RETRIES:
+                    raise
+                status = f" status={err.status}" if isinstance(err, ApiException) else ""
+                log.warning("cache=%s list page %s failed (%s%s): trying it again in %.1fs", self.name,
+                            "after a continue token" if token else "1", _error_text(err), status, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, BACKOFF_MAX)
+        raise AssertionError("unreachable")
+
+    def apply_event(self, event: Mapping[str, Any]) -> bool:
+        """One watch event; whether it changed the view of an object (what readers see: `items`, `version`,
+        `on_change`). An event that says nothing usable is logged and ignored; an object that cannot be read is
+        skipped (module docstring); an event whose view equals the cached one changes nothing; ERROR raises (Gone
+        for 410: list again). Any event counts as word from the API server (`stale_for`), a bookmark too."""
         self.heard()
         if not isinstance(event, Mapping):
             log.warning("cache=%s watch event ignored: not a JSON object", self.name)
-            return
+            return False
         kind = event.get("type")
         obj = event.get("object")
         if kind == "ERROR":
@@ -399,33 +531,39 @@ class WatchCache(Generic[V]):
             raise RuntimeError(f"watch error: {_error_text(Exception(status.get('message', status)))}")
         if not isinstance(obj, Mapping):
             log.warning("cache=%s watch event %r ignored: its object is not a JSON object", self.name, kind)
-            return
+            return False
         _, rv = self._version_of(obj)
         if rv:
             self.resource_version = rv
         if kind == "BOOKMARK":
-            return
+            return False
         if kind not in ("ADDED", "MODIFIED", "DELETED"):
             log.warning("cache=%s watch event of unknown type %r ignored", self.name, kind)
-            return
+            return False
         key = self._key_of(obj)
         if key is None:
-            return
-        self.version += 1
+            return False
         if kind == "DELETED":
             self._skipped.pop(key, None)  # a skipped object that is deleted is forgotten
-            gone = self._items.pop(key, None)
-            if gone is not None:
-                self._notify("DELETED", gone)
-            return
+            return self._drop(key)
         value = self._convert(key, obj)
         if value is _UNREADABLE:  # what was cached is no longer what the object says: out, until readable again
-            gone = self._items.pop(key, None)
-            if gone is not None:
-                self._notify("DELETED", gone)
-            return
+            return self._drop(key)
+        cached = self._items.get(key)
+        if cached is not None and _same(cached, value):
+            return False  # nothing a reader sees changed: a heartbeat, a condition, a status no view keeps
         self._items[key] = value
+        self.version += 1
         self._notify(kind, value)
+        return True
+
+    def _drop(self, key: Any) -> bool:
+        gone = self._items.pop(key, None)
+        if gone is None:
+            return False
+        self.version += 1
+        self._notify("DELETED", gone)
+        return True
 
     async def watch_once(self) -> None:
         query = self._query(watch="true", allowWatchBookmarks="true", resourceVersion=self.resource_version,
@@ -467,6 +605,11 @@ class WatchCache(Generic[V]):
             except asyncio.CancelledError:
                 raise
             except Gone as err:  # a watch event with code 410, or a 410 answer to the request
+                if need_list:  # the list itself was refused with 410: not by listing again at once
+                    log.warning("cache=%s list answered 410 (%s) retry_in=%.1fs", self.name, err.reason, backoff)
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, BACKOFF_MAX)
+                    continue
                 log.info("cache=%s resourceVersion expired (%s): listing again", self.name, err.reason)
                 need_list = True
             except ApiException as err:

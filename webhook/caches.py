@@ -3,6 +3,9 @@
 An object a cache cannot read is left out of it and listed in `skipped()` (shared.watchcache); `on_skip` (for example
 `shared.watchcache.count_skips(metrics.registry)`) counts each. A cache that has not heard from the API server for
 longer than `shared.serving.STALE_AFTER` counts as not synced, so `/readyz` turns false until it hears again.
+
+`lookup()` is rebuilt when a cache's `version` moves, and a cache moves it only when a view changed (issue 15): a
+node heartbeat or a DaemonSet's status leaves the Lookup (and its indexes) as it was.
 """
 
 from __future__ import annotations

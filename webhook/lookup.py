@@ -38,6 +38,11 @@ class Lookup:
         return {name: owner for name, node in self.nodes.items() if (owner := node.lock_owner) is not None}
 
     @cached_property
+    def held_owners(self) -> frozenset[str]:
+        """The owner ids holding a lock on some node now (a toleration of one of them is logged at INFO)."""
+        return frozenset(self.lock_of_node.values())
+
+    @cached_property
     def schedulable_allocatable(self) -> Resources:
         """Seed 002: what the schedulable nodes hold together (a Queue guarantee above it can never be met)."""
         return Resources.total(n.allocatable for n in self.nodes.values() if not n.unschedulable)

@@ -6,17 +6,24 @@ one-line reason (`webhook.admission`); and every request is answered within the 
 (its webhook's timeoutSeconds): bodies over INLINE_BODY and the ConfigMap route run in a worker thread so the loop
 stays free to answer at the deadline (`_late`), the rest is answered on the loop, bounded by the checks and parser
 bounds that make any one of them cost milliseconds (`make fuzz-webhook` measures the slowest).
+
+Logging (issue 15): a routine admission (admitted as it is, or only mutated by the routine steps: priority inherited,
+reserve annotations copied) logs at DEBUG; INFO carries the decisions that change something: a lock toleration
+granted, a refusal, a warning. Every admission is counted by its decision in `reservoir_webhook_admissions_total`
+(`decision_of`), beside `reservoir_webhook_requests_total` (every request by its HTTP outcome).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import json
 import logging
 import os
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +35,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from shared.duration import DurationError, parse_duration
 from shared.quantity import QuantityError
 from shared.serving import add_probes
+from shared.tolerations import tolerates_lock
 from webhook import admission, mutate, validate
 from webhook.admission import BadReview, Request, ReviewResponse
 from webhook.lookup import Lookup
@@ -46,20 +54,75 @@ class Metrics:
                                  buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0))
         self.cache_synced = Gauge("reservoir_webhook_cache_synced", "1 when the watch cache has synced",
                                   ["cache"], registry=self.registry)
+        self.admissions = Counter("reservoir_webhook_admissions_total", "Admission requests a route decided, by "
+                                  "decision: allowed (as it is), mutated (routine changes), granted (a lock toleration "
+                                  "added), warned (admitted with a warning), denied",
+                                  ["route", "decision"], registry=self.registry)
         self.cert_reloads = Counter("reservoir_webhook_certificate_reloads_total", "Serving certificate reloads",
                                     registry=self.registry)
 
 
+# --- decisions: what each admission did, for its log level and the admissions counter ---
+
+DECISIONS = ("allowed", "mutated", "granted", "warned", "denied")  # reservoir_webhook_admissions_total{decision}
+
+
+def _added_tolerations(patch: Sequence[Any]) -> list[Mapping[str, Any]]:
+    """The tolerations a JSON Patch adds (`/spec/tolerations` as a list, or `/spec/tolerations/-` one by one)."""
+    added: list[Mapping[str, Any]] = []
+    for op in patch:
+        if not isinstance(op, Mapping) or op.get("op") != "add":
+            continue
+        value = op.get("value")
+        if op.get("path") == "/spec/tolerations" and isinstance(value, list):
+            added += [t for t in value if isinstance(t, Mapping)]
+        elif str(op.get("path", "")).startswith("/spec/tolerations/") and isinstance(value, Mapping):
+            added.append(value)
+    return added
+
+
+def granted_locks(patch: Sequence[Any], lookup: Lookup) -> list[str]:
+    """The locks held now (on some node) that a pod patch lets the pod through: a lock toleration granted. The
+    tolerations of its own job and queue every pod gets whether or not they hold a lock are routine; those of a
+    held lock change where it may go now."""
+    added = _added_tolerations(patch) if lookup.held_owners else []
+    return sorted(owner for owner in lookup.held_owners if added and tolerates_lock(added, owner))
+
+
+def decision_of(answer: ReviewResponse, lookup: Lookup) -> str:
+    """One of DECISIONS for an answer, the most telling first: denied, granted (granted_locks), warned, mutated,
+    allowed (as it is)."""
+    response = answer["response"]
+    if not response["allowed"]:
+        return "denied"
+    patch = response.get("patch")
+    if patch and lookup.held_owners:
+        try:
+            ops = json.loads(base64.b64decode(patch))
+        except (binascii.Error, ValueError):
+            ops = []
+        if isinstance(ops, list) and granted_locks(ops, lookup):
+            return "granted"
+    if response.get("warnings"):
+        return "warned"
+    return "mutated" if patch else "allowed"
+
+
 def _route_mutate_pod(request: Request, lookup: Lookup) -> ReviewResponse:
     """Seed 001 (priority inheritance), 003 (reservation tolerations and affinity) and 004 (reserve annotations
-    copied from the PodGroup, window tolerations for reserve pods): DESIGN section 3, mutating pod CREATE."""
+    copied from the PodGroup, window tolerations for reserve pods): DESIGN section 3, mutating pod CREATE. Logged at
+    INFO when it grants the toleration of a lock held now (granted_locks) or warns; else, routine, at DEBUG."""
     if request.operation != "CREATE":
         return admission.response(request.uid)
     result = mutate.mutate_pod(request.obj, request.namespace, lookup)
-    if result.reasons:
+    granted = granted_locks(result.patch, lookup)
+    level = logging.INFO if granted or result.warnings else logging.DEBUG
+    if (result.reasons or result.warnings) and log.isEnabledFor(level):
         meta = request.obj.get("metadata") or {}
-        log.info("decision=mutate pod=%s/%s changes=%r", request.namespace,
-                 meta.get("name") or meta.get("generateName", ""), "; ".join(result.reasons))
+        log.log(level, "decision=mutate pod=%s/%s changes=%r%s%s", request.namespace,
+                meta.get("name") or meta.get("generateName", ""), "; ".join(result.reasons),
+                f" granted={','.join(granted)}" if granted else "",
+                f" warnings={[admission.clip(w, 300) for w in result.warnings]!r}" if result.warnings else "")
     return admission.response(request.uid, patch=result.patch, warnings=result.warnings)
 
 
@@ -89,6 +152,9 @@ def _validating(check: Check) -> Route:
         if not verdict.allowed:
             log.info("decision=deny kind=%s name=%s reason=%r", request.kind, request.name,
                      admission.clip(verdict.message, 500))
+        elif verdict.warnings:
+            log.info("decision=warn kind=%s name=%s warnings=%r", request.kind, request.name,
+                     [admission.clip(w, 300) for w in verdict.warnings])
         return admission.response(request.uid, allowed=verdict.allowed, message=verdict.message,
                                   warnings=verdict.warnings, code=422)
     return route
@@ -201,6 +267,7 @@ class _Answer:
     status: int
     body: Mapping[str, Any]
     outcome: str
+    decision: str | None = None  # a route's answer: one of DECISIONS (decision_of)
 
 
 def _error(status: int, reason: str, outcome: str) -> _Answer:
@@ -216,7 +283,8 @@ def _answer(path: str, endpoint: Endpoint, body: bytes, lookup: Callable[[], Loo
         return _error(400, str(err), "bad-request")
     progress.uid = review.uid
     try:
-        answer = endpoint.route(review, lookup())
+        snapshot = lookup()
+        answer = endpoint.route(review, snapshot)
     except (QuantityError, DurationError) as err:  # a value the shape check does not parse, read by the route
         return _error(400, admission.locate(endpoint.shape, review, err), "bad-request")
     except UnicodeError as err:  # a lone surrogate escape (\ud800): JSON allows it, UTF-8 cannot hold it
@@ -227,7 +295,11 @@ def _answer(path: str, endpoint: Endpoint, body: bytes, lookup: Callable[[], Loo
     outcome = "allowed" if answer["response"]["allowed"] else "denied"
     if answer["response"].get("patch"):
         outcome = "patched"
-    return _Answer(200, answer, outcome)
+    decision = decision_of(answer, snapshot)
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("route=%s operation=%s kind=%s namespace=%s name=%s decision=%s", path, review.operation,
+                  review.kind, review.namespace, review.name, decision)
+    return _Answer(200, answer, outcome, decision)
 
 
 def _late(endpoint: Endpoint, progress: _Progress, timeout: float) -> _Answer:
@@ -287,6 +359,8 @@ def make_app(lookup: Callable[[], Lookup], synced: Callable[[], dict[str, bool]]
             if answer.status == 400:
                 log.info("route=%s bad-request reason=%r", path, answer.body.get("error", "")[:300])
             metrics.requests.labels(path, answer.outcome).inc()
+            if answer.decision is not None:
+                metrics.admissions.labels(path, answer.decision).inc()
             metrics.latency.labels(path, answer.outcome).observe(time.perf_counter() - started)
             return response
         return handle

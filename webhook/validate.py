@@ -267,9 +267,6 @@ def _validate_percentage_value(path: FieldPath, value: Any) -> list[str]:
     return [invalid(path, value, "expected a number in [0, 1]")]
 
 
-GPU_DIMENSION = "gpu"  # the seed's own dimension: the agent reads it as `guarantee.gpuResource` (nvidia.com/gpu)
-
-
 def _validate_percentage_dimensions(path: FieldPath, dimensions: Any) -> list[str]:
     """Seed 002: `spec.guarantee.percentage.dimensions` is a non-empty list of known resource names, or the seed's
     `gpu` (the extended resource `guarantee.gpuResource` of the config, nvidia.com/gpu by default)."""
@@ -278,7 +275,7 @@ def _validate_percentage_dimensions(path: FieldPath, dimensions: Any) -> list[st
     return [f"{path}: unknown resource name {shown(name)}: expected cpu, memory, ephemeral-storage, gpu or a prefixed "
             "name such as nvidia.com/gpu"
             for name in dimensions
-            if not isinstance(name, str) or not (name == GPU_DIMENSION or is_known_resource_name(name))]
+            if not isinstance(name, str) or not (name == keys.GPU_DIMENSION or is_known_resource_name(name))]
 
 
 def _validate_lock_guarantee(path: FieldPath, annotations: Mapping[str, Any], guarantee: Any,

@@ -92,7 +92,8 @@ Seed 004, "node resource reservation" (windows.WINDOWS):
 - "ReserveNodesMap": "order the nodes desc by node idle", "accumulate the node allocatable resource" ->
   windows.window_nodes, capacity.future_idle
 - `podNumToReserve`, "reservedTaskAllocatedResource", "reservedTaskPendingResource" -> windows.window_released,
-  windows.reserve_demand (on windows.counted_nodes); "max(reservedTaskAllocatedResource +
+  windows.reserve_demand (on windows.counted_nodes; pending pods that could run on the window's nodes:
+  windows.PendingFit); "max(reservedTaskAllocatedResource +
   reservedTaskPendingResource, reserveResourcesConfig)" -> windows.reserve_target
 - "PredicateFn": "if the task is a reserve task, permit" -> the reserve pods' tolerations, repair.holding_windows
 

@@ -27,9 +27,11 @@ Policy `Guaranteed` ("scheduler will reserve resource without evicting running w
 never those the guard rails keep (`never_evicted`: kube-system, Reservoir's namespace and
 `guarantee.protectedNamespaces`, mirror pods, DaemonSet pods, system-critical priority). Its locks are exclusive
 (Lock.exclusive; shared.entitlement "Exclusive locks"): the node also carries `reservoir.sh/lock-exclusive`, which
-the BestEffort exemption does not tolerate, so an evicted BestEffort pod's replacement does not land there again. A
-pod that tolerates that taint anyway (a trusted namespace's, or one admitted before the lock) is not evicted: it
-would only come back, eviction after eviction.
+the BestEffort exemption does not tolerate, so an evicted BestEffort pod's replacement does not land there again.
+Spared are only the pods entitled to the queue's lock (shared.entitlement, the one rule: the queue's own pods as far
+as its `reservoir.sh/namespaces` lets them in), and a trusted namespace's pod that tolerates the exclusive taint (the
+admin lets it carry what it brings; it would only come back). A pod that merely carries a toleration of the
+exclusive taint (one let in before the queue opted in, or written by hand) is evicted like any other.
 """
 
 from __future__ import annotations
@@ -45,16 +47,17 @@ from agent.planner.displacement import may_take
 from agent.planner.guarantee_search import Problem, best_of_each_shape, search, shape_of
 from agent.planner.model import Lock, QueueGuaranteeStatus
 from agent.planner.policy import PlanContext, Policy, PolicyResult, Statuses, kept_since
+from agent.planner.reservations import pod_meta
 from shared import keys
 from shared.config import ReservoirConfig
+from shared.entitlement import Grounds, entitlement
 from shared.keys import LockKind
-from shared.ownership import pod_queue, queue_owner_id
+from shared.ownership import queue_owner_id
 from shared.resources import EMPTY, Resources
 from shared.tolerations import tolerates_exclusive
 from shared.views import Guarantee, PodView, QueueView
 
 KEEP_MARGIN = 0.05
-GPU_DIMENSION = "gpu"  # the seed's own dimension name ("dimensions: ["cpu", "memory", "gpu", ...]")
 
 
 @dataclass
@@ -273,7 +276,7 @@ def search_pool(seat: QueueSeat) -> list[str]:
 def dimension_resource(dimension: str, gpu: str) -> str:
     """Seed 002 percentage dimensions: the seed's `gpu` is the extended resource `guarantee.gpuResource`; any other
     dimension is a resource name already."""
-    return gpu if dimension == GPU_DIMENSION else dimension
+    return gpu if dimension == keys.GPU_DIMENSION else dimension
 
 
 def percentage_option(seat: QueueSeat, *, value: Fraction, gpu: str) -> Option | Refusal | None:
@@ -347,20 +350,31 @@ def never_evicted(pod: PodView, protected: Collection[str]) -> str | None:
 
 
 def guaranteed_evictions(seat: QueueSeat, *, nodes: Sequence[str], context: PlanContext) -> tuple[str, ...]:
-    """Seed 002 policy `Guaranteed`: the pods of other queues on the locked nodes, "namespace/name", except those the
-    guard rails keep (`never_evicted`) and those that tolerate the lock's exclusive taint (their replacement would
-    land there again: module docstring). How many go per minute is the writer's to limit
-    (`guarantee.maxEvictionsPerMinute`)."""
+    """Seed 002 policy `Guaranteed`: the pods on the locked nodes not entitled to the queue's lock, "namespace/name",
+    except those the guard rails keep (`never_evicted`) and a trusted namespace's that tolerate the lock's exclusive
+    taint (module docstring). Entitlement is the one rule (shared.entitlement.entitlement), so a pod that carries a
+    toleration of the exclusive taint without being entitled to it is evicted. How many go per minute is the
+    writer's to limit (`guarantee.maxEvictionsPerMinute`)."""
     if seat.guarantee.policy != "Guaranteed":
         return ()
-    podgroups, states = context.snapshot.podgroups, seat.cluster.states
+    snapshot, states = context.snapshot, seat.cluster.states
+    grounds = Grounds(podgroups=snapshot.podgroups, queues=snapshot.queues, config=context.config)
     protected = protected_namespaces(context.config)
     evict: list[str] = []
     for name in nodes:
         evict += sorted(p.key for p in states[name].pods if never_evicted(p, protected) is None
-                        and pod_queue(p, podgroups) != seat.queue.name
-                        and not tolerates_exclusive(p.tolerations, seat.owner))
+                        and not spared(p, seat.owner, grounds))
     return tuple(evict)
+
+
+def spared(pod: PodView, owner: str, grounds: Grounds) -> bool:
+    """Seed 002 `Guaranteed`: `pod` stays on a node locked for `owner`: it is entitled to the lock
+    (Entitlement.entitled_exclusive: one of the queue's own, or a DaemonSet's), or it is a trusted namespace's and
+    tolerates the exclusive taint. Reservations are not read: none entitles a pod to a queue's lock."""
+    rights = entitlement(pod_meta(pod), pod.namespace, grounds, reservations=(), best_effort=pod.best_effort)
+    if rights.entitled_exclusive(owner):
+        return True
+    return rights.trusted is not None and tolerates_exclusive(pod.tolerations, owner)
 
 
 GUARANTEES = Policy(name="guarantee", kind=LockKind.QUEUE, seed="002", run=plan_guarantees)

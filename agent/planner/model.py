@@ -73,10 +73,12 @@ class Lock:
     reserved: Resources = EMPTY
     tasks: tuple[str, ...] = ()
     # the BestEffort exemption does not reach it (a `Guaranteed` queue's, seed 002): the node carries the
-    # `reservoir.sh/lock-exclusive` taint too (shared.entitlement, "Exclusive locks"); read back from that taint
+    # `reservoir.sh/lock-exclusive` taint too (shared.entitlement, "Exclusive locks"); read back from that taint when
+    # its value is the lock's owner
     exclusive: bool = False
-    # read back (lock_on) from an annotation Reservoir did not write as it is: what could not be read, else "".
-    # Not part of the lock's identity: the writer rewrites the annotation whole and reports it (a Warning Event).
+    # read back (lock_on) from an annotation or taints Reservoir did not write as they are: what could not be read or
+    # did not agree, else "". Not part of the lock's identity: the writer rewrites the lock whole (taints, labels,
+    # annotation) and reports it (a Warning Event).
     unreadable: str = field(default="", compare=False)
 
     def info(self) -> LockInfo:
@@ -98,10 +100,12 @@ class Lock:
 
 
 def lock_on(node: NodeView) -> Lock | None:
-    """Read back the lock Reservoir wrote on a node (taint + labels + info annotation), or None.
+    """Read back the lock Reservoir wrote on a node (taints + labels + info annotation), or None.
 
     A taint whose info annotation is missing or unreadable still counts as a lock of its owner, so the agent
-    can always find and remove what it wrote. Total over any annotation text: one that is not JSON (or nested too
+    can always find and remove what it wrote; so does any one of Reservoir's taints alone (NodeView.lock_owner: a
+    lone `reservoir.sh/lock-exclusive`), and an exclusive taint counts only when it names the lock's owner
+    (lock_taint_problems). Total over any annotation text: one that is not JSON (or nested too
     deep to parse), not an object, or whose fields have the wrong shape (a `since` that is no RFC 3339 time with a
     zone between the years 1970 and 9000, `reserved` with a bad quantity or not an object, `tasks` that is not a
     list of strings) gives that field's default (node creation time, nothing reserved, no tasks), never an error:
@@ -111,6 +115,7 @@ def lock_on(node: NodeView) -> Lock | None:
     if owner is None:
         return None
     problems: list[str] = []
+    inconsistent = lock_taint_problems(node, owner)
     text_of_info = node.annotations.get(keys.LOCK_INFO, "")
     try:
         info: Mapping[str, Any] = read_lock_info(text_of_info)
@@ -161,9 +166,24 @@ def lock_on(node: NodeView) -> Lock | None:
     return Lock(
         node=node.name, owner=owner, kind=kind, subject=subject or owner, reason=reason,
         since=since or node.created, expires=expires, reserved=reserved, tasks=tasks,
-        exclusive=any(t.key == keys.LOCK_EXCLUSIVE and t.effect == keys.LOCK_EFFECT for t in node.taints),
-        unreadable=f"{keys.LOCK_INFO} {'; '.join(problems)}" if problems else "",
+        exclusive=any(t.key == keys.LOCK_EXCLUSIVE and t.effect == keys.LOCK_EFFECT and t.value == owner
+                      for t in node.taints),
+        unreadable="; ".join(inconsistent + ([f"{keys.LOCK_INFO} {'; '.join(problems)}"] if problems else [])),
     )
+
+
+def lock_taint_problems(node: NodeView, owner: str) -> list[str]:
+    """What is inconsistent in the lock taints (keys.LOCK_TAINT_KEYS) of a node locked for `owner`
+    (NodeView.lock_owner): no `reservoir.sh/lock` taint beside an exclusive one, or an exclusive taint naming another
+    owner (then the lock reads as not exclusive). Said in Lock.unreadable, so the writer rewrites the taints whole (or
+    removes them)."""
+    problems = []
+    ours = [t for t in node.taints if t.key in keys.LOCK_TAINT_KEYS and t.effect == keys.LOCK_EFFECT]
+    if not any(t.key == keys.LOCK for t in ours):
+        problems.append(f"{keys.LOCK_EXCLUSIVE} taint without a {keys.LOCK} taint")
+    problems += [f"{keys.LOCK_EXCLUSIVE} taint names {t.value!r}, not the lock's owner {owner!r}"
+                 for t in ours if t.key == keys.LOCK_EXCLUSIVE and t.value != owner]
+    return problems
 
 
 @dataclass(frozen=True)
@@ -277,3 +297,6 @@ class Plan:
     node_marks: Mapping[str, Mapping[str, str | None]] = field(default_factory=dict)
     # the node states this plan computed, handed to the next plan to reuse what did not change
     states: Mapping[str, NodeState] = field(default_factory=dict, compare=False, repr=False)
+    # id(pod view) -> (that view, it with its PodGroup's maximum runtime), handed to the next plan so the same view
+    # is given the same object and its node's state is reused (reserve.with_group_runtimes)
+    runtimes: Mapping[int, tuple[PodView, PodView]] = field(default_factory=dict, compare=False, repr=False)

@@ -60,8 +60,7 @@ def plan(snapshot: Snapshot, config: ReservoirConfig, now: datetime,
     return Plan(locks=locks, jobs=list(statuses.jobs), windows=list(statuses.windows), notes=notes,
                 queues=list(context.scores), guarantees=list(statuses.guarantees),
                 reservations=list(statuses.reservations), repairs=repairs, states=context.states,
-                node_marks=lock_cooldowns(nodes=snapshot.nodes, current=context.current, config=config.starvation,
-                                          now=now).marks)
+                node_marks=context.cooldowns.marks, runtimes=context.runtimes)
 
 
 def guard_locks(locks: Mapping[str, Lock], states: Mapping[str, NodeState]) -> tuple[dict[str, Lock], list[str]]:
@@ -84,10 +83,13 @@ def guard_locks(locks: Mapping[str, Lock], states: Mapping[str, NodeState]) -> t
 def plan_context(*, snapshot: Snapshot, config: ReservoirConfig, now: datetime, current: Mapping[str, Lock],
                  previous: Plan | None) -> PlanContext:
     """Seeds 000-004: what every policy reads, computed once: node states (reusing the previous plan's where nothing
-    changed), the global cap, the jobs with a pending pod, and the queues' usage and QueueScoreOrder when queues
-    compete."""
-    # seed 004: a pod's maximum runtime is its PodGroup's when it has none of its own (reserve.with_group_runtimes)
-    pods = with_group_runtimes(snapshot.pods, snapshot.podgroups)
+    changed), the global cap, the jobs with a pending pod, the queues' usage and QueueScoreOrder when queues
+    compete, and seed 000's lock cool-downs (starvation.lock_cooldowns: the starvation policy and Plan.node_marks
+    read the one answer)."""
+    # seed 004: a pod's maximum runtime is its PodGroup's when it has none of its own (reserve.with_group_runtimes);
+    # the previous plan's memo gives a pod view the same replaced view as then, so its node's state is reused
+    pods, runtimes = with_group_runtimes(snapshot.pods, snapshot.podgroups,
+                                         previous.runtimes if previous is not None else None)
     states = node_states(snapshot.nodes, pods, previous.states if previous is not None else None)
     schedulable_nodes = sum(1 for s in states.values() if schedulable(s.node))
     jobs = build_jobs(snapshot) if config.starvation.enabled or config.guarantee.enabled else []
@@ -99,4 +101,7 @@ def plan_context(*, snapshot: Snapshot, config: ReservoirConfig, now: datetime, 
     return PlanContext(snapshot=snapshot, config=config, now=now, states=states, current=current,
                        budget=cap(config.max_locked_node_percent, schedulable_nodes),
                        schedulable_nodes=schedulable_nodes, jobs=jobs, scores=scores, usage=usage,
-                       live_jobs=frozenset(j.owner for j in jobs if not j.ready))
+                       live_jobs=frozenset(j.owner for j in jobs if not j.ready),
+                       cooldowns=lock_cooldowns(nodes=snapshot.nodes, current=current, config=config.starvation,
+                                                now=now),
+                       runtimes=runtimes)

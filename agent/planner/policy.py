@@ -25,9 +25,23 @@ from agent.planner.model import (
     Snapshot,
     WindowStatus,
 )
+from agent.planner.reserve import RuntimeMemo
 from shared.config import ReservoirConfig
 from shared.keys import LockKind
 from shared.resources import Resources
+
+NodeMarks = Mapping[str, Mapping[str, str | None]]  # node -> annotation -> text to write (None: remove)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cooldowns:
+    """Seed 000 maxLockDuration's cool-down (starvation.lock_cooldowns, computed once per plan by plan.plan_context):
+    the jobs that may not lock yet, and the `reservoir.sh/lock-expired` annotations the nodes must be given where
+    they differ from what they carry."""
+
+    until: Mapping[str, datetime] = field(default_factory=dict)  # job owner -> when it may lock again (> now)
+    expired: frozenset[str] = frozenset()  # owners whose locks outlived maxLockDuration in this plan
+    marks: NodeMarks = field(default_factory=dict)  # node -> {keys.LOCK_EXPIRED: text, or None to remove}
 
 
 def cap(percent: int, nodes: int) -> int:
@@ -52,6 +66,8 @@ class PlanContext:
     scores: Sequence[QueueScore] = ()  # QueueScoreOrder, best first, when queues compete
     usage: Mapping[str, Mapping[str, Resources]] = field(default_factory=dict)  # queue -> node -> its requests
     live_jobs: frozenset[str] = frozenset()  # owner ids of the jobs in `jobs` that are not ready
+    cooldowns: Cooldowns = Cooldowns()  # seed 000 lock cool-downs (starvation.lock_cooldowns), read once per plan
+    runtimes: RuntimeMemo = field(default_factory=dict)  # reserve.with_group_runtimes' memo, for the next plan
 
     def after(self, locks: Mapping[str, Lock]) -> PlanContext:
         """The context of whatever plans next: `locks`' nodes taken, their count off the budget."""

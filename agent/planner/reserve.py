@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import timedelta
 
-from shared import keys
+from shared.entitlement import is_reserve_pod as shared_is_reserve_pod
 from shared.ownership import podgroup_named
 from shared.views import PodGroupView, PodView
 
@@ -33,12 +33,9 @@ def pod_group(pod: PodView, podgroups: PodGroups) -> PodGroupView | None:
 
 
 def is_reserve_pod(pod: PodView, podgroups: PodGroups) -> bool:
-    """Seed 004: `volcano.sh/reserveable: "true"` on the pod, or on its PodGroup when the pod does not say."""
-    value = pod.annotations.get(keys.RESERVEABLE)
-    if value is not None:
-        return value == "true"
-    group = pod_group(pod, podgroups)
-    return group is not None and group.reserveable
+    """Seed 004: `volcano.sh/reserveable: "true"` on the pod, or on its PodGroup when the pod does not say: the one
+    rule (shared.entitlement.is_reserve_pod), read from a pod view."""
+    return shared_is_reserve_pod(pod.annotations, pod_group(pod, podgroups))
 
 
 def maximum_runtime(pod: PodView, podgroups: PodGroups) -> timedelta | None:
@@ -50,15 +47,27 @@ def maximum_runtime(pod: PodView, podgroups: PodGroups) -> timedelta | None:
     return group.maximum_runtime if group is not None else None
 
 
-def with_group_runtimes(pods: Sequence[PodView], podgroups: PodGroups) -> Sequence[PodView]:
+RuntimeMemo = Mapping[int, tuple[PodView, PodView]]
+"""with_group_runtimes' memo: id(a pod view) -> (that view, the view given its PodGroup's maximum runtime). The
+original is kept beside its id, so the id cannot be another view's while the memo lives."""
+
+
+def with_group_runtimes(pods: Sequence[PodView], podgroups: PodGroups,
+                        previous: RuntimeMemo | None = None) -> tuple[Sequence[PodView], RuntimeMemo]:
     """The pods as the release curves (capacity.pod_end, capacity.Releases, capacity.future_idle) must see them: a pod
     without a maximum runtime of its own whose PodGroup has one carries the PodGroup's (`maximum_runtime`). `pods`
     itself, the same object, when no PodGroup has a maximum runtime or no pod needs one; otherwise a new list in
     which only those pods are new views (the others stay the same objects, so capacity.node_states still reuses the
-    previous plan's state of every node that hosts none of them)."""
+    previous plan's state of every node that hosts none of them).
+
+    With the memo the previous plan returned (`previous`; Plan.runtimes), a pod view given the same runtime as then
+    is given the very view it was given then, so node_states reuses the state of a node hosting it too (a new view
+    per plan would have it summed again on every plan). Returns the pods and the memo of this plan (its entries only:
+    it holds no pod that left)."""
     timed = {(ns, "PodGroup", name) for (ns, name), group in podgroups.items() if group.maximum_runtime is not None}
+    memo: dict[int, tuple[PodView, PodView]] = {}
     if not timed:
-        return pods
+        return pods, memo
     out: list[PodView] | None = None
     for index, pod in enumerate(pods):
         if pod.maximum_runtime is None and pod.job in timed:
@@ -66,5 +75,9 @@ def with_group_runtimes(pods: Sequence[PodView], podgroups: PodGroups) -> Sequen
             if runtime is not None:
                 if out is None:
                     out = list(pods)
-                out[index] = replace(pod, maximum_runtime=runtime)
-    return pods if out is None else out
+                known = previous.get(id(pod)) if previous else None
+                given = known[1] if known is not None and known[0] is pod and known[1].maximum_runtime == runtime \
+                    else replace(pod, maximum_runtime=runtime)
+                memo[id(pod)] = (pod, given)
+                out[index] = given
+    return (pods if out is None else out), memo

@@ -64,7 +64,15 @@ from agent.planner.displacement import displaces
 from agent.planner.jobs import Job
 from agent.planner.model import JobStatus, Lock
 from agent.planner.ordering import order_jobs
-from agent.planner.policy import PlanContext, Policy, PolicyResult, Statuses, cap, kept_since
+from agent.planner.policy import (
+    Cooldowns,
+    PlanContext,
+    Policy,
+    PolicyResult,
+    Statuses,
+    cap,
+    kept_since,
+)
 from shared import keys
 from shared.config import StarvationConfig
 from shared.keys import LockKind
@@ -77,7 +85,6 @@ from shared.views import NodeView, PodView
 Shape = tuple[Resources, tuple[Any, ...]]
 NodeKey = tuple[timedelta, float, str]  # (time_to_fit, -idle_fraction, name): lower is better
 Placeable = tuple[int, str, str]  # (priority, job owner, pod "namespace/name")
-NodeMarks = Mapping[str, Mapping[str, str | None]]  # node -> annotation -> text to write (None: remove)
 ZERO = timedelta(0)
 
 
@@ -289,16 +296,6 @@ class Budget:
                f"it ({self.reason})"
 
 
-@dataclass(frozen=True, kw_only=True)
-class Cooldowns:
-    """Seed 000 maxLockDuration's cool-down (module docstring): the jobs that may not lock yet, and the
-    `reservoir.sh/lock-expired` annotations the nodes must be given where they differ from what they carry."""
-
-    until: Mapping[str, datetime] = field(default_factory=dict)  # job owner -> when it may lock again (> now)
-    expired: frozenset[str] = frozenset()  # owners whose locks outlived maxLockDuration in this plan
-    marks: NodeMarks = field(default_factory=dict)  # node -> {keys.LOCK_EXPIRED: text, or None to remove}
-
-
 def read_expiries(text: str) -> dict[str, datetime]:
     """A `reservoir.sh/lock-expired` annotation: job owner -> when its lock expired. Total: text that is not a JSON
     object, and entries whose time is not RFC 3339 with a zone between the years 1970 and 9000, are dropped."""
@@ -418,11 +415,11 @@ def plan_starvation(*, context: PlanContext) -> PolicyResult:
 
 def starvation_round(jobs: Sequence[Job], *, context: PlanContext, taken: Set[str]) -> Starvation:
     """Seed 000: what the jobs' turns share: the job locks now, which of them expired and which jobs are cooling down
-    (lock_cooldowns), which nodes the displacement table keeps from starvation (another live job's lock, not expired,
-    not cooling down), the pods placeable now and the budget."""
+    (lock_cooldowns, computed once per plan: PlanContext.cooldowns), which nodes the displacement table keeps from
+    starvation (another live job's lock, not expired, not cooling down), the pods placeable now and the budget."""
     config = context.config.starvation
     held_by = job_locks_by_owner(context.current)
-    cooldowns = lock_cooldowns(nodes=context.snapshot.nodes, current=context.current, config=config, now=context.now)
+    cooldowns = context.cooldowns  # lock_cooldowns, once per plan (plan.plan_context)
     # a job lock still claims its node while its job is live: not ready, with a task pending, not expired, not cooling
     claiming = frozenset(job.owner for job in jobs if not job.ready and job.pending) - cooldowns.expired \
         - cooldowns.until.keys()

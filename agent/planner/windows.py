@@ -11,8 +11,11 @@ caches do, on the window's own nodes only:
 - scheduled ("the number of reserve pods which have been scheduled"): bound on the nodes the window holds, scheduled
   (startTime, else creation) within its range, finished or not;
 - "reservedTaskAllocatedResource": the requests of those still running;
-- "reservedTaskPendingResource": the requests of those not bound, not finished, not being deleted, whose nodeSelector
-  lets them onto a node the window selects.
+- "reservedTaskPendingResource": the requests of those not bound, not finished, not being deleted, not held by
+  `spec.schedulingGates`, that kube-scheduler could place on at least one node the window selects: the one predicate
+  (shared.predicates.schedulable_on: nodeSelector, required node affinity, taints other than Reservoir's lock, on
+  the pod's `placement`) lets them on, and their requests fit in its allocatable (`PendingFit`, decided once per task
+  shape, as starvation's NodeChooser does); at most `podNumToReserve` minus those scheduled of them, the largest first.
 
 `window_nodes` (the seed's ReserveNodesMap): nodes matching `nodeSelector` and open to the window by the displacement
 table, the window's own first (those hosting its scheduled reserve pods before the others), then by future idle at
@@ -40,13 +43,23 @@ Where this departs from the seed, and why:
   matching node looking for it.
 - "reserve tasks are scheduled": the count is of reserve pods present in the snapshot; one deleted (not merely
   finished) no longer counts.
+- The seed adds up every pending reserve pod. A tenant let into the window could then make it lock every node its
+  `nodeSelector` matches (up to maxLockedNodePercent) with pending pods that will never run there: gated ones, ones
+  asking for more than any of its nodes has, ones whose affinity, nodeSelector or taints keep them off its nodes. A
+  pending pod counts only if it could be placed on one of the window's nodes (`PendingFit`), so each counts for at
+  most one node's allocatable; and only `podNumToReserve` minus the scheduled ones count (the largest first, in the
+  dimensions of `resources`): the window is released once that many more are scheduled, so more are never placed
+  under it. (No smaller cap per pod: one that fits a node may legitimately need all of it.) Without
+  `podNumToReserve`, many pending pods that could run still add up: the window's `namespaces` and `queues`, and
+  maxLockedNodePercent, bound what they can take.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from croniter import croniter
@@ -61,7 +74,7 @@ from shared.config import WindowConfig
 from shared.entitlement import Grounds, entitlement
 from shared.keys import LockKind
 from shared.ownership import window_owner_id
-from shared.predicates import selects
+from shared.predicates import schedulable_on, selects
 from shared.resources import EMPTY, Resources
 from shared.timestamps import stamp
 from shared.views import NodeView, PodView
@@ -115,8 +128,8 @@ class ReserveDemand:
 
     scheduled: Sequence[PodView]  # bound on its nodes, scheduled within its range: podNumToReserve counts these
     allocated: Resources  # "reservedTaskAllocatedResource": requests of those of `scheduled` still running
-    pending: Sequence[PodView]  # not bound, not finished, not being deleted, able to go to a node the window selects
-    pending_requests: Resources  # "reservedTaskPendingResource"
+    pending: Sequence[PodView]  # not bound, not finished, not being deleted, not gated, able to go to one of its nodes
+    pending_requests: Resources  # "reservedTaskPendingResource", of at most podNumToReserve - scheduled of `pending`
 
 
 def scheduled_at(pod: PodView) -> datetime:
@@ -124,11 +137,42 @@ def scheduled_at(pod: PodView) -> datetime:
     return pod.started or pod.created
 
 
-def reserve_demand(reserve: Sequence[ReservePod], *, owner: str, nodes: Collection[str],
-                   selected: Sequence[NodeView], lock_from: datetime) -> ReserveDemand:
+@dataclass
+class PendingFit:
+    """Seed 004 "reservedTaskPendingResource", hardened (module docstring): could kube-scheduler place a pending pod
+    on one of `selected` (the window's nodes)? Not while it is gated; else the one predicate
+    (shared.predicates.schedulable_on, Reservoir's lock aside, as starvation's NodeChooser asks it) must let it onto
+    a node whose allocatable its requests fit in. Decided once per placement (the distinct allocatables of the nodes
+    it may go to) and once per task shape (requests, placement): pending pods x selected nodes would be too much at
+    5,000 nodes."""
+
+    selected: Sequence[NodeView]
+    _sizes: dict[tuple[Any, ...], tuple[Resources, ...]] = field(default_factory=dict)
+    _fits: dict[tuple[Resources, tuple[Any, ...]], bool] = field(default_factory=dict)
+
+    def admits(self, pod: PodView) -> bool:
+        if pod.gated:
+            return False
+        placement = pod.placement
+        where = placement.key
+        shape = (pod.requests, where)
+        answer = self._fits.get(shape)
+        if answer is None:
+            sizes = self._sizes.get(where)
+            if sizes is None:
+                sizes = self._sizes[where] = tuple({node.allocatable for node in self.selected if schedulable_on(
+                    placement, node, pods_on_node=0, ignore_lock=True)})
+            answer = self._fits[shape] = any(pod.requests.fits_in(size) for size in sizes)
+        return answer
+
+
+def reserve_demand(reserve: Sequence[ReservePod], *, owner: str, nodes: Collection[str], fit: PendingFit,
+                   lock_from: datetime, count: int | None = None, dims: Sequence[str] = ()) -> ReserveDemand:
     """Seed 004 "reservedTaskAllocatedResource" and "reservedTaskPendingResource", and the reserve pods scheduled, of
-    the window `owner` counted on `nodes` (those it holds; module docstring) from `lock_from`. `selected`: the nodes
-    the window's nodeSelector matches, where its pending reserve pods must be able to go (their nodeSelector)."""
+    the window `owner` counted on `nodes` (those it holds; module docstring) from `lock_from`. `fit`: whether a
+    pending reserve pod could go to a node the window selects (PendingFit). `count`: the window's podNumToReserve;
+    at most `count` minus those scheduled of the pending pods have their requests counted, the largest in `dims`
+    (the window's `resources`) first."""
     scheduled: list[PodView] = []
     pending: list[PodView] = []
     for item in reserve:
@@ -138,11 +182,15 @@ def reserve_demand(reserve: Sequence[ReservePod], *, owner: str, nodes: Collecti
         if pod.is_bound:
             if pod.node_name in nodes and scheduled_at(pod) >= lock_from:
                 scheduled.append(pod)
-        elif not pod.node_selector or any(selects(pod.node_selector, node) for node in selected):
+        elif fit.admits(pod):
             pending.append(pod)
+    counted: Sequence[PodView] = pending
+    if count is not None and len(pending) > max(count - len(scheduled), 0):
+        counted = sorted(pending, key=lambda p: (tuple(-p.requests.get(d, 0) for d in dims), p.key))[
+            :max(count - len(scheduled), 0)]
     return ReserveDemand(scheduled=scheduled,
                          allocated=Resources.total(p.requests for p in scheduled if p.holds_resources),
-                         pending=pending, pending_requests=Resources.total(p.requests for p in pending))
+                         pending=pending, pending_requests=Resources.total(p.requests for p in counted))
 
 
 def reserve_target(window: WindowConfig, demand: ReserveDemand) -> Resources:
@@ -196,7 +244,8 @@ def plan_window(window: WindowConfig, *, context: PlanContext,
     selected = [s.node for s in context.states.values()
                 if schedulable(s.node) and selects(window.node_selector, s.node)]
     demand = reserve_demand(reserve, owner=owner, nodes=counted_nodes(window, owner=owner, context=context),
-                            selected=selected, lock_from=lock_from)
+                            fit=PendingFit(selected), lock_from=lock_from, count=window.pod_num_to_reserve,
+                            dims=sorted(window.resources))
     released = window_released(window, demand=demand)
     if released is not None:
         return release(released)

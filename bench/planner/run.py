@@ -1,7 +1,10 @@
 """`make bench-planner`: one full plan over synthetic clusters, side by side at three sizes, in one run.
 
-Each cluster: N nodes (32 cpu, 128 Gi), 30 pods per node (1% of them pending, the rest running, half of those
-with a maximum runtime), jobs of 1-8 pods, a tenth in PodGroups. Reported per size: snapshot build time, one
+Each cluster: N nodes (32 cpu, 128 Gi), 30 pods per node (1% of them pending, the rest running, spread over every
+node, half of those with a maximum runtime), jobs of 1-8 pods, a tenth in PodGroups. The running pods ask for 750m
+or 1 cpu, so every node is full to 25-27 of its 32 cpu; the pending ones ask for 10, 12 or 16 cpu: none fits on any
+node now, each fits once enough of a node's pods with a maximum runtime end. So the starving jobs take the drain
+path (seed 000 locks only where a node must drain), and the plan measures it. Reported per size: snapshot build time, one
 full plan's time (no earlier plan to reuse; collector paused, as the agent plans), the peak memory one plan allocates (tracemalloc, measured on a
 separate run), and the time to re-plan after one pod event as the agent does it: a full plan over the updated
 snapshot, handed the previous plan so node states whose node and pods did not change are reused. Each size runs
@@ -54,6 +57,7 @@ def build(nodes: int, seed: int = 7):
     pods, groups = [], {}
     job = 0
     index = 0
+    running = 0  # running pods so far: each goes to the next node in turn, so every node is about as full
     while index < total:
         size = rng.randint(1, 8)
         in_group = job % 10 == 0
@@ -71,11 +75,12 @@ def build(nodes: int, seed: int = 7):
                 annotations[keys.MAXIMUM_RUNTIME] = f"{rng.randint(5, 240)}m"
             spec = {"priority": rng.choice([0, 0, 0, 100, 1000]),
                     "containers": [{"name": "c", "resources": {"requests": {
-                        "cpu": f"{rng.choice([250, 500, 1000, 2000]) if not is_pending else rng.choice([8000, 16000, 30000])}m",
+                        "cpu": f"{rng.choice([750, 1000]) if not is_pending else rng.choice([10000, 12000, 16000])}m",
                         "memory": f"{rng.choice([1, 2, 4])}Gi"}}}]}
             status = {"phase": "Pending"}
             if not is_pending:
-                spec["nodeName"] = f"node-{(index // PODS_PER_NODE) % nodes:05d}"
+                spec["nodeName"] = f"node-{running % nodes:05d}"
+                running += 1
                 status = {"phase": "Running", "startTime": stamp(NOW - timedelta(minutes=rng.randint(1, 120)))}
             meta = {"name": f"job-{job}-{task}", "namespace": ns, "uid": f"u{index}", "annotations": annotations,
                     "creationTimestamp": stamp(NOW - timedelta(minutes=rng.randint(1, 180)))}

@@ -147,8 +147,12 @@ def test_a_pod_bringing_a_lock_toleration_it_is_not_entitled_to_is_refused() -> 
         wide = pod(requests=CPU, tolerations=[blanket])
         problems = unentitled(wide, NS, entitlement(wide, NS, GROUNDS), {})
         assert len(problems) == 1 and "every Reservoir lock" in problems[0]
-    best_effort = pod(tolerations=[{"operator": "Exists"}])
+    best_effort = pod(tolerations=[BYPASS_TOLERATION])
     assert unentitled(best_effort, NS, entitlement(best_effort, NS, GROUNDS), {}) == []
+    # a blanket toleration also tolerates the exclusive taint, which being BestEffort never entitles (issue 11 review)
+    blanket_best_effort = pod(tolerations=[{"operator": "Exists"}])
+    [problem] = unentitled(blanket_best_effort, NS, entitlement(blanket_best_effort, NS, GROUNDS), {})
+    assert "every exclusive Reservoir lock" in problem
 
 
 def test_node_name_on_a_locked_node_needs_the_lock() -> None:
@@ -198,3 +202,39 @@ def test_a_best_effort_pod_may_not_use_a_guaranteed_queues_exclusive_locks() -> 
                                                         "annotations": {keys.QUEUE_LOCK_GUARANTEE: "true"}},
                                            "spec": {"guarantee": {"resource": {"cpu": "4"}}}})):
         assert Grounds(queues={"gold": queue_view}).exclusive_owners == frozenset()
+
+
+def test_an_exclusive_toleration_is_judged_by_entitlement_before_any_queue_is_exclusive() -> None:
+    """Hostile-tenant review of issue 11: while no queue's locks are exclusive a BestEffort pod could bring
+    `reservoir.sh/lock-exclusive` tolerations (Exists, or Equal naming a queue) and keep them on the nodes of a queue
+    that opts in later. Every toleration of that key is judged by entitlement always: the owner's entitled pods and
+    a DaemonSet's pods may carry it; being BestEffort entitles to none; a trusted namespace's pod carries what it
+    brings."""
+    assert GROUNDS.exclusive_owners == frozenset(), "no queue is exclusive now"
+    gold = queue_owner_id("gold")
+    every_exclusive = {"key": keys.LOCK_EXCLUSIVE, "operator": "Exists"}
+
+    def refusals(candidate: dict[str, Any], grounds: Grounds = GROUNDS) -> list[str]:
+        return unentitled(candidate, NS, entitlement(candidate, NS, grounds), {})
+
+    [exists] = refusals(pod(tolerations=[BYPASS_TOLERATION, every_exclusive]))
+    assert "spec.tolerations[1]" in exists and "every exclusive Reservoir lock" in exists
+    [equal] = refusals(pod(tolerations=[exclusive_toleration(gold)]))
+    assert "spec.tolerations[0]" in equal and f"the exclusive lock of {gold}" in equal
+    equal_no_effect = {"key": keys.LOCK_EXCLUSIVE, "operator": "Equal", "value": gold}
+    assert len(refusals(pod(tolerations=[equal_no_effect]))) == 1
+    assert len(refusals(pod(requests=CPU, tolerations=[exclusive_toleration(gold)]))) == 1
+    assert len(refusals(pod(requests=CPU, tolerations=[every_exclusive]))) == 1
+    # entitled: the queue's own pods (BestEffort or not), a real DaemonSet's pod, a trusted namespace's
+    member = {keys.QUEUE_NAME: "gold"}
+    assert refusals(pod(annotations=member, tolerations=[exclusive_toleration(gold)])) == []
+    assert refusals(pod(annotations=member, requests=CPU, tolerations=[exclusive_toleration(gold)])) == []
+    ds_ref = [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent", "uid": "u-1", "controller": True}]
+    with_ds = Grounds(daemonsets={(NS, "agent"): "u-1"})
+    assert refusals(pod(owner_refs=ds_ref, tolerations=[every_exclusive]), with_ds) == []
+    assert len(refusals(pod(owner_refs=ds_ref, tolerations=[every_exclusive]))) == 1, "forged DaemonSet"
+    trusted = Grounds(config=load_config(f"webhook: {{trustedNamespaces: [{NS}]}}"))
+    assert refusals(pod(tolerations=[every_exclusive, exclusive_toleration(gold)]), trusted) == []
+    # a queue that does not let the namespace in entitles its pods to nothing, exclusive or not
+    bound = Grounds(queues={"gold": queue("gold", "team-z")})
+    assert len(refusals(pod(annotations=member, tolerations=[exclusive_toleration(gold)]), bound)) == 1

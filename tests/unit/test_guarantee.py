@@ -20,7 +20,7 @@ from shared.config import ConfigError, ReservoirConfig, load_config
 from shared.jsonpatch import apply
 from shared.ownership import queue_owner_id
 from shared.resources import Resources
-from shared.tolerations import BYPASS_TOLERATION, tolerates_taint
+from shared.tolerations import BYPASS_TOLERATION, EXCLUSIVE_BYPASS_TOLERATION, exclusive_toleration, tolerates_taint
 from shared.views import NodeView, QueueView
 from webhook.lookup import Lookup
 from webhook.mutate import mutate_pod
@@ -265,3 +265,30 @@ def test_guaranteed_evicts_what_the_lock_keeps_off_and_leaves_what_would_come_ba
     result = plan(with_queues(snap(nodes, [earlier, monitor, plain]), strict), config, NOW)
     [gold] = result.guarantees
     assert gold.nodes == ("n0",) and gold.evict == ("ns/earlier", "ns/plain")
+
+
+def test_guaranteed_evicts_a_pod_that_merely_tolerates_the_exclusive_taint() -> None:
+    """Hostile-tenant review of issue 11: a BestEffort pod of another queue that carries an exclusive toleration
+    (brought while no queue was exclusive: Exists, or Equal naming the queue) is not entitled to the queue's lock and
+    is evicted; only the pods entitled to it stay (the queue's own, a trusted namespace's that tolerates it). A pod
+    naming the queue from a namespace the Queue does not let in is not the queue's to keep."""
+    nodes = [node("n0", cpu="8"), node("n1", cpu="2"), node("n2", cpu="2")]
+    gold_owner = queue_owner_id("gold")
+    member = {keys.QUEUE_NAME: "gold"}
+    squatter = replace(pod("squatter", "0", node_name="n0"), best_effort=True,
+                       tolerations=(BYPASS_TOLERATION, EXCLUSIVE_BYPASS_TOLERATION))
+    named = replace(pod("named", "0", node_name="n0"), best_effort=True,
+                    tolerations=(BYPASS_TOLERATION, exclusive_toleration(gold_owner)))
+    own = replace(pod("own", "1", node_name="n0", ns="gold-team"), annotations=member)
+    outsider = replace(pod("outsider", "1", node_name="n0", ns="elsewhere"), annotations=member,
+                       tolerations=(exclusive_toleration(gold_owner),))
+    monitor = replace(pod("monitor", "100m", node_name="n0", ns="ops"), tolerations=({"operator": "Exists"},))
+    bare_trusted = pod("bare", "100m", node_name="n0", ns="ops")
+    strict = queue("gold", {"policy": "Guaranteed", "resource": {"cpu": "8"}})
+    strict = replace(strict, annotations={**strict.annotations, keys.QUEUE_NAMESPACES: "gold-team"})
+    config = load_config("maxLockedNodePercent: 90\nstarvation: {enabled: false}\nwebhook: {trustedNamespaces: [ops]}")
+    pods = [squatter, named, own, outsider, monitor, bare_trusted]
+    result = plan(with_queues(snap(nodes, pods), strict), config, NOW)
+    [gold] = result.guarantees
+    assert gold.nodes == ("n0",)
+    assert gold.evict == ("elsewhere/outsider", "ns/named", "ns/squatter", "ops/bare")

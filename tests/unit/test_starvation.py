@@ -209,6 +209,30 @@ def test_an_expired_lock_cools_down_before_the_job_locks_again_and_the_record_li
     assert removed["metadata"]["annotations"] == {}
 
 
+def test_the_cool_down_records_are_read_once_per_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 11 review: lock_cooldowns ran twice per plan (in the starvation policy and again for Plan.node_marks),
+    each parsing every node's `reservoir.sh/lock-expired`. It runs once (PlanContext.cooldowns), and both read it."""
+    from agent.planner import starvation
+
+    giant = job_owner("giant")
+    record = f'{{"{giant}":"{stamp(NOW - timedelta(minutes=10))}"}}'
+    running = full("n1") + full("n2")
+    big = pod("giant", "4", age=timedelta(hours=3))
+    parsed: list[str] = []
+    read = starvation.read_expiries
+
+    def counting(text: str) -> dict:
+        parsed.append(text)
+        return read(text)
+
+    monkeypatch.setattr(starvation, "read_expiries", counting)
+    nodes = [with_annotation(node("n1"), keys.LOCK_EXPIRED, record), node("n2")]
+    result = plan(snap(nodes, [*running, big], spare=1), CONFIG, NOW)
+    assert parsed == [record], "one node carries a record: parsed once"
+    (status,) = [j for j in result.jobs if j.owner == giant]
+    assert "cooling down until" in status.reason and result.locks == {} and result.node_marks == {}
+
+
 def test_the_cool_down_record_is_read_totally_and_only_from_nodes() -> None:
     """A hand-edited record is read as none and rewritten (here: removed); the same key on a tenant's pod means
     nothing; lockCooldown 0 keeps the old behaviour (back of the order once, not onto the nodes it held)."""

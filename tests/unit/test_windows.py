@@ -300,9 +300,103 @@ windows:
 
 def test_with_group_runtimes_changes_only_the_pods_that_need_it() -> None:
     pods = [pod("a", "1", group="etl"), pod("b", "1", group="etl", runtime="5m"), pod("c", "1")]
-    assert with_group_runtimes(pods, {}) is pods
+    assert with_group_runtimes(pods, {}) == (pods, {}) and with_group_runtimes(pods, {})[0] is pods
     untimed = {("ns", "etl"): group("etl", {keys.RESERVEABLE: "true"})}
-    assert with_group_runtimes(pods, untimed) is pods
+    assert with_group_runtimes(pods, untimed)[0] is pods
     timed = {("ns", "etl"): group("etl", {keys.MAXIMUM_RUNTIME: "1h"})}
-    out = with_group_runtimes(pods, timed)
+    out, memo = with_group_runtimes(pods, timed)
     assert out[0].maximum_runtime == timedelta(hours=1) and out[1] is pods[1] and out[2] is pods[2]
+    again, _ = with_group_runtimes(pods, timed, memo)
+    assert again[0] is out[0], "the same view, the same replaced view"
+    changed = {("ns", "etl"): group("etl", {keys.MAXIMUM_RUNTIME: "2h"})}
+    assert with_group_runtimes(pods, changed, memo)[0][0].maximum_runtime == timedelta(hours=2)
+    other = [replace(pods[0]), *pods[1:]]  # an equal but new view (its object changed): a new replaced view
+    assert with_group_runtimes(other, timed, memo)[0][0] is not out[0]
+
+
+def test_a_podgroups_maximum_runtime_does_not_defeat_the_node_state_cache() -> None:
+    """Issue 11 review: with_group_runtimes made new views of a timed PodGroup's pods on every plan, so the node state
+    of every node hosting one was summed again each plan. The same input view maps to the same replaced view across
+    plans (Plan.runtimes); a changed PodGroup runtime makes a new one."""
+    nodes = [node(n, cpu="8", labels=EBOOK) for n in ("e1", "e2")]
+    pods = [pod("etl-0", "4", node_name="e1", group="etl", started_ago=timedelta(minutes=30), base=at(1, 30)),
+            pod("plain", "4", node_name="e2", started_ago=timedelta(minutes=30), base=at(1, 30))]
+    snapshot = snap(nodes, pods, [group("etl", {keys.MAXIMUM_RUNTIME: "1h"})])
+    first = plan(snapshot, SEED, at(1, 30))
+    second = plan(snapshot, SEED, at(1, 31), first.locks, previous=first)
+    assert second.states["e1"] is first.states["e1"] and second.states["e2"] is first.states["e2"]
+    assert second.states["e1"].pods[0] is first.states["e1"].pods[0]
+    assert second.states["e1"].releases.ends == [at(2)]
+    longer = replace(snapshot, podgroups={("ns", "etl"): group("etl", {keys.MAXIMUM_RUNTIME: "2h"})})
+    third = plan(longer, SEED, at(1, 32), second.locks, previous=second)
+    assert third.states["e1"] is not second.states["e1"] and third.states["e1"].releases.ends == [at(3)]
+    assert third.states["e2"] is second.states["e2"]
+
+
+# --- a hostile tenant inflating a window's reserve (issue 11 review) ---
+
+def reserve_spec(name: str, cpu: str, spec: dict, *, now: datetime, ns: str = "ns") -> PodView:
+    """A pending reserve pod with extra spec fields (schedulingGates, affinity, tolerations, nodeSelector)."""
+    return PodView.from_obj({
+        "metadata": {"name": name, "namespace": ns, "uid": f"uid-{name}", "annotations": {keys.RESERVEABLE: "true"},
+                     "creationTimestamp": stamp(now - timedelta(hours=1))},
+        "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}], **spec},
+        "status": {"phase": "Pending"}})
+
+
+NOWHERE = {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+    {"matchExpressions": [{"key": "business_type", "operator": "In", "values": ["nowhere"]}]}]}}}}
+GATED = {"schedulingGates": [{"name": "example.com/hold"}]}
+
+
+def test_pending_reserve_pods_that_can_never_run_on_the_windows_nodes_reserve_nothing() -> None:
+    """A tenant let into the window could make it lock every ebook node (up to maxLockedNodePercent) with pending
+    reserve pods kube-scheduler will never place there: gated, asking for more than any of its nodes has, or whose
+    required affinity, nodeSelector or taints keep them off its nodes. None of them counts; pods that could run
+    there still do."""
+    result = plan(snap(cluster(), []), SEED, at(1))
+    assert len(window_nodes_of(result)) == 4
+    now = at(2)
+    hostile = {
+        "gated and impossible": [reserve_spec("huge", "100000", {**GATED, **NOWHERE}, now=now)],
+        "too big for any node": [reserve_spec("huge", "100000", {}, now=now)],
+        "gated": [reserve_spec(f"g{i}", "4", GATED, now=now) for i in range(10)],
+        "impossible affinity": [reserve_spec(f"a{i}", "4", NOWHERE, now=now) for i in range(10)],
+        "nodeSelector elsewhere": [reserve_spec(f"n{i}", "4", {"nodeSelector": {"kubernetes.io/hostname": "v1"}},
+                                            now=now) for i in range(10)],
+    }
+    for what, pods in hostile.items():
+        after = replan(result, pods, now)
+        assert window_nodes_of(after) == window_nodes_of(result), what
+    # the same ten pods, able to run on an ebook node: 40 cpu, five nodes
+    assert len(window_nodes_of(replan(result, [reserve_spec(f"r{i}", "4", {}, now=now) for i in range(10)],
+                                      now))) == 5
+
+
+def test_a_pending_reserve_pod_must_tolerate_the_windows_nodes_taints() -> None:
+    """The window's nodes are tainted `dedicated=ebook:NoSchedule` (the window's own lock taint aside): a pending
+    reserve pod without that toleration cannot go there and counts for nothing; with it, it counts."""
+    def tainted(name: str) -> NodeView:
+        return NodeView.from_obj({"metadata": {"name": name, "labels": EBOOK},
+                                  "spec": {"taints": [{"key": "dedicated", "value": "ebook", "effect": "NoSchedule"}]},
+                                  "status": {"allocatable": {"cpu": "8", "memory": "16Gi", "pods": "110"}}})
+    nodes = [tainted(n) for n in EBOOK_NODES] + [node("v1", cpu="8"), node("v2", cpu="8")]
+    now = at(2)
+    plain = [reserve_spec(f"p{i}", "4", {}, now=now) for i in range(10)]
+    tolerating = [reserve_spec(f"t{i}", "4", {"tolerations": [{"key": "dedicated", "operator": "Equal",
+                                                               "value": "ebook", "effect": "NoSchedule"}]}, now=now)
+                  for i in range(10)]
+    assert len(window_nodes_of(plan(snap(nodes, plain), SEED, now))) == 4
+    assert len(window_nodes_of(plan(snap(nodes, tolerating), SEED, now))) == 5
+
+
+def test_pending_reserve_pods_count_only_up_to_the_pods_the_window_still_waits_for() -> None:
+    """podNumToReserve 10 and nine scheduled on its nodes: the window is released by the tenth, so at most one more
+    pending pod's request (the largest) counts: a tenant's twenty pending pods do not make it take every node."""
+    result = plan(snap(cluster(), []), SEED, at(1))
+    held = sorted(window_nodes_of(result))
+    nine = [reserve(f"s{i}", on=held[i % 4], bound_at=at(2), now=at(2, 30)) for i in range(9)]
+    flood = [reserve(f"w{i}", now=at(2, 30)) for i in range(20)]
+    after = replan(result, [*nine, *flood], at(2, 30))
+    # 36 cpu placed and one 4-cpu pod waiting: max(40, 32) cpu, five nodes (not 36 + 80 cpu: every ebook node)
+    assert len(window_nodes_of(after)) == 5 and "20 pending" in after.windows[0].reason

@@ -3,6 +3,7 @@ client edge replaced by a recorder (the edge itself is tested over HTTP in test_
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -10,11 +11,12 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 import pytest
+from aiohttp import web
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from agent import writer as writer_module
-from agent.planner.model import Lock, Repair, Snapshot, lock_on
+from agent.planner.model import Lock, Plan, Repair, Snapshot, lock_on
 from agent.writer import (
     MAX_ATTEMPTS,
     Writer,
@@ -34,6 +36,7 @@ from shared.kube import JSON, JSON_PATCH, MERGE_PATCH, api_error
 from shared.resources import Resources
 from shared.tolerations import lock_toleration
 from shared.views import NodeView, PodView, QueueView, ReservationView
+from tests.builders import loopback_api
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 OWNER = "job-ns-train-abcdef"
@@ -565,3 +568,143 @@ def test_an_exclusive_lock_carries_the_exclusive_taint_too_and_a_release_removes
         ops = node_patch(locked, desired) or []
         taints = next(op["value"] for op in ops if op["path"] == "/spec/taints")
         assert keys.LOCK_EXCLUSIVE not in {t["key"] for t in taints} and theirs in taints
+
+
+# --- node patches of one reconcile go out concurrently, bounded (issue 15) ---
+
+class StandIn:
+    """A stand-in API server for `loopback_api`: nodes by name, each GET answering the node as it is, each PATCH
+    checked against the resourceVersion its `test` names (422 when it changed), held `delay` seconds, then taking the
+    node to `after` (a release: Reservoir's keys gone). Records the PATCHes in flight at once and when each arrived."""
+
+    def __init__(self, names: Sequence[str], *, delay: float = 0.05) -> None:
+        self.nodes = {name: named(node_obj(lock=held_lock(name)), name) for name in names}
+        self.delay = delay
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.patched: list[str] = []  # names, in the order their PATCH was answered
+        self.arrived: list[float] = []  # loop time of each PATCH's arrival
+        self.answered: list[float] = []  # loop time of each successful PATCH's answer
+        self.fail: dict[str, int] = {}  # a node's PATCH answered with this status
+        self.garbled: set[str] = set()  # a node's GET answered with a JSON list (the client edge raises ValueError)
+        self.moved: set[str] = set()  # a node changed by someone else right after its first read (a conflict)
+        self.events: list[tuple[str, str]] = []
+        self.on_patch: Callable[[str], None] = lambda _: None
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        name = request.path.rsplit("/", 1)[-1]
+        if request.method == "POST":
+            body = await request.json()
+            self.events.append((body["involvedObject"]["name"], body["reason"]))
+            return web.json_response({"kind": "Event"})
+        if request.method == "GET":
+            if name in self.garbled:
+                return web.json_response([])
+            answer = self.nodes[name]
+            if name in self.moved:
+                self.moved.discard(name)
+                self.nodes[name] = named(node_obj(lock=held_lock(name)), name, "42")
+            return web.json_response(answer)
+        ops = await request.json()
+        self.arrived.append(asyncio.get_running_loop().time())
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            await asyncio.sleep(self.delay)
+        finally:
+            self.in_flight -= 1
+        if name in self.fail:
+            return web.json_response({"kind": "Status"}, status=self.fail[name])
+        if ops[0] != {"op": "test", "path": "/metadata/resourceVersion",
+                      "value": self.nodes[name]["metadata"]["resourceVersion"]}:
+            return web.json_response({"kind": "Status", "reason": "Invalid"}, status=422)
+        self.nodes[name] = named(node_obj(), name, "99")
+        self.patched.append(name)
+        self.answered.append(asyncio.get_running_loop().time())
+        self.on_patch(name)
+        return web.json_response(self.nodes[name])
+
+
+def named(node: dict[str, Any], name: str, version: str = "41") -> dict[str, Any]:
+    node["metadata"].update(name=name, resourceVersion=version)
+    return node
+
+
+def held_lock(name: str) -> Lock:
+    return Lock(node=name, owner=OWNER, kind=LockKind.JOB, subject=LOCK.subject, reason=LOCK.reason, since=NOW)
+
+
+def held(names: Sequence[str]) -> dict[str, Lock]:
+    return {name: held_lock(name) for name in names}
+
+
+async def test_node_patches_of_one_reconcile_overlap_within_the_bound() -> None:
+    names = [f"n{i:02d}" for i in range(40)]
+    server = StandIn(names)
+    server.moved.add("n03")  # a concurrent write: its patch's resourceVersion test fails, read again, patched
+    failures: list[int] = []
+    async with loopback_api(server.handle) as api:
+        await Writer(api, on_failure=lambda: failures.append(1)).apply({}, held(names))
+    assert sorted(server.patched) == names and failures == []
+    assert 1 < server.max_in_flight <= writer_module.NODE_PATCHES_IN_FLIGHT
+    assert sorted(server.events) == sorted([(n, "NodeReleased") for n in names] + [("train", "NodeReleased")] * 40), \
+        "each node's Events after its own patch, and its owner's"
+
+
+async def test_one_node_failing_does_not_stop_the_others(caplog: pytest.LogCaptureFixture) -> None:
+    names = [f"n{i}" for i in range(6)]
+    server = StandIn(names)
+    server.fail["n1"] = 500
+    server.garbled.add("n4")  # not an ApiException: raised from apply once the others are done
+    failures: list[int] = []
+    async with loopback_api(server.handle) as api:
+        writer = Writer(api, on_failure=lambda: failures.append(1))
+        with caplog.at_level(logging.INFO, logger="reservoir.agent"), pytest.raises(ValueError, match="JSON list"):
+            await writer.apply({}, held(names))
+    assert sorted(server.patched) == ["n0", "n2", "n3", "n5"]
+    assert failures == [1] and "node=n1 decision=patch-failed status=500" in caplog.text
+    assert {n for n, reason in server.events if reason == "NodeReleased"} >= {"n0", "n2", "n3", "n5"}
+    assert all(f"node={n} decision=release owner={OWNER}" in caplog.text for n in ("n0", "n2", "n3", "n5"))
+
+
+async def test_a_fenced_writer_writes_nothing_and_a_lease_lost_mid_batch_stops_the_nodes_not_yet_sent(
+        caplog: pytest.LogCaptureFixture) -> None:
+    names = [f"n{i:02d}" for i in range(40)]
+    server = StandIn(names)
+    fenced: list[int] = []
+    async with loopback_api(server.handle) as api:
+        stale = Writer(api, fence=lambda: "the Lease is held by rival", on_fenced=lambda: fenced.append(1))
+        await stale.apply({}, held(names))
+        assert server.patched == [] and server.arrived == [] and server.events == [] and fenced == [1]
+
+        lost: list[str] = []
+        server.on_patch = lost.append  # the Lease is lost as soon as the first patch is answered
+        writer = Writer(api, fence=lambda: "lost" if lost else None, on_fenced=lambda: fenced.append(1))
+        with caplog.at_level(logging.INFO, logger="reservoir.agent"):
+            await writer.write(Plan(locks={}), Snapshot(), held(names), dry_run=False)
+    assert 1 <= len(server.arrived) <= writer_module.NODE_PATCHES_IN_FLIGHT, \
+        "only the patches already in flight when the Lease was lost landed"
+    assert server.events == [], "no Event after the Lease was lost"
+    assert "batch=plan decision=fenced reason=lost: stopped mid-batch" in caplog.text and fenced == [1, 1]
+
+
+async def test_an_armed_failpoint_writes_nodes_one_at_a_time_in_name_order_until_it_acts(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """`pause-after-node-patches:N:S` still means "after the N-th successful patch", the N-th node by name: until it
+    acts no other patch is in flight, and none is sent during the pause; later reconciles overlap again."""
+    monkeypatch.setenv(writer_module.FAILPOINT, "pause-after-node-patches:2:0.3")
+    names = [f"n{i:02d}" for i in range(6)]
+    server = StandIn(names, delay=0.02)
+    async with loopback_api(server.handle) as api:
+        writer = Writer(api)
+        with caplog.at_level(logging.WARNING, logger="reservoir.agent"):
+            await writer.apply({}, held(names))
+        assert server.patched == names and server.max_in_flight == 1
+        assert server.arrived[2] - server.answered[1] >= 0.29, "nothing sent during the pause after the second"
+        assert "node=n01 failpoint=pause-after-node-patches:2:0.3: pausing" in caplog.text
+
+        later = [f"m{i:02d}" for i in range(6)]
+        server.nodes.update(StandIn(later).nodes)
+        server.max_in_flight = 0
+        await writer.apply({}, held(later))
+    assert sorted(server.patched[len(names):]) == later and server.max_in_flight > 1
