@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: up test lint unit e2e cluster-bin bench-webhook bench-planner bench-planner-compare clean
+.PHONY: up test lint unit e2e cluster-bin bench-webhook bench-planner bench-planner-compare bench-scale clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -59,6 +59,13 @@ bench-planner: $(STAMP)
 ## working tree), side by side in one run
 bench-planner-compare: $(STAMP)
 	$(PY) -m bench.planner.compare $(or $(BASE),HEAD) $(TREE)
+
+## bench-scale: Reservoir on the local control plane with NODES kwok nodes (default 1,000) and 30 pre-bound pods each:
+## long-running and freshly started agent RSS, cache-sync time, idle cpu over 60 s, threshold-to-taint, 4 locks
+## released at once; last line `scale: N nodes P pods: fresh agent peak F MiB (steady S MiB), sync T s, idle cpu C%,
+## lock L s after threshold` (about 14 minutes at 1,000 nodes)
+bench-scale: $(STAMP) cluster-bin
+	$(PY) -m bench.scale.run $(if $(NODES),--nodes $(NODES))
 
 .PHONY: fuzz-webhook
 ## fuzz-webhook: 10,000 hostile AdmissionReviews against the real HTTPS server (SEED=, COUNT= to change them); last line

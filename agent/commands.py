@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+import yaml
 from kubernetes_asyncio import client
 
 from agent.planner.capacity import node_states
@@ -18,6 +20,7 @@ from shared.config import ReservoirConfig
 from shared.duration import format_duration
 from shared.kube import new_api_client
 from shared.ownership import pod_queue
+from shared.resources import Resources
 from shared.timestamps import stamp
 from shared.watchcache import Skipped, WatchCache
 
@@ -48,81 +51,154 @@ async def read_snapshot(api: client.ApiClient, namespace: str) -> tuple[Snapshot
     return snapshot, config, skipped
 
 
+OUTPUTS = ("table", "wide", "json", "yaml")
+
+
 def _age(since: datetime, now: datetime) -> str:
     return format_duration(now - since)
 
 
-def queue_table(snapshot: Snapshot, config: ReservoirConfig) -> tuple[list[QueueScore], list[str]]:
+def render_table(header: Sequence[str], rows: Iterable[Sequence[str]], empty: str | None = None) -> list[str]:
+    """A table as kubectl prints one: each column as wide as its widest cell (header included), columns three spaces
+    apart, the last column not padded. No rows: the header and `empty` (when given)."""
+    body = [list(row) for row in rows]
+    widths = [max(len(cell) for cell in column) for column in zip(header, *body, strict=True)]
+    lines = ["   ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+             for row in (list(header), *body)]
+    if not body and empty is not None:
+        lines.append(empty)
+    return lines
+
+
+def _quantities(resources: Resources) -> str:
+    return _quantity_map(resources.to_quantities())
+
+
+def queue_document(scores: Sequence[QueueScore]) -> list[dict[str, Any]]:
+    """`reservoir status --queues -o json|yaml`: one entry per queue, best first (README, "reservoir status")."""
+    return [{"name": s.name, "priority": s.priority, "score": s.total, "priorityScore": s.priority_score,
+             "drfShare": s.drf_share, "drfScore": s.drf_score, "proportionShare": s.proportion_share,
+             "proportionScore": s.proportion_score, "allocated": s.allocated.to_quantities(),
+             "deserved": s.deserved.to_quantities()} for s in scores]
+
+
+def queue_table(snapshot: Snapshot, config: ReservoirConfig, wide: bool = False) -> tuple[list[QueueScore], list[str]]:
     """Every queue (Queue objects and queues pods name), best first, with its score parts (seed 001)."""
     states = node_states(snapshot.nodes, snapshot.pods)
     named = {pod_queue(p, snapshot.podgroups) for p in snapshot.pods if not p.is_terminal}
     scores = score_queues(snapshot, states, named, config.queue_order)
     weights = config.queue_order
-    lines = [f"{'QUEUE':<24}{'SCORE':>8}{'PRIORITY':>10}{'DRF':>8}{'PROPORTION':>12}   "
-             f"(weights {weights.priority_weight:g}/{weights.drf_weight:g}/{weights.proportion_weight:g}, "
-             f"{weights.ordering}, "
-             f"{'by score' if weights.queue_score_order_enable else 'queueScoreOrderEnable false: by plugin order'})"]
-    for s in scores:
-        lines.append(f"{s.name:<24}{s.total:>8.3f}{s.priority_score:>10.3f}{s.drf_score:>8.3f}"
-                     f"{s.proportion_score:>12.3f}   priority {s.priority}, dominant share {s.drf_share:.3f}, "
-                     f"share of deserved {s.proportion_share:.3f}")
-    return scores, lines or ["(no queues)"]
+    order = "by score" if weights.queue_score_order_enable else "queueScoreOrderEnable false: by plugin order"
+    header = ["QUEUE", "SCORE", "PRIORITY", "DRF", "PROPORTION", "QUEUE PRIORITY", "DOMINANT SHARE",
+              "SHARE OF DESERVED"] + (["ALLOCATED", "DESERVED"] if wide else [])
+    rows = [[s.name, f"{s.total:.3f}", f"{s.priority_score:.3f}", f"{s.drf_score:.3f}", f"{s.proportion_score:.3f}",
+             str(s.priority), f"{s.drf_share:.3f}", f"{s.proportion_share:.3f}"]
+            + ([_quantities(s.allocated), _quantities(s.deserved)] if wide else []) for s in scores]
+    lines = [f"weights {weights.priority_weight:g}/{weights.drf_weight:g}/{weights.proportion_weight:g} "
+             f"(priority/drf/proportion), {weights.ordering}, {order}"]
+    return scores, lines + render_table(header, rows, "(no queues)")
 
 
-async def status(kubeconfig: str | None, namespace: str, output: str, queues: bool = False) -> str:
-    api = await new_api_client(kubeconfig)
+def status_document(snapshot: Snapshot, config: ReservoirConfig, skipped: Sequence[Skipped],
+                    now: datetime) -> dict[str, Any]:
+    """`reservoir status -o json|yaml`: the one shape, every key camelCase as the API's (README, "reservoir status").
+    Every key is always present; a value that does not apply is null. Times are RFC 3339, UTC."""
+    locks = current_locks(snapshot)
+    planned = plan(snapshot, config, now, locks)
+    return {
+        "locks": [{"node": lock.node, "owner": lock.owner, "kind": lock.kind.value, "subject": lock.subject,
+                   "reason": lock.reason, "since": stamp(lock.since), "age": _age(lock.since, now),
+                   "expires": stamp(lock.expires) if lock.expires else None,
+                   "reserved": lock.reserved.to_quantities(), "tasks": list(lock.tasks),
+                   "exclusive": lock.exclusive, "unreadable": lock.unreadable or None}
+                  for lock in sorted(locks.values(), key=lambda lock: lock.node)],
+        "starvingJobs": [{"subject": j.subject, "owner": j.owner, "queue": j.queue, "priority": j.priority,
+                          "minMember": j.min_member, "bound": j.bound, "pending": j.pending, "reason": j.reason}
+                         for j in planned.jobs if j.starving],
+        "windows": [{"name": w.name, "active": w.active, "start": stamp(w.start), "end": stamp(w.end),
+                     "reason": w.reason} for w in planned.windows],
+        "guarantees": [{"queue": g.queue, "policy": g.policy, "nodes": list(g.nodes),
+                        "resource": g.resource.to_quantities(), "reason": g.reason, "warning": g.warning}
+                       for g in planned.guarantees],
+        "skipped": [{"kind": s.kind, "name": s.name, "error": s.error} for s in skipped],
+    }
+
+
+def _joined(values: Sequence[str]) -> str:
+    return ",".join(values) or "-"
+
+
+def _quantity_map(quantities: dict[str, str]) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(quantities.items())) or "-"
+
+
+def status_tables(document: dict[str, Any], wide: bool = False) -> list[str]:
+    """The tables of `reservoir status` (`-o table`, or `-o wide` with more columns), from status_document."""
+    def columns(base: list[str], more: list[str]) -> list[str]:
+        return base + more if wide else base
+
+    lines = render_table(
+        columns(["NODE", "KIND", "OWNER", "AGE", "EXPIRES"], ["SINCE", "EXCLUSIVE", "RESERVED", "TASKS"]) + ["REASON"],
+        (columns([lock["node"], lock["kind"], lock["subject"], lock["age"], lock["expires"] or "-"],
+                 [lock["since"], str(lock["exclusive"]).lower(), _quantity_map(lock["reserved"]),
+                  _joined(lock["tasks"])])
+         + [lock["reason"] + (f" (unreadable: {lock['unreadable']})" if lock["unreadable"] else "")]
+         for lock in document["locks"]), "(no locks)")
+    lines += [""] + render_table(
+        columns(["STARVING JOB", "QUEUE", "PRIORITY", "BOUND"], ["PENDING", "OWNER"]) + ["REASON"],
+        (columns([j["subject"], j["queue"], str(j["priority"]), f"{j['bound']}/{j['minMember']}"],
+                 [str(j["pending"]), j["owner"]]) + [j["reason"]] for j in document["starvingJobs"]), "(none)")
+    lines += [""] + render_table(
+        ["WINDOW", "ACTIVE", "START", "END", "REASON"],
+        ([w["name"], str(w["active"]).lower(), w["start"], w["end"], w["reason"]] for w in document["windows"]),
+        "(no windows configured)")
+    lines += [""] + render_table(
+        columns(["GUARANTEE OF QUEUE", "POLICY", "NODES"], ["NODE NAMES", "RESOURCE"]) + ["REASON"],
+        (columns([g["queue"], g["policy"], str(len(g["nodes"]))], [_joined(g["nodes"]), _quantity_map(g["resource"])])
+         + [g["reason"] + (f" (refused: {g['warning']})" if wide and g["warning"] else "")]
+         for g in document["guarantees"]), "(no queue guarantees)")
+    if document["skipped"]:  # objects no cache can read: Reservoir acts as if they did not exist
+        lines += [""] + render_table(["SKIPPED OBJECT", "ERROR"],
+                                     ([f"{s['kind']} {s['name']}", s["error"]] for s in document["skipped"]))
+    return lines
+
+
+def dump(document: Any, output: str) -> str:
+    """`document` as `-o json` (indented, keys in document order) or `-o yaml` prints it."""
+    if output == "yaml":
+        return yaml.safe_dump(document, sort_keys=False, default_flow_style=False).rstrip("\n")
+    return json.dumps(document, indent=2)
+
+
+def render_status(snapshot: Snapshot, config: ReservoirConfig, skipped: Sequence[Skipped], now: datetime,
+                  output: str, queues: bool = False) -> str:
+    """What `reservoir status` prints for one snapshot, in `output` (one of OUTPUTS)."""
+    if output not in OUTPUTS:
+        raise ValueError(f"unknown output {output!r}: one of {', '.join(OUTPUTS)}")
+    if queues:
+        scores, lines = queue_table(snapshot, config, wide=output == "wide")
+        return dump(queue_document(scores), output) if output in ("json", "yaml") else "\n".join(lines)
+    document = status_document(snapshot, config, skipped, now)
+    if output in ("json", "yaml"):
+        return dump(document, output)
+    return "\n".join(status_tables(document, wide=output == "wide"))
+
+
+async def status(kubeconfig: str | None, namespace: str, output: str, queues: bool = False,
+                 context: str | None = None) -> str:
+    api = await new_api_client(kubeconfig, context=context)
     try:
         snapshot, config, skipped = await read_snapshot(api, namespace)
     finally:
         await api.close()
-    now = datetime.now(UTC)
-    if queues:
-        scores, lines = queue_table(snapshot, config)
-        if output == "json":
-            return json.dumps([{**s.__dict__, "allocated": s.allocated.to_quantities(),
-                                "deserved": s.deserved.to_quantities()} for s in scores], indent=2)
-        return "\n".join(lines)
-    locks = current_locks(snapshot)
-    planned = plan(snapshot, config, now, locks)
-    starving = [j for j in planned.jobs if j.starving]
-    if output == "json":
-        return json.dumps({
-            "locks": [{"node": lock.node, **lock.info(), "age": _age(lock.since, now),
-                       **({"unreadable": lock.unreadable} if lock.unreadable else {})}
-                      for lock in sorted(locks.values(), key=lambda lock: lock.node)],
-            "starvingJobs": [j.__dict__ for j in starving],
-            "windows": [{"name": w.name, "active": w.active, "start": w.start.isoformat(), "end": w.end.isoformat(),
-                         "reason": w.reason} for w in planned.windows],
-            "guarantees": [{"queue": g.queue, "policy": g.policy, "nodes": list(g.nodes), "reason": g.reason}
-                           for g in planned.guarantees],
-            "skipped": [{"kind": s.kind, "name": s.name, "error": s.error} for s in skipped],
-        }, indent=2, default=str)
-    lines = [f"{'NODE':<24}{'KIND':<13}{'OWNER':<44}{'AGE':<10}{'EXPIRES':<22}REASON"]
-    for lock in sorted(locks.values(), key=lambda lock: lock.node):
-        expires = stamp(lock.expires) if lock.expires else "-"
-        lines.append(f"{lock.node:<24}{lock.kind.value:<13}{lock.subject:<44}{_age(lock.since, now):<10}"
-                     f"{expires:<22}{lock.reason}{f' (unreadable: {lock.unreadable})' if lock.unreadable else ''}")
-    if not locks:
-        lines.append("(no locks)")
-    lines += ["", f"{'STARVING JOB':<44}{'QUEUE':<16}{'PRIORITY':<10}{'BOUND':<8}REASON"]
-    lines += [f"{j.subject:<44}{j.queue:<16}{j.priority:<10}{f'{j.bound}/{j.min_member}':<8}{j.reason}"
-              for j in starving] or ["(none)"]
-    lines += ["", f"{'WINDOW':<20}{'ACTIVE':<8}{'START':<22}{'END':<22}REASON"]
-    lines += [f"{w.name:<20}{str(w.active).lower():<8}{stamp(w.start)}  {stamp(w.end)}  {w.reason}"
-              for w in planned.windows] or ["(no windows configured)"]
-    lines += ["", f"{'GUARANTEE OF QUEUE':<24}{'POLICY':<13}{'NODES':<8}REASON"]
-    lines += [f"{g.queue:<24}{g.policy:<13}{len(g.nodes):<8}{g.reason}"
-              for g in planned.guarantees] or ["(no queue guarantees)"]
-    if skipped:  # objects no cache can read: Reservoir acts as if they did not exist
-        lines += ["", f"{'SKIPPED OBJECT':<44}ERROR"]
-        lines += [f"{s.kind + ' ' + s.name:<44}{s.error}" for s in skipped]
-    return "\n".join(lines)
+    return render_status(snapshot, config, skipped, datetime.now(UTC), output, queues)
 
 
-async def release(kubeconfig: str | None, nodes: list[str], everything: bool) -> list[str]:
+async def release(kubeconfig: str | None, nodes: list[str], everything: bool,
+                  context: str | None = None) -> list[str]:
     """Remove Reservoir's locks (taint, labels, info annotation, and a starvation cool-down record) and nothing
     else."""
-    api = await new_api_client(kubeconfig)
+    api = await new_api_client(kubeconfig, context=context)
     try:
         writer = Writer(api, component="reservoir-release")
         listed = await _list(api, kinds.NODES)

@@ -44,10 +44,25 @@ from shared import keys, kinds
 from shared.config import ReservoirConfig
 from shared.keys import LockKind
 from shared.kube import new_api_client
+from shared.logs import fields, note_fields
 from shared.serving import probes_app, stop_on_signals
 from shared.watchcache import Skipped, WatchCache, count_skips
 
 log = logging.getLogger("reservoir.agent")
+
+
+def log_note(note: str) -> None:
+    """A planner note (`window=w decision=release reason=free text`) as one structured decision line, its `policy`
+    the note's first key (window, job, queue, reservation) unless it names one."""
+    parsed = note_fields(note)
+    if parsed is None or "decision" not in parsed:
+        log.info("%s", note)
+        return
+    what = str(parsed.pop("decision"))
+    policy = parsed.pop("policy", next(iter(parsed), ""))
+    log.info("decision", extra=fields(decision=what, policy=policy, **parsed))
+
+
 LEASE_NAME = "reservoir-agent"
 MAX_PENDING_EVENTS = 1000  # Warning Events about unreadable objects waiting for the next reconcile; more are dropped
 _WATCHED = {w.name: w for w in (kinds.NODES, kinds.PODS, kinds.PODGROUPS, kinds.QUEUES, kinds.PRIORITY_CLASSES,
@@ -131,7 +146,7 @@ class FencedLeaseLock(LeaseLock):
                 self.fence.observed(None)
             return False, err
         except (TimeoutError, aiohttp.ClientError) as err:
-            log.warning("lease=%s/%s read got no answer: %r", namespace, name, err)
+            log.warning("lease read got no answer", extra=fields(lease=f"{namespace}/{name}", error=repr(err)))
             return False, _no_answer(err)
         self.lease_reference = lease
         record: LeaderElectionRecord = self.election_record(lease)
@@ -145,7 +160,7 @@ class FencedLeaseLock(LeaseLock):
         try:
             await self.api_instance.create_namespaced_lease(namespace, body, _request_timeout=self.timeout)
         except (ApiException, TimeoutError, aiohttp.ClientError) as err:
-            log.warning("lease=%s/%s not created: %r", namespace, name, err)
+            log.warning("lease not created", extra=fields(lease=f"{namespace}/{name}", error=repr(err)))
             return False
         self.fence.renewed(sent)
         return True
@@ -159,8 +174,9 @@ class FencedLeaseLock(LeaseLock):
             await self.api_instance.replace_namespaced_lease(name=name, namespace=namespace,
                                                              body=self.lease_reference, _request_timeout=self.timeout)
         except (ApiException, TimeoutError, aiohttp.ClientError) as err:
-            log.warning("lease=%s/%s not renewed: %s", namespace, name,
-                        f"{err.status} {err.reason}" if isinstance(err, ApiException) else repr(err))
+            log.warning("lease not renewed", extra=fields(
+                lease=f"{namespace}/{name}",
+                error=f"{err.status} {err.reason}" if isinstance(err, ApiException) else repr(err)))
             return False
         self.fence.renewed(sent)
         return True
@@ -186,7 +202,8 @@ class AgentMetrics:
                                           registry=self.registry)
         self.wakeups = Counter("reservoir_reconcile_wakeups_total",
                                "Reconciles started, by cause: change (a view the planner reads changed, or the "
-                               "config) or resync (the resync period passed with no change)", ["cause"],
+                               "config), time (a moment the last plan named: a threshold, an expiry, a window) or "
+                               "resync (the resync period passed)", ["cause"],
                                registry=self.registry)
 
 
@@ -242,16 +259,18 @@ class Agent:
         self.config = self._protecting(config)
         if error is not None:
             self.metrics.config_errors.inc()
-            log.warning("config=rejected kept=last-good error=%s", error)
+            log.warning("config rejected, last good kept", extra=fields(config="rejected", kept="last-good",
+                                                                        error=str(error)))
             assert configmap is not None
             self._pending_events.append(PendingEvent(
                 EventTarget("ConfigMap", configmap["metadata"]["name"], self.namespace, "v1"), "InvalidConfig",
                 f"config.yaml rejected, last good config kept: {error}"))
         elif configmap is None or event == "DELETED":
-            log.info("config=defaults reason=ConfigMap %s deleted", keys.CONFIGMAP_NAME)
+            log.info("config defaults", extra=fields(config="defaults",
+                                                     reason=f"ConfigMap {keys.CONFIGMAP_NAME} deleted"))
         else:
-            log.info("config=loaded resourceVersion=%s dryRun=%s windows=%d",
-                     configmap["metadata"].get("resourceVersion"), self.config.dry_run, len(self.config.windows))
+            log.info("config loaded", extra=fields(config="loaded", resourceVersion=configmap["metadata"].get(
+                "resourceVersion"), dryRun=self.config.dry_run, windows=len(self.config.windows)))
         self.changed.set()
 
     def waiting(self) -> list[str]:
@@ -281,7 +300,7 @@ class Agent:
         self.last_plan = result
         for note in result.notes:
             if note not in logged:  # a decision is logged when it is new, not again on every resync
-                log.info("%s", note)
+                log_note(note)
         for kind in LockKind:
             self.metrics.locks.labels(kind.value).set(sum(1 for lock in result.locks.values() if lock.kind is kind))
         self.metrics.starving.set(sum(1 for j in result.jobs if j.starving))
@@ -313,17 +332,33 @@ class Agent:
 
     # --- running ---
 
+    def next_wait(self, last_resync: float, now: float) -> tuple[float, str]:
+        """Seconds until the loop must plan though no watched object changed, and why: the resync period counted from
+        the last resync (a change does not push it back), the moment time alone changes the last plan's answer
+        (Plan.wake_at: a starvation threshold crossed, a lock's maxLockDuration, a window's range), or deferred
+        evictions' room in the minute."""
+        waits = [(last_resync + self.config.resync_period.total_seconds() - now, "resync")]
+        wake_at = self.last_plan.wake_at if self.last_plan is not None else None
+        if wake_at is not None:
+            waits.append(((wake_at - datetime.now(UTC)).total_seconds() + 0.05, "time"))
+        if self.writer.retry_after is not None:  # evictions deferred: come back when the minute has room
+            waits.append((self.writer.retry_after + 0.1, "resync"))
+        wait, cause = min(waits)
+        return max(wait, 0.0), cause
+
     async def reconcile_loop(self) -> None:
+        last_resync = time.monotonic()
         while True:
-            wait = self.config.resync_period.total_seconds()
-            if self.writer.retry_after is not None:  # evictions deferred: come back when the minute has room
-                wait = min(wait, self.writer.retry_after + 0.1)
+            wait, due = self.next_wait(last_resync, time.monotonic())
             try:
                 await asyncio.wait_for(self.changed.wait(), timeout=wait)
                 cause = "change"
             except TimeoutError:
-                cause = "resync"
-            await asyncio.sleep(self.config.debounce.total_seconds())  # changes within it make one reconcile
+                cause = due
+            if cause == "resync":
+                last_resync = time.monotonic()
+            # changes within the debounce make one reconcile; a moment in time is planned for at once
+            await asyncio.sleep(self.config.debounce.total_seconds() if cause == "change" else 0)
             self.changed.clear()
             self.metrics.wakeups.labels(cause).inc()
             try:
@@ -337,7 +372,8 @@ class Agent:
         self._lead_task = asyncio.current_task()
         self.leading = True
         self.metrics.leader.set(1)
-        log.info("leader=acquired identity=%s lease=%s/%s", self.identity, self.lease_namespace, LEASE_NAME)
+        log.info("leader acquired", extra=fields(leader="acquired", identity=self.identity,
+                                                 lease=f"{self.lease_namespace}/{LEASE_NAME}"))
         self.changed.set()
         try:
             await self.reconcile_loop()
@@ -349,7 +385,7 @@ class Agent:
         tasks = [asyncio.create_task(c.run(), name=f"watch-{c.name}") for c in self.caches]
         try:
             await asyncio.gather(*(c.synced.wait() for c in self.caches))
-            log.info("caches=synced identity=%s", self.identity)
+            log.info("caches synced", extra=fields(caches="synced", identity=self.identity))
             lead_task = asyncio.create_task(self._elect(), name="leader-election")
             tasks.append(lead_task)
             await stop.wait()
@@ -363,7 +399,7 @@ class Agent:
         this loop if the library fails), and the fence lets the writer write (module docstring, "Fencing")."""
         async def stopped() -> None:
             self.fence.lost()
-            log.warning("leader=lost identity=%s: stopped writing", self.identity)
+            log.warning("leader lost: stopped writing", extra=fields(leader="lost", identity=self.identity))
 
         while True:
             lock = FencedLeaseLock(LEASE_NAME, self.lease_namespace, self.identity, self.api, self.fence)
@@ -373,7 +409,7 @@ class Agent:
             except asyncio.CancelledError:
                 raise
             except Exception:
-                log.exception("leader election failed; trying again in %ss", RETRY_PERIOD)
+                log.exception("leader election failed; trying again", extra=fields(retry_in=f"{RETRY_PERIOD}s"))
             finally:
                 self.fence.lost()
                 await self._stop_leading()
@@ -397,8 +433,9 @@ async def run(kubeconfig: str | None, namespace: str, metrics_port: int, imperso
               identity: str | None = None, lease_namespace: str = keys.NAMESPACE) -> None:
     api = await new_api_client(kubeconfig, impersonate=impersonate)
     agent = Agent(api, namespace, identity, lease_namespace=lease_namespace)
-    log.info("agent identity=%s config=%s/%s lease=%s/%s", agent.identity, namespace, keys.CONFIGMAP_NAME,
-             lease_namespace, LEASE_NAME)
+    # msg=agent identity=...: bench/scale times the first line by "agent identity="
+    log.info("agent", extra=fields(identity=agent.identity, config=f"{namespace}/{keys.CONFIGMAP_NAME}",
+                                   lease=f"{lease_namespace}/{LEASE_NAME}"))
     runner = web.AppRunner(metrics_app(agent), access_log=None)
     await runner.setup()
     if metrics_port:

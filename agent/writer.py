@@ -60,6 +60,7 @@ from shared.kube import (
     resource_path,
     send_json,
 )
+from shared.logs import decision, fields
 from shared.timestamps import stamp
 from shared.tolerations import toleration_ops
 from shared.views import NodeView, PodView, QueueView, ReservationView
@@ -349,7 +350,7 @@ class Writer:
         why = self.stale()
         if why is None:
             return True
-        log.warning("batch=%s decision=fenced reason=%s: writing nothing", batch, why)
+        decision(log, "fenced", level=logging.WARNING, batch=batch, reason=why, done="writing nothing")
         if self.on_fenced is not None:
             self.on_fenced()
         return False
@@ -379,7 +380,8 @@ class Writer:
             await self.write_queues(result.guarantees, snapshot.queues, pods=pods)
             await self.write_reservations(result.reservations, snapshot.reservations)
         except Fenced as err:
-            log.warning("batch=plan decision=fenced reason=%s: stopped mid-batch, the rest left unwritten", err)
+            decision(log, "fenced", level=logging.WARNING, batch="plan", reason=str(err),
+                     done="stopped mid-batch, the rest left unwritten")
             if self.on_fenced is not None:
                 self.on_fenced()
 
@@ -391,13 +393,14 @@ class Writer:
         if point is None or self.node_patches != point.after:
             return
         if point.action == "exit":
-            log.warning("node=%s failpoint=%s%d: exiting now, mid-reconcile", name, _EXIT_AFTER, point.after)
+            log.warning("failpoint: exiting now, mid-reconcile",
+                        extra=fields(node=name, failpoint=f"{_EXIT_AFTER}{point.after}"))
             logging.shutdown()
             os._exit(137)
-        log.warning("node=%s failpoint=%s%d:%g: pausing mid-reconcile", name, _PAUSE_AFTER, point.after,
-                    point.seconds)
+        failpoint = f"{_PAUSE_AFTER}{point.after}:{point.seconds:g}"
+        log.warning("failpoint: pausing mid-reconcile", extra=fields(node=name, failpoint=failpoint))
         await asyncio.sleep(point.seconds)
-        log.warning("node=%s failpoint=%s%d:%g: resuming", name, _PAUSE_AFTER, point.after, point.seconds)
+        log.warning("failpoint: resuming", extra=fields(node=name, failpoint=failpoint))
         self._failpoint_armed = False  # acted (once): later reconciles write nodes concurrently again
 
     async def _read_node(self, name: str) -> dict[str, Any] | None:
@@ -424,7 +427,7 @@ class Writer:
                 return before, True
             except (Conflict, Invalid):  # Invalid: the resourceVersion `test` failed, a concurrent write
                 if attempt < MAX_ATTEMPTS:
-                    log.info("node=%s conflict on patch (attempt %d): reading it again", name, attempt)
+                    log.info("conflict on patch: reading the node again", extra=fields(node=name, attempt=attempt))
                     continue
                 raise
         return None, False
@@ -433,9 +436,11 @@ class Writer:
         """`dryRun: true`: the lock writes `apply` would make, logged and not made."""
         for node, lock in sorted(desired.items()):
             if not lock.same_hold(current.get(node)):
-                log.info("node=%s decision=would-lock dryRun=true owner=%s subject=%s", node, lock.owner, lock.subject)
+                decision(log, "would-lock", policy=lock.kind.value, node=node, owner=lock.owner, reason=lock.reason,
+                         subject=lock.subject, dryRun=True)
         for node in sorted(set(current) - set(desired)):
-            log.info("node=%s decision=would-release dryRun=true owner=%s", node, current[node].owner)
+            decision(log, "would-release", policy=current[node].kind.value, node=node, owner=current[node].owner,
+                     reason="no longer planned", dryRun=True)
 
     async def apply(self, desired: Mapping[str, Lock], current: Mapping[str, Lock],
                     marks: Mapping[str, Mapping[str, str | None]] | None = None, *,
@@ -477,7 +482,7 @@ class Writer:
         raised = fenced[0] if fenced else errors[0][1]
         for name, err in errors:  # the one raised is reported by the caller; the others here
             if err is not raised and not isinstance(err, Fenced):
-                log.warning("node=%s decision=patch-failed error=%r", name, err)
+                decision(log, "patch-failed", level=logging.WARNING, node=name, error=repr(err))
         raise raised
 
     async def _apply_one(self, name: str, want: Lock | None, have: Lock | None,
@@ -492,23 +497,25 @@ class Writer:
             before, patched = await self.set_lock(name, want, marks)
         except ApiException as err:
             self._failed()
-            log.warning("node=%s decision=patch-failed status=%s reason=%s", name, err.status, err.reason)
+            decision(log, "patch-failed", level=logging.WARNING, node=name, status=err.status, reason=err.reason)
             return
         if not patched:
             return
         if unreadable:  # hand-edited: this node alone was read with defaults; its annotation is now rewritten
             done = "rewritten" if want is not None else "removed with the lock"
-            log.warning("node=%s decision=lock-info-unreadable owner=%s done=%s reason=%s", name,
-                        have.owner if have else "", done, unreadable)
+            decision(log, "lock-info-unreadable", level=logging.WARNING, node=name, owner=have.owner if have else "",
+                     reason=unreadable, done=done)
             await self.event(name, "LockInfoUnreadable", f"{unreadable}: the lock was read with defaults for "
                              f"those fields; the annotation was {done}", event_type="Warning")
         if before is not None and (want is None or before.owner != want.owner):
-            log.info("node=%s decision=release owner=%s subject=%s", name, before.owner, before.subject)
+            decision(log, "release", policy=before.kind.value, node=name, owner=before.owner,
+                     reason=f"handed to {want.owner}" if want is not None else "no longer planned",
+                     subject=before.subject)
             await self.event(name, "NodeReleased", f"released from {before.kind.value} {before.subject}")
             await self.owner_event(before, "NodeReleased", f"node {name} released", snapshot)
         if want is not None and (before is None or before.owner != want.owner):
-            log.info("node=%s decision=lock owner=%s kind=%s subject=%s reason=%r", name, want.owner,
-                     want.kind.value, want.subject, want.reason)
+            decision(log, "lock", policy=want.kind.value, node=name, owner=want.owner, reason=want.reason,
+                     subject=want.subject)
             await self.event(name, "NodeLocked", f"locked for {want.kind.value} {want.subject}: {want.reason}")
             await self.owner_event(want, "NodeLocked", f"node {name} locked for it: {want.reason}", snapshot)
 
@@ -525,12 +532,12 @@ class Writer:
             try:
                 await self._send("PATCH", resource_path("v1", "pods", repair.name, repair.namespace), ops,
                                  content_type=JSON_PATCH)
-                log.info("pod=%s/%s decision=repair added=%s reason=lock held for its owner but not tolerated",
-                         repair.namespace, repair.name, [t["value"] for t in repair.add])
+                decision(log, "repair", pod=f"{repair.namespace}/{repair.name}",
+                         owner=[t["value"] for t in repair.add], reason="lock held for its owner but not tolerated")
             except ApiException as err:
                 self._failed()
-                log.warning("pod=%s/%s decision=repair-failed status=%s reason=%s", repair.namespace, repair.name,
-                            err.status, err.reason)
+                decision(log, "repair-failed", level=logging.WARNING, pod=f"{repair.namespace}/{repair.name}",
+                         status=err.status, reason=err.reason)
 
     async def evict(self, namespace: str, name: str) -> str:
         """Ask the Eviction API to evict a pod (PodDisruptionBudgets apply). Returns "evicted", "gone", or "blocked"
@@ -567,20 +574,22 @@ class Writer:
                     await self._send("PATCH",
                                      resource_path(VOLCANO_API_VERSION, keys.QUEUE_PLURAL, name, subresource="status"),
                                      body, content_type=MERGE_PATCH)
-                    log.info("queue=%s decision=status reservation=%s", name, body["status"]["reservation"])
+                    decision(log, "status", policy="queue", queue=name, reservation=body["status"]["reservation"])
                 except ApiException as err:
                     self._failed()
-                    log.warning("queue=%s decision=status-failed status=%s reason=%s", name, err.status, err.reason)
+                    decision(log, "status-failed", level=logging.WARNING, policy="queue", queue=name,
+                             status=err.status, reason=err.reason)
             warning = outcome.warning if outcome is not None else None
             if warning and self._queue_warnings.get(name) != warning:
-                log.warning("queue=%s decision=refused reason=%s", name, warning)
+                decision(log, "refused", level=logging.WARNING, policy="queue", queue=name, reason=warning)
                 await self.event(name, "GuaranteeRefused", f"guarantee ignored: {warning}", kind="Queue",
                                  event_type="Warning", api_version=VOLCANO_API_VERSION)
             self._queue_warnings[name] = warning
             for key in outcome.evict if outcome is not None else ():
                 refused = evict_refused(key, pods, self.protected)
                 if refused is not None:
-                    log.warning("pod=%s decision=evict-refused queue=%s reason=%s (guard rail)", key, name, refused)
+                    decision(log, "evict-refused", level=logging.WARNING, policy="queue", pod=key, queue=name,
+                             reason=refused, by="guard rail")
                     continue
                 if self.evictions.per_minute == 0:  # guarantee.maxEvictionsPerMinute 0: evictions are off
                     continue
@@ -590,9 +599,9 @@ class Writer:
                 await self._evict_one(key, name)
         if deferred:
             self.retry_after = self.evictions.retry_after()
-            log.warning("pods=%s decision=evict-deferred count=%d reason=guarantee.maxEvictionsPerMinute (%d) "
-                        "reached; next in %.0fs", ",".join(deferred), len(deferred), self.evictions.per_minute,
-                        self.retry_after)
+            decision(log, "evict-deferred", level=logging.WARNING, policy="queue", pods=deferred,
+                     count=len(deferred), reason=f"guarantee.maxEvictionsPerMinute ({self.evictions.per_minute}) "
+                     f"reached; next in {self.retry_after:.0f}s")
             if self.on_deferred is not None:
                 self.on_deferred(len(deferred))
 
@@ -603,12 +612,13 @@ class Writer:
             evicted = await self.evict(namespace, pod)
         except ApiException as err:
             self._failed()
-            log.warning("pod=%s decision=evict-failed queue=%s status=%s", key, queue, err.status)
+            decision(log, "evict-failed", level=logging.WARNING, policy="queue", pod=key, queue=queue,
+                     status=err.status)
             return
         if evicted == "evicted":
             self.evictions.spend()
-        log.info("pod=%s decision=evict outcome=%s queue=%s reason=Guaranteed guarantee holds its node",
-                 key, evicted, queue)
+        decision(log, "evict", policy="queue", pod=key, outcome=evicted, queue=queue,
+                 reason="Guaranteed guarantee holds its node")
         if evicted == "blocked" and key not in self._blocked_evictions:  # reported once, retried always
             self._blocked_evictions.add(key)
             await self.event(queue, "EvictionBlocked", f"evicting {key} is blocked by a "
@@ -634,12 +644,13 @@ class Writer:
             if outcome.delete:
                 try:
                     await self._send("DELETE", resource_path(RESERVATION_API_VERSION, plural, outcome.name))
-                    log.info("reservation=%s decision=delete reason=%s for longer than gcGracePeriod", outcome.name,
-                             outcome.phase)
+                    decision(log, "delete", policy="reservation", reservation=outcome.name,
+                             reason=f"{outcome.phase} for longer than gcGracePeriod")
                 except NotFound:
                     pass
                 except ApiException as err:
-                    log.warning("reservation=%s decision=delete-failed status=%s", outcome.name, err.status)
+                    decision(log, "delete-failed", level=logging.WARNING, policy="reservation",
+                             reservation=outcome.name, status=err.status)
                 continue
             if outcome.final:
                 continue
@@ -651,8 +662,8 @@ class Writer:
                                      body, content_type=MERGE_PATCH)
                 except ApiException as err:
                     self._failed()
-                    log.warning("reservation=%s decision=status-failed status=%s reason=%s", outcome.name, err.status,
-                                err.reason)
+                    decision(log, "status-failed", level=logging.WARNING, policy="reservation",
+                             reservation=outcome.name, status=err.status, reason=err.reason)
                     continue
                 if reservation.phase != outcome.phase or not reservation.status:
                     await self.event(outcome.name, outcome.phase, outcome.message, kind="Reservation",
@@ -663,12 +674,14 @@ class Writer:
                 try:
                     await self._send("PATCH", resource_path("v1", "pods", name, namespace),
                                      allocated_annotation_patch(outcome.name), content_type=MERGE_PATCH)
-                    log.info("pod=%s decision=allocated reservation=%s node=%s", key, outcome.name, outcome.node)
+                    decision(log, "allocated", policy="reservation", pod=key, reservation=outcome.name,
+                             node=outcome.node)
                 except NotFound:
                     pass
                 except ApiException as err:
                     self._failed()
-                    log.warning("pod=%s decision=annotate-failed status=%s", key, err.status)
+                    decision(log, "annotate-failed", level=logging.WARNING, policy="reservation", pod=key,
+                             status=err.status)
 
     # Events
 
@@ -689,6 +702,7 @@ class Writer:
         try:
             await self._send("POST", resource_path("v1", "events", namespace=namespace), body)
         except ApiException as err:
-            log.warning("event=%s object=%s/%s not recorded: %s", reason, kind, name, err.reason)
+            log.warning("event not recorded", extra=fields(event=reason, object=f"{kind}/{name}", error=err.reason))
         except Fenced as err:
-            log.warning("event=%s object=%s/%s decision=fenced reason=%s: not recorded", reason, kind, name, err)
+            decision(log, "fenced", level=logging.WARNING, event=reason, object=f"{kind}/{name}", reason=str(err),
+                     done="event not recorded")

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
+import os
 import sys
+import traceback
+from importlib import metadata
 from pathlib import Path
 
-from shared import keys
+from shared import keys, logs
 from shared.config import ConfigError, load_config
 
 
@@ -52,10 +56,18 @@ def _agent(args: argparse.Namespace) -> int:
     return 0
 
 
+def _quiet_retries(args: argparse.Namespace) -> None:
+    """A command run by hand ends with one line when it fails: the list retries it makes on the way are not shown
+    (with -v they are)."""
+    if not args.verbose:
+        logging.getLogger("reservoir.watchcache").setLevel(logging.ERROR)
+
+
 def _status(args: argparse.Namespace) -> int:
     from agent.commands import status
 
-    print(asyncio.run(status(args.kubeconfig, args.namespace, args.output, queues=args.queues)))
+    _quiet_retries(args)
+    print(asyncio.run(status(args.kubeconfig, args.namespace, args.output, queues=args.queues, context=args.context)))
     return 0
 
 
@@ -65,14 +77,37 @@ def _release(args: argparse.Namespace) -> int:
     if not args.all and not args.nodes:
         print("reservoir release: name nodes, or --all to release every Reservoir lock", file=sys.stderr)
         return 2
-    for line in asyncio.run(release(args.kubeconfig, args.nodes, args.all)):
+    _quiet_retries(args)
+    for line in asyncio.run(release(args.kubeconfig, args.nodes, args.all, context=args.context)):
         print(line)
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="reservoir", description="Reserve Kubernetes capacity for batch workloads.")
+def version() -> str:
+    """The installed package's version (its metadata), or `unknown` when run from a tree that is not installed."""
+    try:
+        return metadata.version("reservoir")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+KUBECONFIG_HELP = ("default: $KUBECONFIG (a list, merged as kubectl merges), else ~/.kube/config, else in-cluster")
+
+
+def _client_flags(command: argparse.ArgumentParser) -> None:
+    """--kubeconfig and --context, as kubectl has them, for the commands that talk to a cluster from outside."""
+    command.add_argument("--kubeconfig", default=None, help=KUBECONFIG_HELP)
+    command.add_argument("--context", default=None, help="the kubeconfig context to use (default: its current-context)")
+
+
+def build_parser(prog: str = "reservoir") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description="Reserve Kubernetes capacity for batch workloads.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="on an error, print its traceback too (otherwise one line on stderr)")
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
+    parser.add_argument("--log-format", choices=logs.FORMATS, default="text",
+                        help="text (logfmt, the default) or json (one object per line)")
     commands = parser.add_subparsers(dest="command", required=True)
 
     check = commands.add_parser("check-config", help="validate a config.yaml with the same model the agent uses")
@@ -84,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     webhook.add_argument("--key-file", required=True, help="serving key (re-read when it changes)")
     webhook.add_argument("--host", default="0.0.0.0")
     webhook.add_argument("--port", type=int, default=8443)
-    webhook.add_argument("--kubeconfig", default=None, help="default: $KUBECONFIG, else in-cluster")
+    webhook.add_argument("--kubeconfig", default=None, help=KUBECONFIG_HELP)
     webhook.add_argument("--namespace", default=keys.NAMESPACE, help="where the reservoir-config ConfigMap lives")
     webhook.add_argument("--as", dest="impersonate", default=None,
                          help="act as this user, like kubectl --as (e.g. its ServiceAccount, to test RBAC)")
@@ -103,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     certs.set_defaults(run=_certs)
 
     agent = commands.add_parser("agent", help="run the node-lock agent")
-    agent.add_argument("--kubeconfig", default=None, help="default: $KUBECONFIG, else in-cluster")
+    agent.add_argument("--kubeconfig", default=None, help=KUBECONFIG_HELP)
     agent.add_argument("--namespace", default=keys.NAMESPACE, help="where the reservoir-config ConfigMap lives")
     agent.add_argument("--lease-namespace", default=None,
                        help="where the reservoir-agent Lease lives (default: the agent's own namespace, from the "
@@ -114,25 +149,67 @@ def build_parser() -> argparse.ArgumentParser:
     agent.set_defaults(run=_agent)
 
     status = commands.add_parser("status", help="every lock, starving jobs and windows")
-    status.add_argument("--kubeconfig", default=None)
-    status.add_argument("--namespace", default=keys.NAMESPACE)
-    status.add_argument("--output", "-o", choices=("table", "json"), default="table")
+    _client_flags(status)
+    status.add_argument("-n", "--namespace", default=keys.NAMESPACE,
+                        help=f"where the reservoir-config ConfigMap lives (default {keys.NAMESPACE})")
+    status.add_argument("-o", "--output", choices=("table", "wide", "json", "yaml"), default="table",
+                        help="table (default), wide (more columns), json or yaml (README: the shape)")
     status.add_argument("--queues", action="store_true", help="each queue's QueueScoreOrder score and its parts")
     status.set_defaults(run=_status)
 
     release = commands.add_parser("release", help="remove Reservoir's locks from nodes (and nothing else)")
     release.add_argument("nodes", nargs="*", help="node names")
     release.add_argument("--all", action="store_true", help="every node carrying a Reservoir lock")
-    release.add_argument("--kubeconfig", default=None)
+    _client_flags(release)
     release.set_defaults(run=_release)
     return parser
 
 
+def describe_error(err: BaseException) -> str:
+    """One line for an error that ends a command: an API error's status code, reason and message; a connection
+    that failed; a kubeconfig that is missing or wrong; else the exception's type and text."""
+    from aiohttp import ClientConnectorError
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    from shared.kube import KubeconfigError
+
+    if isinstance(err, ApiException):
+        message = ""
+        try:
+            body = json.loads(err.body) if err.body else None
+            if isinstance(body, dict):
+                message = str(body.get("message") or "")
+        except (TypeError, ValueError):
+            message = err.body.decode(errors="replace") if isinstance(err.body, bytes) else str(err.body or "")
+        text = f"API error {err.status} {err.reason or ''}".rstrip() + (f": {message}" if message else "")
+    elif isinstance(err, ClientConnectorError):
+        os_error = err.os_error
+        cause = (os.strerror(os_error.errno) if os_error.errno else str(os_error)) if os_error else str(err)
+        text = f"cannot connect to the API server at {err.host}:{err.port}: {cause.lower()}"
+    elif isinstance(err, KubeconfigError):
+        text = str(err)
+    elif isinstance(err, TimeoutError):
+        text = "the API server did not answer in time"
+    else:
+        text = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+    return " ".join(text.split())
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    return int(args.run(args))
+    # installed as `kubectl-reservoir` too: kubectl runs it as a plugin, handing it the arguments after `reservoir`
+    invoked = Path(sys.argv[0]).name
+    prog = "kubectl reservoir" if invoked.startswith("kubectl-reservoir") else "reservoir"
+    args = build_parser(prog).parse_args(argv)
+    logs.setup(args.log_level, args.log_format)
+    try:
+        return int(args.run(args))
+    except KeyboardInterrupt:
+        return 130
+    except Exception as err:
+        if args.verbose:
+            traceback.print_exc(file=sys.stderr)
+        print(f"{prog}: error: {describe_error(err)}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

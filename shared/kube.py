@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import aiohttp
+import yaml
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -134,19 +136,163 @@ def own_namespace(fallback: str, path: Path = SERVICE_ACCOUNT_NAMESPACE) -> str:
         return fallback
 
 
-async def new_api_client(kubeconfig: str | Path | None = None, impersonate: str | None = None) -> client.ApiClient:
-    """An ApiClient for `kubeconfig`, else $KUBECONFIG, else the in-cluster service account.
+class KubeconfigError(Exception):
+    """No usable kubeconfig: none found where kubectl looks, a file that is not one, or a context it does not define.
+    The message is one line and names the places or files concerned."""
+
+
+# Inside a kubeconfig, the fields naming a file: kubectl resolves a relative one against the directory of the file
+# that defines it (clientcmd ResolveLocalPaths), and so does Reservoir, before the files are merged.
+_CLUSTER_FILES = ("certificate-authority",)
+_USER_FILES = ("client-certificate", "client-key", "tokenFile")
+_NAMED_LISTS = ("clusters", "contexts", "users")
+
+
+@dataclass(frozen=True)
+class Kubeconfig:
+    """Where the client's configuration comes from: the merged kubeconfig `config` and the `context` chosen in it,
+    or, when `config` is None, the in-cluster service account. `files` are the kubeconfig files read, in order;
+    `tried` every place looked at, for an error message."""
+
+    config: dict[str, Any] | None
+    context: str | None
+    files: tuple[Path, ...] = ()
+    tried: tuple[str, ...] = ()
+
+
+def kubeconfig_files(explicit: str | Path | None, environ: Mapping[str, str], home: Path) -> tuple[list[Path], str]:
+    """The kubeconfig files to merge, as kubectl chooses them, and a description of where it looked:
+    `--kubeconfig` alone when given (it must exist); else every file `$KUBECONFIG` lists (separated by os.pathsep,
+    duplicates and missing files skipped); else `~/.kube/config` when it exists."""
+    if explicit:
+        path = Path(explicit)
+        if not path.is_file():
+            raise KubeconfigError(f"--kubeconfig {path}: no such file")
+        return [path], f"--kubeconfig {path}"
+    listed = environ.get("KUBECONFIG", "")
+    if listed:
+        seen: list[Path] = []
+        for part in listed.split(os.pathsep):
+            if part and Path(part) not in seen:
+                seen.append(Path(part))
+        return [p for p in seen if p.is_file()], f"$KUBECONFIG={listed}"
+    default = home / ".kube" / "config"
+    return ([default] if default.is_file() else []), str(default)
+
+
+def _absolute(entry: Any, fields: tuple[str, ...], base: Path) -> Any:
+    if not isinstance(entry, dict):
+        return entry
+    out = dict(entry)
+    for name in fields:
+        value = out.get(name)
+        if isinstance(value, str) and value and not Path(value).is_absolute():
+            out[name] = str(base / value)
+    return out
+
+
+def _resolve_paths(item: str, entry: dict[str, Any], base: Path) -> dict[str, Any]:
+    """One clusters/contexts/users entry with its relative file references made absolute against `base`."""
+    out = dict(entry)
+    if item == "clusters":
+        out["cluster"] = _absolute(entry.get("cluster"), _CLUSTER_FILES, base)
+    elif item == "users":
+        user = _absolute(entry.get("user"), _USER_FILES, base)
+        exec_ = user.get("exec") if isinstance(user, dict) else None
+        # an exec command is a path only when it names a directory (kubectl: otherwise it is looked up in PATH)
+        if isinstance(exec_, dict) and isinstance(exec_.get("command"), str) and os.sep in exec_["command"]:
+            user = {**user, "exec": _absolute(exec_, ("command",), base)}
+        out["user"] = user
+    return out
+
+
+def merge_kubeconfigs(files: Sequence[Path]) -> dict[str, Any]:
+    """The files merged as kubectl merges them: the first file that sets a value wins. A cluster, context or user
+    is taken whole from the first file defining its name; `current-context` from the first file setting it. Relative
+    file references are resolved against their own file's directory first. `preferences` and `extensions` are
+    ignored (kubernetes_asyncio reads neither)."""
+    merged: dict[str, Any] = {"apiVersion": "v1", "kind": "Config", "clusters": [], "contexts": [], "users": []}
+    for path in files:
+        try:
+            data = yaml.safe_load(path.read_text())
+        except (OSError, yaml.YAMLError) as err:
+            raise KubeconfigError(f"{path}: {' '.join(str(err).split())}") from err
+        if data is None:
+            continue
+        if not isinstance(data, dict):
+            raise KubeconfigError(f"{path}: not a kubeconfig (a YAML {type(data).__name__}, not a mapping)")
+        base = path.absolute().parent
+        for item in _NAMED_LISTS:
+            entries = data.get(item) or []
+            if not isinstance(entries, list):
+                raise KubeconfigError(f"{path}: {item} is not a list")
+            names = {e["name"] for e in merged[item]}
+            for entry in entries:
+                if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+                    raise KubeconfigError(f"{path}: an entry of {item} has no name")
+                if entry["name"] not in names:
+                    merged[item].append(_resolve_paths(item, entry, base))
+                    names.add(entry["name"])
+        if not merged.get("current-context") and data.get("current-context"):
+            merged["current-context"] = data["current-context"]
+    return merged
+
+
+def _empty(config: dict[str, Any]) -> bool:
+    return not (config.get("current-context") or any(config.get(item) for item in _NAMED_LISTS))
+
+
+def resolve_kubeconfig(kubeconfig: str | Path | None = None, context: str | None = None,
+                       environ: Mapping[str, str] | None = None, home: Path | None = None) -> Kubeconfig:
+    """Where to connect, as kubectl decides it: `--kubeconfig`, else `$KUBECONFIG`'s files merged, else
+    `~/.kube/config`; when that yields no configuration at all, the in-cluster service account (when
+    KUBERNETES_SERVICE_HOST is set); else KubeconfigError naming every place tried. `context` (`--context`) picks a
+    context instead of the merged `current-context`."""
+    environ = os.environ if environ is None else environ
+    home = Path.home() if home is None else home
+    files, where = kubeconfig_files(kubeconfig, environ, home)
+    merged = merge_kubeconfigs(files)
+    tried = (where if files else f"{where} (no file)",)
+    if _empty(merged):
+        if environ.get("KUBERNETES_SERVICE_HOST"):
+            return Kubeconfig(None, None, tuple(files), (*tried, "in-cluster"))
+        raise KubeconfigError("no kubeconfig found: tried " + ", ".join(
+            (*tried, "in-cluster (KUBERNETES_SERVICE_HOST is not set)")))
+    shown = ", ".join(str(f) for f in files)
+    name = context or merged.get("current-context")
+    if not name:
+        contexts = ", ".join(c["name"] for c in merged["contexts"]) or "none"
+        raise KubeconfigError(f"no current-context in {shown}: pass --context (contexts: {contexts})")
+    chosen = next((c for c in merged["contexts"] if c["name"] == name), None)
+    if chosen is None:
+        raise KubeconfigError(f'context "{name}" not found in {shown}')
+    cluster = (chosen.get("context") or {}).get("cluster")
+    if not any(c["name"] == cluster for c in merged["clusters"]):
+        raise KubeconfigError(f'context "{name}" names cluster "{cluster}", which {shown} does not define')
+    return Kubeconfig(merged, str(name), tuple(files), tried)
+
+
+async def new_api_client(kubeconfig: str | Path | None = None, impersonate: str | None = None, *,
+                         context: str | None = None) -> client.ApiClient:
+    """An ApiClient configured as kubectl would be (resolve_kubeconfig): `kubeconfig` (`--kubeconfig`), else
+    $KUBECONFIG (a list, merged), else ~/.kube/config, else the in-cluster service account; `context` as
+    `--context`. KubeconfigError when none of them gives a configuration.
 
     `impersonate` (a user name such as `system:serviceaccount:ns:name`) sends Impersonate-User, so a test can
     run a component with exactly the permissions its ServiceAccount has.
     """
+    resolved = resolve_kubeconfig(kubeconfig, context)
     configuration = client.Configuration()
-    path = kubeconfig or os.environ.get("KUBECONFIG")
-    if path:
-        await config.load_kube_config(config_file=str(path), client_configuration=configuration)
-    else:
-        # kubernetes_asyncio ships no annotations for load_incluster_config (its other config loaders have them)
-        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    try:
+        if resolved.config is not None:
+            await config.load_kube_config_from_dict(resolved.config, context=resolved.context,
+                                                    client_configuration=configuration)
+        else:
+            # kubernetes_asyncio ships no annotations for load_incluster_config (its other config loaders have them)
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    except config.ConfigException as err:
+        where = ", ".join(str(f) for f in resolved.files) or "in-cluster"
+        raise KubeconfigError(f"{where}: {' '.join(str(err).split())}") from err
     api = client.ApiClient(configuration=configuration)
     if impersonate:
         api.set_default_header("Impersonate-User", impersonate)

@@ -10,6 +10,7 @@ from aiohttp import web
 
 from shared import keys
 from shared.kube import new_api_client
+from shared.logs import fields
 from shared.serving import stop_on_signals
 from shared.watchcache import count_skips
 from webhook.caches import WebhookCaches
@@ -31,12 +32,12 @@ async def run(cert_file: Path, key_file: Path, host: str, port: int, kubeconfig:
     caches.start()
     await site.start()
     reload_task = asyncio.create_task(tls.watch(), name="tls-reload")
-    log.info("webhook=listening address=%s:%d cert=%s", host, port, cert_file)
+    log.info("webhook listening", extra=fields(webhook="listening", address=f"{host}:{port}", cert=str(cert_file)))
     stop = stop_on_signals()
     try:
         await stop.wait()
     finally:
-        log.info("webhook=stopping")
+        log.info("webhook stopping", extra=fields(webhook="stopping"))
         reload_task.cancel()
         await asyncio.gather(reload_task, return_exceptions=True)
         await caches.stop()

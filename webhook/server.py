@@ -32,6 +32,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from shared import logs
 from shared.duration import DurationError, parse_duration
 from shared.quantity import QuantityError
 from shared.serving import add_probes
@@ -119,10 +120,12 @@ def _route_mutate_pod(request: Request, lookup: Lookup) -> ReviewResponse:
     level = logging.INFO if granted or result.warnings else logging.DEBUG
     if (result.reasons or result.warnings) and log.isEnabledFor(level):
         meta = request.obj.get("metadata") or {}
-        log.log(level, "decision=mutate pod=%s/%s changes=%r%s%s", request.namespace,
-                meta.get("name") or meta.get("generateName", ""), "; ".join(result.reasons),
-                f" granted={','.join(granted)}" if granted else "",
-                f" warnings={[admission.clip(w, 300) for w in result.warnings]!r}" if result.warnings else "")
+        extra: dict[str, Any] = {"owner": list(granted)} if granted else {}
+        if result.warnings:
+            extra["warnings"] = [admission.clip(w, 300) for w in result.warnings]
+        logs.decision(log, "mutate", level=level, policy="mutate",
+                      pod=f"{request.namespace}/{meta.get('name') or meta.get('generateName', '')}",
+                      reason="; ".join(result.reasons), **extra)
     return admission.response(request.uid, patch=result.patch, warnings=result.warnings)
 
 
@@ -150,11 +153,11 @@ def _validating(check: Check) -> Route:
         if old is not None and not verdict.allowed:
             verdict = validate.judge_update(verdict, check(old, None, lookup))
         if not verdict.allowed:
-            log.info("decision=deny kind=%s name=%s reason=%r", request.kind, request.name,
-                     admission.clip(verdict.message, 500))
+            logs.decision(log, "deny", policy="validate", kind=request.kind, name=request.name,
+                          reason=admission.clip(verdict.message, 500))
         elif verdict.warnings:
-            log.info("decision=warn kind=%s name=%s warnings=%r", request.kind, request.name,
-                     [admission.clip(w, 300) for w in verdict.warnings])
+            logs.decision(log, "warn", policy="validate", kind=request.kind, name=request.name,
+                          warnings=[admission.clip(w, 300) for w in verdict.warnings])
         return admission.response(request.uid, allowed=verdict.allowed, message=verdict.message,
                                   warnings=verdict.warnings, code=422)
     return route
@@ -172,8 +175,8 @@ def _route_pod_locks(request: Request, lookup: Lookup) -> ReviewResponse:
     rights = mutate.entitled(request.obj, request.namespace, lookup)
     verdict = validate.validate_pod_locks(request.obj, request.namespace, rights, lookup.lock_of_node)
     if not verdict.allowed:
-        log.info("decision=deny kind=Pod namespace=%s name=%s reason=%r", request.namespace, request.name,
-                 admission.clip(verdict.message, 500))
+        logs.decision(log, "deny", policy="pod-locks", kind="Pod", pod=f"{request.namespace}/{request.name}",
+                      reason=admission.clip(verdict.message, 500))
     return admission.response(request.uid, allowed=verdict.allowed, message=verdict.message, code=403)
 
 
@@ -290,15 +293,15 @@ def _answer(path: str, endpoint: Endpoint, body: bytes, lookup: Callable[[], Loo
     except UnicodeError as err:  # a lone surrogate escape (\ud800): JSON allows it, UTF-8 cannot hold it
         return _error(400, f"request.object holds text that is not valid Unicode: {err}", "bad-request")
     except Exception:  # a bug must not turn into a stack trace for the apiserver
-        log.exception("route=%s unexpected error", path)
+        log.exception("unexpected error", extra=logs.fields(route=path))
         return _error(500, "internal error; see the webhook log", "error")
     outcome = "allowed" if answer["response"]["allowed"] else "denied"
     if answer["response"].get("patch"):
         outcome = "patched"
     decision = decision_of(answer, snapshot)
     if log.isEnabledFor(logging.DEBUG):
-        log.debug("route=%s operation=%s kind=%s namespace=%s name=%s decision=%s", path, review.operation,
-                  review.kind, review.namespace, review.name, decision)
+        log.debug("admission", extra=logs.fields(route=path, operation=review.operation, kind=review.kind,
+                                                 namespace=review.namespace, name=review.name, decision=decision))
     return _Answer(200, answer, outcome, decision)
 
 
@@ -357,7 +360,7 @@ def make_app(lookup: Callable[[], Lookup], synced: Callable[[], dict[str, bool]]
             if answer.status == 504:
                 response.force_close()  # the body may be unread: close after answering, do not wait for the rest
             if answer.status == 400:
-                log.info("route=%s bad-request reason=%r", path, answer.body.get("error", "")[:300])
+                log.info("bad request", extra=logs.fields(route=path, reason=answer.body.get("error", "")[:300]))
             metrics.requests.labels(path, answer.outcome).inc()
             if answer.decision is not None:
                 metrics.admissions.labels(path, answer.decision).inc()
@@ -401,19 +404,19 @@ class ReloadingTLS:
         try:
             stamp = self._read_stamp()
         except OSError as err:
-            log.warning("certificate files unreadable, keeping the current one: %s", err)
+            log.warning("certificate files unreadable, keeping the current one", extra=logs.fields(error=str(err)))
             return False
         if stamp == self._stamp:
             return False
         try:
             self.context.load_cert_chain(self.cert_file, self.key_file)
         except (ssl.SSLError, OSError) as err:  # half-written pair: try again on the next tick
-            log.warning("certificate reload failed, keeping the current one: %s", err)
+            log.warning("certificate reload failed, keeping the current one", extra=logs.fields(error=str(err)))
             return False
         self._stamp = stamp
         if self.metrics:
             self.metrics.cert_reloads.inc()
-        log.info("certificate=reloaded file=%s", self.cert_file)
+        log.info("certificate reloaded", extra=logs.fields(certificate="reloaded", file=str(self.cert_file)))
         return True
 
     async def watch(self) -> None:

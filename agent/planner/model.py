@@ -295,6 +295,8 @@ class Plan:
     # node -> Reservoir's annotations (other than the lock's) to write there, text or None to remove, only where the
     # node differs: seed 000's `reservoir.sh/lock-expired` (starvation.lock_cooldowns)
     node_marks: Mapping[str, Mapping[str, str | None]] = field(default_factory=dict)
+    # the earliest PolicyResult.wake_at: when the agent must plan again though nothing in the cluster changed
+    wake_at: datetime | None = None
     # the node states this plan computed, handed to the next plan to reuse what did not change
     states: Mapping[str, NodeState] = field(default_factory=dict, compare=False, repr=False)
     # id(pod view) -> (that view, it with its PodGroup's maximum runtime), handed to the next plan so the same view

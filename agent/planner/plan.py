@@ -16,7 +16,7 @@ from agent.planner.guarantee import GUARANTEES, guaranteed_queues
 from agent.planner.jobs import build_jobs, usage_by_queue
 from agent.planner.model import Lock, Plan, Snapshot, lock_on
 from agent.planner.ordering import score_queues
-from agent.planner.policy import PlanContext, Policy, Statuses, cap, tagged
+from agent.planner.policy import PlanContext, Policy, Statuses, cap, earliest, tagged
 from agent.planner.repair import plan_repairs
 from agent.planner.reservations import RESERVATIONS
 from agent.planner.reserve import with_group_runtimes
@@ -46,8 +46,10 @@ def plan(snapshot: Snapshot, config: ReservoirConfig, now: datetime,
     locks: dict[str, Lock] = {}
     statuses = Statuses()
     notes: list[str] = []
+    wake_at: datetime | None = None
     for policy in POLICIES:
         result = policy.run(context=context)
+        wake_at = earliest(wake_at, result.wake_at)
         locks.update(result.locks)
         statuses += result.statuses
         notes += [tagged(policy, note) for note in result.notes]
@@ -60,7 +62,7 @@ def plan(snapshot: Snapshot, config: ReservoirConfig, now: datetime,
     return Plan(locks=locks, jobs=list(statuses.jobs), windows=list(statuses.windows), notes=notes,
                 queues=list(context.scores), guarantees=list(statuses.guarantees),
                 reservations=list(statuses.reservations), repairs=repairs, states=context.states,
-                node_marks=context.cooldowns.marks, runtimes=context.runtimes)
+                node_marks=context.cooldowns.marks, runtimes=context.runtimes, wake_at=wake_at)
 
 
 def guard_locks(locks: Mapping[str, Lock], states: Mapping[str, NodeState]) -> tuple[dict[str, Lock], list[str]]:

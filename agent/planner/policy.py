@@ -99,6 +99,16 @@ class PolicyResult:
     locks: Mapping[str, Lock] = field(default_factory=dict)
     statuses: Statuses = Statuses()
     notes: tuple[str, ...] = ()
+    # the next moment, after `now`, at which the passing of time alone may change this policy's answer (a job
+    # crossing the starvation threshold, a lock reaching maxLockDuration, a cool-down ending, a window's range
+    # starting or ending); None when none is due. Nothing in the cluster changes then, so the agent wakes for it.
+    wake_at: datetime | None = None
+
+
+def earliest(*moments: datetime | None) -> datetime | None:
+    """The earliest of the moments given (None ignored), or None."""
+    present = [m for m in moments if m is not None]
+    return min(present) if present else None
 
 
 class PolicyRun(Protocol):

@@ -71,6 +71,7 @@ from agent.planner.policy import (
     PolicyResult,
     Statuses,
     cap,
+    earliest,
     kept_since,
 )
 from shared import keys
@@ -410,7 +411,20 @@ def plan_starvation(*, context: PlanContext) -> PolicyResult:
         budget -= len(turn.locks)
         statuses.append(turn.status)
         notes += [turn.note] if turn.note else []
-    return PolicyResult(locks=locks, statuses=Statuses(jobs=tuple(statuses)), notes=tuple(notes))
+    return PolicyResult(locks=locks, statuses=Statuses(jobs=tuple(statuses)), notes=tuple(notes),
+                        wake_at=starvation_wake_at(jobs, context=context))
+
+
+def starvation_wake_at(jobs: Sequence[Job], *, context: PlanContext) -> datetime | None:
+    """The next moment time alone changes seed 000's answer: a job with pending tasks crossing
+    `starvingJobTimeThreshold` (is_starving), a job lock reaching `maxLockDuration` (release_expired), a cool-down
+    ending (lock_cooldowns). Without it a job would wait for the next resync after its threshold."""
+    config = context.config.starvation
+    now = context.now
+    crossings = (job.created + config.starving_job_time_threshold for job in jobs if job.pending)
+    expiries = (lock.since + config.max_lock_duration for lock in context.current.values() if lock.kind is LockKind.JOB)
+    return earliest(*(moment for moment in (*crossings, *expiries, *context.cooldowns.until.values())
+                      if moment > now))
 
 
 def starvation_round(jobs: Sequence[Job], *, context: PlanContext, taken: Set[str]) -> Starvation:

@@ -67,7 +67,7 @@ from croniter import croniter
 from agent.planner.capacity import future_idle, schedulable
 from agent.planner.displacement import may_take
 from agent.planner.model import Lock, WindowStatus
-from agent.planner.policy import PlanContext, Policy, PolicyResult, Statuses, kept_since
+from agent.planner.policy import PlanContext, Policy, PolicyResult, Statuses, earliest, kept_since
 from agent.planner.reservations import pod_meta
 from agent.planner.reserve import is_reserve_pod
 from shared.config import WindowConfig
@@ -214,7 +214,15 @@ def plan_windows(*, context: PlanContext) -> PolicyResult:
         statuses.append(status)
         notes += window_notes
         context = context.after(window_locks)
-    return PolicyResult(locks=locks, statuses=Statuses(windows=tuple(statuses)), notes=tuple(notes))
+    return PolicyResult(locks=locks, statuses=Statuses(windows=tuple(statuses)), notes=tuple(notes),
+                        wake_at=earliest(*(window_wake_at(w, context.now) for w in context.config.windows)))
+
+
+def window_wake_at(window: WindowConfig, now: datetime) -> datetime | None:
+    """The next moment time alone changes the window: its range starting (`start - startReserveAgo`), else its end."""
+    start, end, _ = window_bounds(window, now)
+    lock_from = start - window.start_reserve_ago
+    return lock_from if now < lock_from else end if now < end else None
 
 
 def counted_nodes(window: WindowConfig, *, owner: str, context: PlanContext) -> set[str]:

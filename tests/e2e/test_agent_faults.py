@@ -17,6 +17,7 @@ from agent.writer import FAILPOINT
 from localcluster.agent_process import AgentProcess
 from shared import keys
 from shared.ownership import JobRef, window_owner_id
+from tests import logfmt
 from tests.e2e.kit import REPO, Kit, apply_setup
 from tests.e2e.scenarios import SETUP, STARVATION_CONFIG, configure, spare_node, window_config
 
@@ -122,7 +123,9 @@ async def test_invalid_config_edit_keeps_the_last_good_config(kit: Kit, held_nod
         assert [t["value"] for t in await lock_taints(kit)] == [held_node]
         # dryRun: true (a valid edit) takes effect without a restart: nothing new is written
         await configure(kit, STARVATION_CONFIG + "dryRun: true\n")
-        await kit.wait_for(lambda: _log_has(agent, "dryRun=True"), what="the dry-run config loaded")
+        async def dry_run_loaded() -> bool:
+            return bool(logfmt.find(agent.log_text(), config="loaded", dryRun="true"))
+        await kit.wait_for(dry_run_loaded, what="the dry-run config loaded")
     finally:
         agent.stop()
 

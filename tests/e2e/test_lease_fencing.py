@@ -19,6 +19,7 @@ from agent.writer import FAILPOINT
 from localcluster.agent_process import AgentProcess
 from shared import keys
 from shared.ownership import window_owner_id
+from tests import logfmt
 from tests.e2e.kit import Kit, apply_setup
 from tests.e2e.scenarios import SETUP, configure, window_config
 
@@ -97,7 +98,7 @@ async def test_agent_that_loses_its_lease_mid_reconcile_writes_nothing_afterward
         await kit.wait_for(lambda: _log_has(agent, "stopped mid-batch"), what="the writer fenced mid-batch",
                            timeout=10)
         log = agent.log_text()
-        assert "decision=fenced reason=the Lease is held by rival, not agent-a" in log, log
+        assert logfmt.find(log, decision="fenced", reason="the Lease is held by rival, not agent-a"), log
         # the election library gives up leading after its renew deadline; the rival keeps the Lease
         await kit.wait_for(lambda: _log_has(agent, "leader=lost"), what="the agent giving up leadership", timeout=20)
         await asyncio.sleep(4)  # a few more of the agent's own Lease attempts and would-be resyncs (2 s)
@@ -108,7 +109,7 @@ async def test_agent_that_loses_its_lease_mid_reconcile_writes_nothing_afterward
         assert not any(t.get("key") == keys.LOCK for t in pod["spec"].get("tolerations") or []), \
             "the repair the plan asked for was not written"
         log = agent.log_text()
-        assert "node=fence-2 decision=lock" not in log and "decision=repair " not in log, log
+        assert not logfmt.find(log, node="fence-2", decision="lock") and not logfmt.find(log, decision="repair"), log
         assert (await kit.raw("GET", LEASE))["spec"]["holderIdentity"] == "rival"
         assert agent.running(), "fenced, not crashed"
     finally:

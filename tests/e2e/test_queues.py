@@ -22,6 +22,7 @@ from localcluster.webhook_process import WebhookProcess
 from shared import keys
 from shared.ownership import queue_owner_id
 from shared.tolerations import lock_toleration
+from tests import logfmt
 from tests.e2e.kit import REPO, Kit, apply_setup, running_webhook
 from tests.e2e.scenarios import QUEUE_CONFIG, SETUP, configure, locked_nodes
 
@@ -99,7 +100,8 @@ async def test_guarantee_locks_nodes_for_its_queue_only_and_is_released_when_rem
     agent.start()
     try:
         async def left_alone() -> bool:
-            return f"queue={queue} decision=no-lock reason=not locked" in agent.log_text()
+            return any(line["reason"].startswith("not locked")
+                       for line in logfmt.find(agent.log_text(), queue=queue, decision="no-lock"))
         await kit.wait_for(left_alone, what="the agent leaving the guarantee alone, and saying so", timeout=30)
         assert await locked_nodes(kit, names) == {}
         assert not ((await kit.raw("GET", f"{VOLCANO}/queues/{queue}")).get("status") or {}).get("reservation")
@@ -141,7 +143,7 @@ async def test_guarantee_locks_nodes_for_its_queue_only_and_is_released_when_rem
         async def status_cleared() -> bool:
             return not ((await kit.raw("GET", f"{VOLCANO}/queues/{queue}")).get("status") or {}).get("reservation")
         await kit.wait_for(status_cleared, what="status.reservation cleared", timeout=20)
-        assert f"queue={queue} decision=status" in agent.log_text()
+        assert logfmt.find(agent.log_text(), queue=queue, decision="status")
     finally:
         agent.stop()
 
@@ -171,7 +173,7 @@ async def test_two_queues_compete_for_the_cap_in_queue_score_order(kit: Kit, que
         assert order[0] == gold, order
         table = reservoir(kit, "status", "--queues").stdout
         assert gold in table and "SCORE" in table
-        assert f"queue={bronze} decision=no-lock" in agent.log_text()
+        assert logfmt.find(agent.log_text(), queue=bronze, decision="no-lock")
 
         async def refused() -> list[dict]:
             return [e for e in await queue_events(kit, "GuaranteeRefused") if e["involvedObject"]["name"] == huge]
@@ -186,7 +188,7 @@ async def test_two_queues_compete_for_the_cap_in_queue_score_order(kit: Kit, que
         bound = await kit.wait_pod("gold-late", lambda p: p["spec"].get("nodeName") == gold_nodes[0],
                                    f"repaired and bound on {gold_nodes[0]}", timeout=40)
         assert lock_toleration(queue_owner_id(gold)) in bound["spec"]["tolerations"]
-        assert f"pod={kit.namespace}/gold-late decision=repair" in agent.log_text()
+        assert logfmt.find(agent.log_text(), pod=f"{kit.namespace}/gold-late", decision="repair")
     finally:
         agent.stop()
 
@@ -230,10 +232,10 @@ async def test_guaranteed_policy_evicts_other_pods_and_respects_disruption_budge
         events = await kit.wait_for(blocked, what="an EvictionBlocked Warning Event", timeout=30)
         assert f"{kit.namespace}/protected" in events[0]["message"]
         await asyncio.sleep(5)  # retried on every reconcile (resync 2s), reported once
-        assert len(await blocked()) == 1 and agent.log_text().count(
-            f"pod={kit.namespace}/protected decision=evict outcome=blocked") >= 2
+        assert len(await blocked()) == 1 and len(logfmt.find(
+            agent.log_text(), pod=f"{kit.namespace}/protected", decision="evict", outcome="blocked")) >= 2
         assert (await kit.read_pod("protected"))["status"]["phase"] == "Running", "the budget held"
-        assert f"pod={kit.namespace}/free decision=evict outcome=evicted" in agent.log_text()
+        assert logfmt.find(agent.log_text(), pod=f"{kit.namespace}/free", decision="evict", outcome="evicted")
 
         # a BestEffort pod of another queue, asking for that very node, is kept off it: it tolerates every lock but
         # not the exclusive taint (so no eviction brings it back again and again)
@@ -246,7 +248,7 @@ async def test_guaranteed_policy_evicts_other_pods_and_respects_disruption_budge
         assert keys.LOCK_EXCLUSIVE not in {t.get("key") for t in waiting["spec"]["tolerations"]}
         assert "untolerated taint" in (next(c for c in waiting["status"]["conditions"]
                                             if c["type"] == "PodScheduled").get("message") or "")
-        assert f"pod={kit.namespace}/best-effort decision=evict" not in agent.log_text()
+        assert not logfmt.find(agent.log_text(), pod=f"{kit.namespace}/best-effort", decision="evict")
     finally:
         agent.stop()
         await kit.raw("DELETE", f"/apis/policy/v1/namespaces/{kit.namespace}/poddisruptionbudgets/keep")

@@ -15,6 +15,7 @@ from localcluster.agent_process import AgentProcess
 from localcluster.cluster import COMPLETE_AFTER
 from shared import keys
 from shared.ownership import reservation_owner_id
+from tests import logfmt
 from tests.e2e.kit import Kit, apply_setup, running_webhook
 from tests.e2e.scenarios import QUEUE_CONFIG, SETUP, configure, locked_nodes, spare_node
 
@@ -100,7 +101,7 @@ async def test_owner_only_allocate_once_and_ttl_expiry(kit: Kit, running: tuple[
     assert await locked_nodes(kit, ["rs-1", "rs-2"]) == {}
     events = await kit.raw("GET", "/api/v1/namespaces/default/events?fieldSelector=involvedObject.kind=Reservation")
     assert any(e["involvedObject"]["name"] == f"brief-{tag}" and e["reason"] == "Failed" for e in events["items"])
-    assert f"reservation=train-{tag} decision=Succeeded" in agent.log_text()
+    assert logfmt.find(agent.log_text(), reservation=f"train-{tag}", decision="Succeeded")
     # both ended: garbage-collected gcGracePeriod (4s here) after
     async def collected() -> bool:
         names = {r["metadata"]["name"] for r in (await kit.raw("GET", RESERVATIONS))["items"]}

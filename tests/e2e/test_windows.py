@@ -13,6 +13,7 @@ from localcluster.agent_process import AgentProcess
 from localcluster.cluster import COMPLETE_AFTER
 from shared import keys
 from shared.ownership import window_owner_id
+from tests import logfmt
 from tests.e2e.kit import Kit, apply_setup
 from tests.e2e.scenarios import SETUP, configure, locked_nodes, scheduled_at, window_config
 
@@ -72,8 +73,8 @@ async def test_window_reserves_nodes_for_reserve_pods(kit: Kit, agent_on: bool) 
                 nodes = [await kit.read_node(n) for n in ("ebook-1", "ebook-2")]
                 return not any(t["key"] == keys.LOCK for n in nodes for t in n["spec"].get("taints") or [])
             await kit.wait_for(released, what="window released after podNumToReserve reserve pods", timeout=20)
-            assert ("window=ebook decision=release reason=2 reserve pods scheduled on its nodes (podNumToReserve 2)"
-                    in agent.log_text())
+            assert logfmt.find(agent.log_text(), policy="window", window="ebook", decision="release",
+                               reason="2 reserve pods scheduled on its nodes (podNumToReserve 2)")
         else:
             assert ordinary[0] < reserve[0], f"without the agent ordinary pods {ordinary} came first, reserve {reserve}"
     finally:
@@ -141,12 +142,12 @@ async def test_seed_story_reserve_pods_in_waves_keep_the_window_until_pod_num_to
         async def released() -> bool:
             return not await locked_nodes(kit, EBOOK_NODES)
         await kit.wait_for(released, what="the window released after the fifth reserve pod", timeout=20)
-        assert ("window=ebook decision=release reason=5 reserve pods scheduled on its nodes (podNumToReserve 5)"
-                in agent.log_text())
+        assert logfmt.find(agent.log_text(), policy="window", window="ebook", decision="release",
+                           reason="5 reserve pods scheduled on its nodes (podNumToReserve 5)")
         assert (await bound(kit, "ordinary"))["spec"]["nodeName"] in EBOOK_NODES
         await asyncio.sleep(4)  # a few resyncs later: released for good, not locked again
         assert await locked_nodes(kit, EBOOK_NODES + ["video-1"]) == {}
-        assert agent.log_text().count("decision=lock owner=") == 2, agent.log_text()
+        assert len(logfmt.find(agent.log_text(), decision="lock")) == 2, agent.log_text()
     finally:
         agent.stop()
         await kit.raw("DELETE", f"/api/v1/namespaces/{keys.NAMESPACE}/configmaps/{keys.CONFIGMAP_NAME}")

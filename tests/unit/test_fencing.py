@@ -29,6 +29,7 @@ from shared.kube import JSON, api_error, own_namespace
 from shared.resources import Resources
 from shared.tolerations import lock_toleration
 from shared.views import QueueView
+from tests.logfmt import captured
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 OWNER = "job-ns-train-abcdef"
@@ -297,8 +298,9 @@ async def test_a_writer_whose_fence_says_stale_writes_nothing(recorder: Recorder
         with pytest.raises(Fenced):
             await stale.evict("ns", "busy")
     assert recorder.sent == [], "no node, pod, Queue, eviction or Event write"
-    assert "batch=plan decision=fenced reason=the Lease is held by rival, not agent-a: writing nothing" in caplog.text
-    assert "event=NodeLocked object=Node/n1 decision=fenced" in caplog.text
+    assert captured(caplog.records, batch="plan", decision="fenced", reason="the Lease is held by rival, not agent-a",
+                    done="writing nothing")
+    assert captured(caplog.records, event="NodeLocked", object="Node/n1", decision="fenced")
     assert len(fenced) == 4, "each batch refused is counted"
 
 
@@ -314,7 +316,8 @@ async def test_a_lease_lost_in_the_middle_of_a_batch_stops_it_at_the_next_write(
         await writer(fence, fenced).write(result, snapshot, {}, dry_run=False)
     assert [(s.method, s.path) for s in recorder.sent] == [("PATCH", "/api/v1/nodes/n1")], \
         "n1 patched; its Events, n2, the repair, the Queue and the eviction not"
-    assert "batch=plan decision=fenced reason=lost: stopped mid-batch" in caplog.text
+    assert captured(caplog.records, batch="plan", decision="fenced", reason="lost",
+                    done="stopped mid-batch, the rest left unwritten")
     assert fenced == [1]
 
 
@@ -341,3 +344,22 @@ def test_the_lease_namespace_is_the_agents_own_never_its_config_namespace(tmp_pa
     args = build_parser().parse_args(["agent", "--namespace", "elsewhere"])
     assert args.namespace == "elsewhere" and args.lease_namespace is None, "resolved by own_namespace, not --namespace"
     assert build_parser().parse_args(["agent", "--lease-namespace", "x"]).lease_namespace == "x"
+
+
+def test_the_loop_waits_for_the_plans_next_moment_and_a_change_does_not_push_the_resync_back() -> None:
+    """agent.controller.Agent.next_wait: the resync period counts from the last resync, not from the last
+    change; a plan's wake_at (a threshold crossed, a window opening) comes first when it is sooner."""
+    from datetime import UTC, datetime, timedelta
+    from types import SimpleNamespace
+
+    from agent.controller import Agent
+    from agent.planner.model import Plan
+    from shared.config import load_config
+
+    config = load_config("resyncPeriod: 30s")
+    me = SimpleNamespace(config=config, last_plan=None, writer=SimpleNamespace(retry_after=None))
+    assert Agent.next_wait(me, last_resync=100.0, now=120.0) == (10.0, "resync")
+    assert Agent.next_wait(me, last_resync=100.0, now=140.0) == (0.0, "resync")
+    me.last_plan = Plan(locks={}, wake_at=datetime.now(UTC) + timedelta(seconds=3))
+    wait, cause = Agent.next_wait(me, last_resync=100.0, now=101.0)
+    assert cause == "time" and 2.5 < wait <= 3.05

@@ -349,3 +349,21 @@ async def test_the_writer_patches_a_node_whose_only_change_is_its_cool_down_reco
     assert sent == [("PATCH", "/api/v1/nodes/n1", [
         {"op": "test", "path": "/metadata/resourceVersion", "value": "5"},
         {"op": "remove", "path": "/metadata/annotations/reservoir.sh~1lock-expired"}])], "n2 has none: no patch"
+
+
+def test_the_plan_names_the_moment_a_job_crosses_the_threshold_or_its_lock_expires() -> None:
+    """Crossing `starvingJobTimeThreshold` changes nothing in the cluster: the plan says when it happens
+    (Plan.wake_at), so the agent plans then rather than at its next resync (issue 15: lock under 1 s after the
+    threshold). A held job lock names the moment it reaches maxLockDuration."""
+    nodes = [node("n1"), node("n2")]
+    busy = [pod(f"small-{i}", "1", node_name=name) for name in ("n1", "n2") for i in range(3)]
+    young = pod("big", "4", age=timedelta(seconds=20))  # the builders' threshold is 60 s
+    result = plan(snap(nodes, [*busy, young]), CONFIG, NOW)
+    assert result.locks == {} and result.wake_at == NOW + timedelta(seconds=40)
+    old = pod("big", "4", age=timedelta(minutes=5))
+    locked = plan(snap(nodes, [*busy, old]), CONFIG, NOW)
+    assert locked.locks, locked.notes
+    held = [node(n.name, lock=locked.locks.get(n.name)) for n in nodes]
+    again = plan(snap(held, [*busy, old]), CONFIG, NOW + timedelta(minutes=1))
+    since = next(iter(again.locks.values())).since
+    assert again.wake_at == since + CONFIG.starvation.max_lock_duration

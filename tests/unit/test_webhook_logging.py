@@ -20,6 +20,7 @@ from shared.keys import LockKind
 from shared.ownership import queue_owner_id
 from shared.views import PriorityClassView, QueueView
 from tests.builders import node
+from tests.logfmt import captured
 from webhook.lookup import Lookup
 from webhook.server import Metrics, make_app
 
@@ -78,8 +79,9 @@ async def served() -> AsyncIterator[Served]:
     await runner.cleanup()
 
 
-def webhook_lines(caplog: pytest.LogCaptureFixture, level: int) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "reservoir.webhook" and r.levelno == level]
+def webhook_lines(caplog: pytest.LogCaptureFixture, level: int) -> list[dict]:
+    """The webhook's records at `level`, as their message and structured fields (issue 14)."""
+    return captured((r for r in caplog.records if r.levelno == level), logger="reservoir.webhook")
 
 
 async def test_a_routine_admission_logs_no_info_line_and_is_counted(served: Served,
@@ -91,9 +93,10 @@ async def test_a_routine_admission_logs_no_info_line_and_is_counted(served: Serv
     assert answer["allowed"] and answer["patch"]
     assert webhook_lines(caplog, logging.INFO) == [] and webhook_lines(caplog, logging.WARNING) == []
     debug = webhook_lines(caplog, logging.DEBUG)
-    assert any(line.startswith("decision=mutate pod=ns/p changes=") for line in debug), debug
-    assert "route=/mutate/pods operation=CREATE kind=Pod namespace=ns name=p decision=mutated" in debug
-    assert "route=/validate/pods operation=CREATE kind=Pod namespace=ns name=p decision=allowed" in debug
+    assert any(line.get("decision") == "mutate" and line["pod"] == "ns/p" and line["reason"] for line in debug), debug
+    admission = {"msg": "admission", "operation": "CREATE", "kind": "Pod", "namespace": "ns", "name": "p"}
+    assert captured(caplog.records, **admission, route="/mutate/pods", decision="mutated")
+    assert captured(caplog.records, **admission, route="/validate/pods", decision="allowed")
     assert await served.admissions("/mutate/pods", "mutated") == 1
     assert await served.admissions("/validate/pods", "allowed") == 1
 
@@ -106,8 +109,8 @@ async def test_a_toleration_of_a_lock_held_now_is_logged_at_info_and_counted_gra
         await served.post("/mutate/pods", review(pod("best-effort")))  # tolerates every lock: q's too
     info = webhook_lines(caplog, logging.INFO)
     assert len(info) == 2, info
-    assert info[0].startswith("decision=mutate pod=ns/in-q changes=") and info[0].endswith(f"granted={QUEUE_OWNER}")
-    assert "tolerates every lock" in info[1] and info[1].endswith(f"granted={QUEUE_OWNER}")
+    assert info[0]["decision"] == "mutate" and info[0]["pod"] == "ns/in-q" and info[0]["owner"] == [QUEUE_OWNER]
+    assert "tolerates every lock" in info[1]["reason"] and info[1]["owner"] == [QUEUE_OWNER]
     assert await served.admissions("/mutate/pods", "granted") == 2
     assert await served.admissions("/mutate/pods", "mutated") == 0
 
@@ -121,7 +124,8 @@ async def test_refusals_and_warnings_are_logged_at_info_and_counted(served: Serv
     assert not answer["allowed"] and warned["warnings"]
     info = webhook_lines(caplog, logging.INFO)
     assert len(info) == 2, info
-    assert info[0].startswith("decision=deny kind=Queue name=q1 reason=")
-    assert info[1].startswith("decision=mutate pod=ns/w changes=") and " warnings=[" in info[1]
+    assert info[0]["decision"] == "deny" and info[0]["kind"] == "Queue" and info[0]["name"] == "q1"
+    assert info[0]["reason"]
+    assert info[1]["decision"] == "mutate" and info[1]["pod"] == "ns/w" and info[1]["warnings"]
     assert await served.admissions("/validate/queues", "denied") == 1
     assert await served.admissions("/mutate/pods", "warned") == 1

@@ -400,3 +400,12 @@ def test_pending_reserve_pods_count_only_up_to_the_pods_the_window_still_waits_f
     after = replan(result, [*nine, *flood], at(2, 30))
     # 36 cpu placed and one 4-cpu pod waiting: max(40, 32) cpu, five nodes (not 36 + 80 cpu: every ebook node)
     assert len(window_nodes_of(after)) == 5 and "20 pending" in after.windows[0].reason
+
+
+def test_the_plan_names_the_moment_a_window_starts_or_ends_so_the_agent_wakes_then() -> None:
+    """Nothing in the cluster changes when a window's range begins: the plan says when (Plan.wake_at), and the
+    agent's loop plans again at that moment instead of at the next resync."""
+    labels = {"business": "ebook"}
+    nodes = [node("e1", labels=labels), node("e2", labels=labels)]
+    assert plan(snap(nodes, [], spare=1), WINDOW, at(0, 30)).wake_at == at(1), "03:00 - startReserveAgo 2h"
+    assert plan(snap(nodes, [], spare=1), WINDOW, at(1, 30)).wake_at == at(4), "in its range: its end"

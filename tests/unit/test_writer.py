@@ -33,10 +33,12 @@ from shared.config import load_config
 from shared.jsonpatch import apply
 from shared.keys import LockKind
 from shared.kube import JSON, JSON_PATCH, MERGE_PATCH, api_error
+from shared.logs import FIELDS, LogfmtFormatter
 from shared.resources import Resources
 from shared.tolerations import lock_toleration
 from shared.views import NodeView, PodView, QueueView, ReservationView
 from tests.builders import loopback_api
+from tests.logfmt import captured, parse
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 OWNER = "job-ns-train-abcdef"
@@ -340,16 +342,25 @@ async def test_apply_locks_releases_and_reports_with_events(recorder: Recorder,
                       ("Node", "n2", "NodeReleased"), ("PodGroup", "train", "NodeReleased")]
     assert recorder.of("POST")[1].path == "/api/v1/namespaces/ns/events"
     assert failures == [1]
-    assert "node=n3 decision=patch-failed status=500 reason=Queued" in caplog.text
-    assert f"node=n1 decision=lock owner={OWNER} kind=job subject=ns/PodGroup/train reason='starving'" in caplog.text
+    assert captured(caplog.records, node="n3", decision="patch-failed", status=500, reason="Queued")
+    # issue 14: a lock decision is one line with policy, node, owner and reason
+    [locked] = captured(caplog.records, decision="lock")
+    assert locked == {"msg": "decision", "level": "info", "logger": "reservoir.agent", "decision": "lock",
+                      "policy": "job", "node": "n1", "owner": OWNER, "reason": "starving",
+                      "subject": "ns/PodGroup/train"}
+    [record] = [r for r in caplog.records if getattr(r, FIELDS, {}).get("decision") == "lock"]
+    line = parse(LogfmtFormatter().format(record))
+    assert {k: line[k] for k in ("policy", "node", "owner", "reason")} == {
+        "policy": "job", "node": "n1", "owner": OWNER, "reason": "starving"}
 
 
 def test_dry_run_logs_what_it_would_write(caplog: pytest.LogCaptureFixture) -> None:
     writer, _ = new_writer()
     with caplog.at_level(logging.INFO, logger="reservoir.agent"):
         writer.report_dry_run({"n1": LOCK}, {"n2": LOCK})
-    assert f"node=n1 decision=would-lock dryRun=true owner={OWNER} subject=ns/PodGroup/train" in caplog.text
-    assert f"node=n2 decision=would-release dryRun=true owner={OWNER}" in caplog.text
+    assert captured(caplog.records, node="n1", decision="would-lock", dryRun=True, owner=OWNER,
+                    subject="ns/PodGroup/train", policy="job")
+    assert captured(caplog.records, node="n2", decision="would-release", dryRun=True, owner=OWNER)
 
 
 async def test_repair_patches_the_pod_and_logs_the_owners(recorder: Recorder, caplog: pytest.LogCaptureFixture) -> None:
@@ -363,9 +374,9 @@ async def test_repair_patches_the_pod_and_logs_the_owners(recorder: Recorder, ca
     assert [(p.path, p.content_type) for p in patches] == [("/api/v1/namespaces/ns/pods/p", JSON_PATCH),
                                                            ("/api/v1/namespaces/ns/pods/p2", JSON_PATCH)]
     assert patches[0].body == repair_patch(repair([], OWNER))
-    assert (f"pod=ns/p decision=repair added=['{OWNER}'] reason=lock held for its owner but not tolerated"
-            in caplog.text)
-    assert "pod=ns/p2 decision=repair-failed status=404 reason=Queued" in caplog.text
+    assert captured(caplog.records, pod="ns/p", decision="repair", owner=[OWNER],
+                    reason="lock held for its owner but not tolerated")
+    assert captured(caplog.records, pod="ns/p2", decision="repair-failed", status=404, reason="Queued")
     assert failures == [1]
 
 
@@ -396,8 +407,8 @@ async def test_queue_outputs(recorder: Recorder, caplog: pytest.LogCaptureFixtur
     events = [s.body["reason"] for s in recorder.of("POST") if s.path.endswith("/events")]
     assert events == ["GuaranteeRefused", "EvictionBlocked"], "each reported once"
     assert len([s for s in recorder.of("POST") if s.path == eviction]) == 3, "a blocked eviction is retried"
-    assert "pod=ns/busy decision=evict outcome=blocked queue=gold" in caplog.text
-    assert "pod=ns/busy decision=evict outcome=evicted queue=gold" in caplog.text
+    assert captured(caplog.records, pod="ns/busy", decision="evict", outcome="blocked", queue="gold")
+    assert captured(caplog.records, pod="ns/busy", decision="evict", outcome="evicted", queue="gold")
     assert failures == []
 
 
@@ -456,8 +467,8 @@ async def test_evictions_beyond_the_per_minute_limit_wait_for_a_later_reconcile(
         await writer.write_queues(planned, {"gold": queue()}, pods=pods)
     assert evicted() == ["/api/v1/namespaces/ns/pods/a/eviction", "/api/v1/namespaces/ns/pods/b/eviction"]
     assert deferred == [1] and writer.retry_after == pytest.approx(60)
-    assert ("pods=ns/c decision=evict-deferred count=1 reason=guarantee.maxEvictionsPerMinute (2) reached"
-            in caplog.text)
+    [line] = captured(caplog.records, pods=["ns/c"], decision="evict-deferred", count=1)
+    assert line["reason"].startswith("guarantee.maxEvictionsPerMinute (2) reached")
     clock.now += 30
     await writer.write_queues(planned, {"gold": queue()}, pods=pods)
     assert len(evicted()) == 2 and deferred == [1, 3] and writer.retry_after == pytest.approx(30)
@@ -500,7 +511,8 @@ async def test_the_writer_refuses_evictions_the_guard_rails_forbid(recorder: Rec
     for key, why in [("kube-system/dns", "namespace kube-system is protected"), ("ops/agent", "namespace ops"),
                      ("vault/v", "namespace vault"), ("ns/ds", "DaemonSet pod"), ("ns/mirror", "mirror pod"),
                      ("ns/unknown", "not in the snapshot")]:
-        assert f"pod={key} decision=evict-refused queue=gold reason={why}" in caplog.text
+        assert any(line["reason"].startswith(why)
+                   for line in captured(caplog.records, pod=key, decision="evict-refused", queue="gold")), key
     # without the snapshot's pods (a direct call), the namespace alone is checked
     await writer.write_queues([Guarantee("gold", evict=("kube-system/x", "ns/y"))], {"gold": queue()})
     assert [s.path for s in recorder.of("POST") if s.path.endswith("/eviction")][-1:] == [
@@ -662,9 +674,9 @@ async def test_one_node_failing_does_not_stop_the_others(caplog: pytest.LogCaptu
         with caplog.at_level(logging.INFO, logger="reservoir.agent"), pytest.raises(ValueError, match="JSON list"):
             await writer.apply({}, held(names))
     assert sorted(server.patched) == ["n0", "n2", "n3", "n5"]
-    assert failures == [1] and "node=n1 decision=patch-failed status=500" in caplog.text
+    assert failures == [1] and captured(caplog.records, node="n1", decision="patch-failed", status=500)
     assert {n for n, reason in server.events if reason == "NodeReleased"} >= {"n0", "n2", "n3", "n5"}
-    assert all(f"node={n} decision=release owner={OWNER}" in caplog.text for n in ("n0", "n2", "n3", "n5"))
+    assert all(captured(caplog.records, node=n, decision="release", owner=OWNER) for n in ("n0", "n2", "n3", "n5"))
 
 
 async def test_a_fenced_writer_writes_nothing_and_a_lease_lost_mid_batch_stops_the_nodes_not_yet_sent(
@@ -685,7 +697,8 @@ async def test_a_fenced_writer_writes_nothing_and_a_lease_lost_mid_batch_stops_t
     assert 1 <= len(server.arrived) <= writer_module.NODE_PATCHES_IN_FLIGHT, \
         "only the patches already in flight when the Lease was lost landed"
     assert server.events == [], "no Event after the Lease was lost"
-    assert "batch=plan decision=fenced reason=lost: stopped mid-batch" in caplog.text and fenced == [1, 1]
+    assert captured(caplog.records, batch="plan", decision="fenced", reason="lost",
+                    done="stopped mid-batch, the rest left unwritten") and fenced == [1, 1]
 
 
 async def test_an_armed_failpoint_writes_nodes_one_at_a_time_in_name_order_until_it_acts(
@@ -701,7 +714,8 @@ async def test_an_armed_failpoint_writes_nodes_one_at_a_time_in_name_order_until
             await writer.apply({}, held(names))
         assert server.patched == names and server.max_in_flight == 1
         assert server.arrived[2] - server.answered[1] >= 0.29, "nothing sent during the pause after the second"
-        assert "node=n01 failpoint=pause-after-node-patches:2:0.3: pausing" in caplog.text
+        assert captured(caplog.records, node="n01", failpoint="pause-after-node-patches:2:0.3",
+                        msg="failpoint: pausing mid-reconcile")
 
         later = [f"m{i:02d}" for i in range(6)]
         server.nodes.update(StandIn(later).nodes)
