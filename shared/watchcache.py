@@ -483,7 +483,8 @@ class WatchCache(Generic[V]):
     async def _page(self, token: str | None) -> dict[str, Any]:
         """One page of the list (the first when `token` is None), as JSON with items and metadata. A page that fails
         (no answer, a 5xx, a body that is not a list) is tried again PAGE_RETRIES times with backoff, with the same
-        continue token; NotFound and Gone are not retried (the caller decides)."""
+        continue token; NotFound, Gone and every other 4xx but 429 are not retried (the caller decides: a refusal is
+        not cured by asking again at once)."""
         query = self._query(limit=self.page_size or None, **{"continue": token})
         backoff = PAGE_BACKOFF_START
         for attempt in range(PAGE_RETRIES + 1):
@@ -504,7 +505,9 @@ class WatchCache(Generic[V]):
             except (NotFound, Gone, asyncio.CancelledError):
                 raise
             except Exception as err:
-                if attempt == PAGE_RETRIES:
+                refused = isinstance(err, ApiException) and isinstance(err.status, int) and \
+                    400 <= err.status < 500 and err.status != 429
+                if attempt == PAGE_RETRIES or refused:  # a refusal (401, 403, 422...) is not cured by asking again
                     raise
                 status = f" status={err.status}" if isinstance(err, ApiException) else ""
                 log.warning("cache=%s list page %s failed (%s%s): trying it again in %.1fs", self.name,

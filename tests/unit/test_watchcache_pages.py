@@ -168,6 +168,23 @@ async def test_a_page_that_fails_is_tried_again_with_the_same_token(
     assert len(cache.items) == 1234 and cache.synced.is_set()
 
 
+async def test_a_refused_page_is_not_asked_again_and_a_throttled_one_is(
+        served: tuple[PagedServer, client.ApiClient]) -> None:
+    """A 403 (RBAC) or 401 is not cured by asking again at once: the list fails at the first answer, so `reservoir
+    status` says so at once and the cache's run() backs off as for any failed list; a 429 is tried again."""
+    server, api = served
+    cache: WatchCache[Any] = WatchCache.of(api, kinds.NODES)
+    server.fail["page-500"] = [403]
+    with pytest.raises(ApiException) as err:
+        await cache.list()
+    assert err.value.status == 403
+    assert [q.get("continue") for q in lists(server)] == [None, "page-500"]
+    server.requests.clear()
+    server.fail["page-500"] = [429]
+    await cache.list()
+    assert [q.get("continue") for q in lists(server)] == [None, "page-500", "page-500", "page-1000"]
+
+
 async def test_a_page_that_keeps_failing_leaves_the_cache_as_it_was(
         served: tuple[PagedServer, client.ApiClient]) -> None:
     server, api = served
