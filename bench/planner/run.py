@@ -295,6 +295,14 @@ def measure_mixed(nodes: int) -> dict:
             "placed": sum(1 for g in result.guarantees if g.nodes)}
 
 
+def _child(flag: str, size: int) -> dict:
+    """One measurement in a fresh interpreter (`--one`, `--guarantees` or `--mixed` N), so each starts from an empty
+    heap: the JSON its last line prints."""
+    out = subprocess.run([sys.executable, "-m", "bench.planner.run", flag, str(size)], capture_output=True, text=True,
+                         check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--one":
         print(json.dumps(measure(int(sys.argv[2]))))
@@ -308,9 +316,7 @@ def main() -> int:
     sizes = [int(s) for s in (sys.argv[1:] or ["500", "5000", "10000"])]
     rows = []
     for size in sizes:
-        out = subprocess.run([sys.executable, "-m", "bench.planner.run", "--one", str(size)], capture_output=True,
-                             text=True, check=True)
-        rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        rows.append(_child("--one", size))
         r = rows[-1]
         print(f"{r['nodes']:>6} nodes {r['pods']:>7} pods: snapshot {r['snapshot_s']:.2f}s, plan {r['plan_s']:.3f}s, "
               f"peak {r['peak_mib']:.0f} MiB, replan {r['replan_ms']:.0f} ms, {r['locks']} locks, {r['starving']} starving",
@@ -326,9 +332,7 @@ def main() -> int:
               f"brute-force optimum): min {quality['min']:.3f}, mean {quality['mean']:.4f}; search "
               f"{quality['search_ms']:.1f} ms, brute force {quality['brute_ms']:.1f} ms per cluster", flush=True)
     for size in sizes:
-        out = subprocess.run([sys.executable, "-m", "bench.planner.run", "--guarantees", str(size)],
-                             capture_output=True, text=True, check=True)
-        g = json.loads(out.stdout.strip().splitlines()[-1])
+        g = _child("--guarantees", size)
         print(f"{g['nodes']:>6} nodes, {QUEUES} guaranteed queues: plan {g['with_s']:.3f}s vs {g['without_s']:.3f}s "
               f"without (placement {1000 * (g['with_s'] - g['without_s']) / QUEUES:.1f} ms per queue), "
               f"{g['queue_nodes']} nodes locked for queues", flush=True)
@@ -337,9 +341,7 @@ def main() -> int:
           f"replan after one event {five['replan_ms']:.0f} ms", flush=True)
     mixed = []
     for size in MIXED_SIZES:
-        out = subprocess.run([sys.executable, "-m", "bench.planner.run", "--mixed", str(size)], capture_output=True,
-                             text=True, check=True)
-        mixed.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        mixed.append(_child("--mixed", size))
         m = mixed[-1]
         placement = 1000 * (m["with_s"] - m["without_s"]) / QUEUES
         print(f"{m['nodes']:>6} mixed nodes {m['pods']:>7} pods ({m['shapes']} shapes, {m['allocatables']} different "
