@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test]'
 	@touch $(STAMP)
 
-## cluster-bin: build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl, kwok (cached)
+## cluster-bin: build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl, kwok, and helm (cached)
 cluster-bin:
 	@./localcluster/build.sh >/dev/null
 
@@ -72,3 +72,20 @@ bench-scale: $(STAMP) cluster-bin
 ## `fuzz: N requests, 5xx E, slowest S ms`, E must be 0 and S under 100 (about 20 s)
 fuzz-webhook: $(STAMP)
 	$(PY) -m bench.fuzz.webhook $(if $(SEED),--seed $(SEED)) $(if $(COUNT),--count $(COUNT))
+
+.PHONY: image
+## image: the container image (Containerfile), built with podman, else docker, and tagged as deploy/kustomization.yaml
+## names it (its `images:` entry, the one place); BASE= another Python 3.11 base image (default python:3.11-slim;
+## a machine that cannot pull it: `image/base.sh` then `make image BASE=localhost/reservoir-base`)
+VERSION = $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+IMAGE_NAME = $(shell sed -n 's/^  newName: *//p' deploy/kustomization.yaml)
+IMAGE_TAG = $(shell sed -n 's/^  newTag: *//p' deploy/kustomization.yaml)
+IMAGE ?= $(IMAGE_NAME):$(IMAGE_TAG)
+CONTAINER_TOOL ?= $(shell command -v podman 2>/dev/null || command -v docker 2>/dev/null)
+image:
+	@test -n "$(CONTAINER_TOOL)" || { echo "make image: neither podman nor docker is installed" >&2; exit 1; }
+	@test "$(IMAGE_TAG)" = "$(VERSION)" || { echo "make image: deploy/kustomization.yaml tags the image \
+	$(IMAGE_TAG), pyproject.toml's version is $(VERSION): make them agree" >&2; exit 1; }
+	$(CONTAINER_TOOL) build --network=host --file Containerfile --tag $(IMAGE) --build-arg VERSION=$(VERSION) \
+	  --build-arg REVISION=$(shell git rev-parse --short HEAD 2>/dev/null || echo unknown) \
+	  $(if $(BASE),--build-arg BASE=$(BASE)) .

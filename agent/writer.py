@@ -5,6 +5,8 @@ and an async method of `Writer` that sends it through the client edge (`shared.k
 
 - node locks: `node_patch`, `Writer.set_lock` / `Writer.apply`
 - lock tolerations a pending pod lacks (the plan's repairs): `repair_patch`, `Writer.repair`
+- a Reservation's placeholder pods (seed 003): `placeholder_pod`, `Writer.write_placeholders`
+- an owner's handover (seed 003): `narrow_patch` (node affinity and toleration), `ungate_patch`, `Writer.handover`
 - a Queue's `status.reservation` (seed 002): `queue_status_patch`, `Writer.write_queues`
 - `Guaranteed` evictions through the Eviction API: `eviction_body`, `Writer.evict`
 - a Reservation's status (seed 003): `reservation_status_patch`, the owner annotation `allocated_annotation_patch`,
@@ -43,7 +45,18 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from agent.planner.guarantee import ALWAYS_PROTECTED_NAMESPACES, never_evicted, protected_namespaces
-from agent.planner.model import Lock, Plan, QueueGuaranteeStatus, Repair, ReservationStatus, Snapshot, lock_on
+from agent.planner.model import (
+    Handover,
+    Lock,
+    Placeholder,
+    Plan,
+    QueueGuaranteeStatus,
+    Repair,
+    ReservationStatus,
+    Snapshot,
+    lock_on,
+)
+from agent.planner.reservations import placeholder_of
 from shared import keys
 from shared.config import ReservoirConfig
 from shared.jsonpatch import Op, add, pointer
@@ -128,6 +141,89 @@ def node_patch(node: Mapping[str, Any], desired: Lock | None,
 def repair_patch(repair: Repair) -> list[Op]:
     """The JSON Patch adding to the pod's tolerations those of `repair.add` it lacks ([] when it lacks none)."""
     return toleration_ops(list(repair.tolerations) or None, list(repair.add))
+
+
+def placeholder_pod(placeholder: Placeholder, image: str) -> dict[str, Any]:
+    """Seed 003: the placeholder pod holding what a Reservation has left on its node (model.Placeholder): bound with
+    `spec.nodeName` (kube-scheduler is not asked: the planner found the room), in Reservoir's namespace (tenants cannot
+    create or delete pods there), owned by the Reservation (deleted with it), at the `reservoir-placeholder`
+    PriorityClass, tolerating every taint (it holds resources, it is no workload), limits equal to requests; hardened
+    for the `restricted` Pod Security level."""
+    quantities = placeholder.requests.to_quantities()
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": placeholder.name, "namespace": keys.NAMESPACE,
+            "labels": {keys.PLACEHOLDER: placeholder.owner},
+            "annotations": {keys.PLACEHOLDER_RESERVATION: placeholder.reservation},
+            "ownerReferences": [{"apiVersion": RESERVATION_API_VERSION, "kind": "Reservation",
+                                 "name": placeholder.reservation, "uid": placeholder.reservation_uid,
+                                 "controller": True, "blockOwnerDeletion": False}],
+        },
+        "spec": {
+            "nodeName": placeholder.node, "priorityClassName": keys.PLACEHOLDER_PRIORITY_CLASS,
+            "tolerations": [{"operator": "Exists"}], "automountServiceAccountToken": False,
+            "enableServiceLinks": False, "terminationGracePeriodSeconds": 0,
+            "securityContext": {"runAsNonRoot": True, "runAsUser": 65535, "runAsGroup": 65535,
+                                "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{
+                "name": "hold", "image": image,
+                "resources": {"requests": quantities, "limits": quantities},
+                "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                    "capabilities": {"drop": ["ALL"]}},
+            }],
+        },
+    }
+
+
+NODE_NAME_FIELD = "metadata.name"
+
+
+def narrow_patch(pod: Mapping[str, Any], node: str, tolerate: Sequence[Mapping[str, str]]) -> list[Op]:
+    """Seed 003 handover: the JSON Patch narrowing a gated pod's required node affinity to `node` (a matchFields
+    `metadata.name In [node]` added to each term, or the one term when it has none: the additions Kubernetes allows
+    while a pod is gated) and adding the lock tolerations of `tolerate` it lacks; [] when it says so already. Starts
+    with a `test` of resourceVersion, so a concurrent edit makes it fail."""
+    spec = pod.get("spec") or {}
+    requirement = {"key": NODE_NAME_FIELD, "operator": "In", "values": [node]}
+    required = {"nodeSelectorTerms": [{"matchFields": [requirement]}]}
+    affinity = spec.get("affinity")
+    node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, Mapping) else None
+    needed = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") if isinstance(
+        node_affinity, Mapping) else None
+    terms = needed.get("nodeSelectorTerms") if isinstance(needed, Mapping) else None
+    ops: list[Op] = []
+    whole = {"requiredDuringSchedulingIgnoredDuringExecution": required}
+    if not isinstance(affinity, Mapping):
+        ops.append(add("/spec/affinity", {"nodeAffinity": whole}))
+    elif not isinstance(node_affinity, Mapping):
+        ops.append(add("/spec/affinity/nodeAffinity", whole))
+    elif not terms:
+        ops.append(add("/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution", required))
+    else:
+        base = "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms"
+        for i, term in enumerate(terms):
+            fields_ = term.get("matchFields") if isinstance(term, Mapping) else None
+            if isinstance(fields_, list) and requirement in fields_:
+                continue
+            ops.append(add(f"{base}/{i}/matchFields/-", requirement) if isinstance(fields_, list)
+                       else add(f"{base}/{i}/matchFields", [requirement]))
+    ops += toleration_ops(spec.get("tolerations"), tolerate)
+    if not ops:
+        return []
+    return [{"op": "test", "path": "/metadata/resourceVersion",
+             "value": (pod.get("metadata") or {}).get("resourceVersion", "")}] + ops
+
+
+def ungate_patch(pod: Mapping[str, Any]) -> list[Op]:
+    """Seed 003: the JSON Patch removing Reservoir's handover gate (keys.HANDOVER_GATE) from a pod's schedulingGates,
+    tested in place; [] when the pod lacks it."""
+    gates = (pod.get("spec") or {}).get("schedulingGates") or []
+    for i, gate in enumerate(gates):
+        if isinstance(gate, Mapping) and gate.get("name") == keys.HANDOVER_GATE:
+            path = f"/spec/schedulingGates/{i}"
+            return [{"op": "test", "path": path, "value": dict(gate)}, {"op": "remove", "path": path}]
+    return []
 
 
 def queue_reservation(outcome: QueueGuaranteeStatus | None) -> dict[str, Any] | None:
@@ -329,11 +425,13 @@ class Writer:
         self.retry_after: float | None = None  # evictions deferred: seconds until the window has room again
         self._queue_warnings: dict[str, str | None] = {}  # the refusal last reported per queue
         self._blocked_evictions: set[str] = set()  # evictions a budget blocks, reported once each
+        self.placeholder_image = ReservoirConfig().reservations.placeholder_image
 
     def configure(self, config: ReservoirConfig) -> None:
         """The guard rails of evictions, from the config in force: protected namespaces, evictions per minute."""
         self.protected = protected_namespaces(config)
         self.evictions.per_minute = config.guarantee.max_evictions_per_minute
+        self.placeholder_image = config.reservations.placeholder_image
 
     def _failed(self) -> None:
         if self.on_failure is not None:
@@ -355,30 +453,41 @@ class Writer:
             self.on_fenced()
         return False
 
-    async def _send(self, method: str, path: str, body: Any = None, *, content_type: str = JSON) -> dict[str, Any]:
+    async def _send(self, method: str, path: str, body: Any = None, *, content_type: str = JSON,
+                    query: Sequence[tuple[str, str]] = ()) -> dict[str, Any]:
         """Every write goes through here: refused (Fenced) when the fence says this replica may not write now."""
         why = self.stale()
         if why is not None:
             raise Fenced(why)
-        return await send_json(self.api, method, path, body, content_type=content_type)
+        return await send_json(self.api, method, path, body, content_type=content_type, query=query)
 
     # the whole plan
 
     async def write(self, result: Plan, snapshot: Snapshot, current: Mapping[str, Lock], dry_run: bool) -> None:
-        """Make the cluster say what `result` says: node locks, repairs, Queue and Reservation outputs, in that order;
+        """Make the cluster say what `result` says: Reservation outputs, node locks, repairs, placeholders, handovers,
+        Queue outputs, in that order;
         with `dry_run`, only log the locks it would write. Nothing at all without a fresh Lease (the fence); a Lease
         lost in the middle stops the writes there."""
         if dry_run:
             self.report_dry_run(result.locks, current)
+            if self.may_write("plan"):  # a dry run holds no pod back: every handover gate is lifted
+                gated = [p for p in snapshot.pods if p.handover_gated and not p.node_name]
+                await self.handovers([Handover(namespace=p.namespace, name=p.name, uid=p.uid, reservation="",
+                                               reason="dryRun") for p in gated])
             return
         if not self.may_write("plan"):
             return
         try:
+            # Reservation statuses first: a handover's claim (status.currentOwners) is then read back no later than
+            # the lock written for it, so the next plan cannot claim the pod again
+            await self.write_reservations(result.reservations, snapshot.reservations)
             await self.apply(result.locks, current, result.node_marks, snapshot=snapshot)
             await self.repair(result.repairs)
+            await self.write_placeholders(result.placeholders,
+                                          [p for p in snapshot.pods if placeholder_of(p) is not None])
+            await self.handovers(result.handovers)
             pods = {p.key: p for p in snapshot.pods} if any(g.evict for g in result.guarantees) else {}
             await self.write_queues(result.guarantees, snapshot.queues, pods=pods)
-            await self.write_reservations(result.reservations, snapshot.reservations)
         except Fenced as err:
             decision(log, "fenced", level=logging.WARNING, batch="plan", reason=str(err),
                      done="stopped mid-batch, the rest left unwritten")
@@ -538,6 +647,72 @@ class Writer:
                 self._failed()
                 decision(log, "repair-failed", level=logging.WARNING, pod=f"{repair.namespace}/{repair.name}",
                          status=err.status, reason=err.reason)
+
+    async def write_placeholders(self, desired: Sequence[Placeholder], standing: Sequence[PodView]) -> None:
+        """Seed 003: make the placeholder pods those of `desired`: the others (a resized one's old size, a
+        Reservation's that ended, one that failed) deleted first, then the missing ones created."""
+        want = {p.name: p for p in desired}
+        doomed = [p for p in standing if not p.deleting and (p.name not in want or p.is_terminal)]
+        have = {p.name for p in standing if not p.is_terminal}
+        missing = [p for name, p in sorted(want.items()) if name not in have]
+        if (doomed or missing) and not self.may_write("placeholders"):
+            return
+        for pod in doomed:
+            try:
+                await self._send("DELETE", resource_path("v1", "pods", pod.name, pod.namespace),
+                                 query=(("gracePeriodSeconds", "0"),))
+                decision(log, "placeholder-deleted", policy="reservation", pod=pod.key, node=pod.node_name,
+                         reservation=pod.annotations.get(keys.PLACEHOLDER_RESERVATION, ""))
+            except NotFound:
+                pass
+            except ApiException as err:
+                self._failed()
+                decision(log, "placeholder-delete-failed", level=logging.WARNING, pod=pod.key, status=err.status,
+                         reason=err.reason)
+        for placeholder in missing:
+            try:
+                await self._send("POST", resource_path("v1", "pods", namespace=keys.NAMESPACE),
+                                 placeholder_pod(placeholder, self.placeholder_image))
+                decision(log, "placeholder-created", policy="reservation", reservation=placeholder.reservation,
+                         node=placeholder.node, pod=f"{keys.NAMESPACE}/{placeholder.name}",
+                         requests=placeholder.requests.to_quantities())
+            except Conflict:
+                pass  # already there (the cache was behind): the next plan sees it
+            except ApiException as err:
+                self._failed()
+                decision(log, "placeholder-create-failed", level=logging.WARNING, reservation=placeholder.reservation,
+                         node=placeholder.node, status=err.status, reason=err.reason)
+
+    async def handovers(self, handovers: Sequence[Handover]) -> None:
+        """Seed 003: each gated owner either narrowed to its Reservation's node and let go, or only let go."""
+        if handovers and not self.may_write("handovers"):
+            return
+        for handover in handovers:
+            try:
+                await self.handover(handover)
+            except NotFound:
+                pass
+            except ApiException as err:
+                self._failed()
+                decision(log, "handover-failed", level=logging.WARNING, pod=handover.key, status=err.status,
+                         reason=err.reason)
+
+    async def handover(self, handover: Handover) -> None:
+        """One pod: read it (it must still be the pod planned for, by uid), narrow it when `handover.node` is set,
+        then lift the gate."""
+        path = resource_path("v1", "pods", handover.name, handover.namespace)
+        pod = await get_json(self.api, path)
+        if handover.uid and (pod.get("metadata") or {}).get("uid") != handover.uid:
+            return
+        if handover.node:
+            ops = narrow_patch(pod, handover.node, handover.tolerate)
+            if ops:
+                pod = await self._send("PATCH", path, ops, content_type=JSON_PATCH)
+        ops = ungate_patch(pod)
+        if ops:
+            await self._send("PATCH", path, ops, content_type=JSON_PATCH)
+        decision(log, "handover" if handover.node else "ungate", policy="reservation", pod=handover.key,
+                 reservation=handover.reservation or None, node=handover.node or None, reason=handover.reason)
 
     async def evict(self, namespace: str, name: str) -> str:
         """Ask the Eviction API to evict a pod (PodDisruptionBudgets apply). Returns "evicted", "gone", or "blocked"

@@ -56,32 +56,6 @@ def due(cert: x509.Certificate, now: datetime, fraction: float) -> bool:
     return now >= start + (end - start) * fraction
 
 
-def _load_certs(path: Path) -> list[x509.Certificate]:
-    """The PEM certificates in `path`; none when it is missing or unreadable (what is unreadable is replaced)."""
-    try:
-        return x509.load_pem_x509_certificates(path.read_bytes())
-    except (OSError, ValueError):
-        return []
-
-
-def _load_key(path: Path) -> ec.EllipticCurvePrivateKey | None:
-    """The EC private key in `path` (this module writes only ECDSA P-256 keys); None when missing, unreadable or of
-    another kind."""
-    try:
-        key = serialization.load_pem_private_key(path.read_bytes(), None)
-    except (OSError, ValueError, TypeError):
-        return None
-    return key if isinstance(key, ec.EllipticCurvePrivateKey) else None
-
-
-def _load_ca(cert_path: Path, key_path: Path) -> pki.KeyPair | None:
-    """The current CA, when both files are readable and belong together."""
-    key, certs = _load_key(key_path), _load_certs(cert_path)
-    if key is None or not certs or not pki.matches(key, certs[0]):
-        return None
-    return pki.KeyPair(key, certs[0])
-
-
 def write_file(path: Path, data: bytes, mode: int = 0o644) -> None:
     """Replace `path` atomically (a reader sees the old file or the new one, never half of one) with `data` at `mode`.
 
@@ -116,53 +90,153 @@ def _pem(cert: x509.Certificate) -> bytes:
     return cert.public_bytes(serialization.Encoding.PEM)
 
 
+@dataclass(frozen=True)
+class Material:
+    """The webhook's certificates as PEM bytes, wherever they are kept (files, a Secret); b"" for what is missing.
+    `bundle` is every CA the API server should trust (what goes into caBundle); `ca_cert`/`ca_key` the current CA,
+    which signs; `tls_cert`/`tls_key` the serving pair."""
+
+    ca_cert: bytes = b""
+    ca_key: bytes = b""
+    bundle: bytes = b""
+    tls_cert: bytes = b""
+    tls_key: bytes = b""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What `decide` made of a Material: the Material to keep (equal to the input when nothing was due), what was
+    done, and when to look again (the next renewal or rotation time, or an expiry that changes the bundle)."""
+
+    material: Material
+    actions: tuple[str, ...]
+    next_due: datetime
+
+
+def _load_pem_certs(data: bytes) -> list[x509.Certificate]:
+    try:
+        return x509.load_pem_x509_certificates(data) if data.strip() else []
+    except ValueError:
+        return []
+
+
+def _load_pem_key(data: bytes) -> ec.EllipticCurvePrivateKey | None:
+    try:
+        key = serialization.load_pem_private_key(data, None) if data.strip() else None
+    except (ValueError, TypeError):
+        return None
+    return key if isinstance(key, ec.EllipticCurvePrivateKey) else None
+
+
+def _pair(cert_pem: bytes, key_pem: bytes) -> pki.KeyPair | None:
+    """The pair, when both parse and belong together (the first certificate of `cert_pem` certifies the key)."""
+    key, certs = _load_pem_key(key_pem), _load_pem_certs(cert_pem)
+    if key is None or not certs or not pki.matches(key, certs[0]):
+        return None
+    return pki.KeyPair(key, certs[0])
+
+
+def decide(current: Material, subject: Subject, *, now: datetime, validity: timedelta = DEFAULT_VALIDITY,
+           ca_validity: timedelta = DEFAULT_CA_VALIDITY, renew_fraction: float = DEFAULT_RENEW_FRACTION,
+           trusted: bytes | None = None) -> Decision:
+    """Create or renew what is due; a pure decision over PEM bytes (new keys are the only randomness).
+
+    - CA: made when missing or unreadable, rotated once `renew_fraction` of its life has passed (`due`): the new
+      CA joins the bundle beside the old one (rotation step 2); expired CAs leave the bundle.
+    - Serving pair: issued at once when nothing usable is served (missing, expired, key and certificate apart, not
+      signed by a CA of the bundle, SANs short of `subject`); renewed at `renew_fraction`; moved to the current CA
+      (step 3) once the API server trusts it. `trusted` is the bundle the API server is known to hold (the
+      webhook configurations' caBundle): step 3 waits until it holds the current CA. None (files written by
+      `reservoir certs`, injected by the same run): step 3 waits one run after the rotation.
+    """
+    actions: list[str] = []
+    bundle = [c for c in _load_pem_certs(current.bundle) if c.not_valid_after_utc > now]
+    ca = _pair(current.ca_cert, current.ca_key)
+    ca_rotated = False
+    if ca is None or due(ca.cert, now, renew_fraction):
+        ca = pki.make_ca(f"reservoir-webhook-ca-{now:%Y%m%d}", ca_validity, now=now)
+        actions.append("created CA" if not bundle else "rotated CA (old CA kept in the bundle)")
+        ca_rotated = bool(bundle)
+    if ca.cert not in bundle:
+        bundle.append(ca.cert)
+
+    serving = _pair(current.tls_cert, current.tls_key)
+    if (serving is None or due(serving.cert, now, 1.0) or not any(pki.issued_by(serving.cert, c) for c in bundle)
+            or set(subject.dns_names) - set(_sans(serving.cert)) or set(subject.ips) - set(_ips(serving.cert))):
+        reissue = True  # nothing usable is served (missing, expired, not signed by a CA the bundle holds): issue now
+    elif ca_rotated:
+        reissue = False  # step 2: the bundle with the new CA must reach the API server first
+    elif not pki.issued_by(serving.cert, ca.cert):
+        reissue = trusted is None or ca.cert in _load_pem_certs(trusted)  # step 3, once the new CA is trusted
+    else:
+        reissue = due(serving.cert, now, renew_fraction)  # renewal
+    if reissue:
+        serving = pki.issue(ca, subject.dns_names[2], validity, dns_names=subject.dns_names, ip_addresses=subject.ips,
+                            server=True, now=now)
+        actions.append("issued serving certificate")
+    assert serving is not None
+
+    def keep(new: bytes, old: bytes) -> bytes:
+        return old if new == old else new
+
+    material = Material(
+        ca_cert=keep(ca.cert_pem, current.ca_cert), ca_key=keep(ca.key_pem, current.ca_key),
+        bundle=keep(b"".join(_pem(c) for c in bundle), current.bundle),
+        tls_cert=keep(serving.cert_pem, current.tls_cert), tls_key=keep(serving.key_pem, current.tls_key))
+    return Decision(material, tuple(actions), _next_due(ca.cert, serving.cert, bundle, renew_fraction, now))
+
+
+def _next_due(ca: x509.Certificate, serving: x509.Certificate, bundle: list[x509.Certificate],
+              renew_fraction: float, now: datetime) -> datetime:
+    """The earliest moment `decide` would do something again with no outside change: the CA's rotation, the serving
+    certificate's renewal, an old CA's expiry (it leaves the bundle). A serving certificate waiting for the new CA
+    to be trusted (step 3) is `now`: the caller looks again after its own interval."""
+    def at(cert: x509.Certificate, fraction: float) -> datetime:
+        start, end = cert.not_valid_before_utc, cert.not_valid_after_utc
+        return start + (end - start) * fraction
+
+    moments = [at(ca, renew_fraction), at(serving, renew_fraction)]
+    moments += [c.not_valid_after_utc for c in bundle if c != ca]
+    if not pki.issued_by(serving, ca):
+        moments.append(now)
+    return max(now, min(moments))
+
+
 @dataclass
 class Outcome:
     actions: list[str]
     bundle: bytes
 
 
+FILES = {"ca_cert": "ca.crt", "ca_key": "ca.key", "bundle": "ca-bundle.crt", "tls_cert": "tls.crt",
+         "tls_key": "tls.key"}
+_KEYS = ("ca_key", "tls_key")
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
+
+
 def ensure(out_dir: Path, subject: Subject, *, now: datetime | None = None, validity: timedelta = DEFAULT_VALIDITY,
            ca_validity: timedelta = DEFAULT_CA_VALIDITY, renew_fraction: float = DEFAULT_RENEW_FRACTION) -> Outcome:
-    """Create or renew what is due in `out_dir`; return what was done and the CA bundle to inject."""
+    """Create or renew what is due in `out_dir` (`decide` over the files); return what was done and the CA bundle to
+    inject. A file is written only when its content changes (keys before certificates, keys at 0600)."""
     now = now or datetime.now(UTC)
     out_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     actions: list[str] = []
-    ca_cert_path, ca_key_path = out_dir / "ca.crt", out_dir / "ca.key"
-    bundle_path, tls_cert_path, tls_key_path = out_dir / "ca-bundle.crt", out_dir / "tls.crt", out_dir / "tls.key"
-    for key_path in (ca_key_path, tls_key_path):
-        _tighten(key_path, actions)
-
-    bundle = [c for c in _load_certs(bundle_path) if c.not_valid_after_utc > now]
-    ca = _load_ca(ca_cert_path, ca_key_path)
-    ca_rotated = False
-    if ca is None or due(ca.cert, now, renew_fraction):
-        ca = pki.make_ca(f"reservoir-webhook-ca-{now:%Y%m%d}", ca_validity, now=now)
-        write_file(ca_key_path, ca.key_pem, 0o600)
-        write_file(ca_cert_path, ca.cert_pem)
-        actions.append("created CA" if not bundle else "rotated CA (old CA kept in the bundle)")
-        ca_rotated = bool(bundle)
-    if ca.cert not in bundle:
-        bundle.append(ca.cert)
-    write_file(bundle_path, b"".join(_pem(c) for c in bundle))
-
-    serving = _load_certs(tls_cert_path)
-    tls_key = _load_key(tls_key_path)
-    current = serving[0] if serving and tls_key is not None and pki.matches(tls_key, serving[0]) else None
-    if (current is None or due(current, now, 1.0) or not any(pki.issued_by(current, c) for c in bundle)
-            or set(subject.dns_names) - set(_sans(current)) or set(subject.ips) - set(_ips(current))):
-        reissue = True  # nothing usable is served (missing, expired, not signed by a CA the bundle holds): issue now
-    elif ca_rotated:
-        reissue = False  # step 2: the bundle with the new CA must reach the apiserver first
-    else:
-        reissue = due(current, now, renew_fraction) or not pki.issued_by(current, ca.cert)  # renewal, or step 3
-    if reissue:
-        pair = pki.issue(ca, subject.dns_names[2], validity, dns_names=subject.dns_names, ip_addresses=subject.ips,
-                         server=True, now=now)
-        write_file(tls_key_path, pair.key_pem, 0o600)
-        write_file(tls_cert_path, pair.cert_pem)
-        actions.append("issued serving certificate")
-    return Outcome(actions, bundle_path.read_bytes())
+    for key in _KEYS:
+        _tighten(out_dir / FILES[key], actions)
+    current = Material(**{field: _read(out_dir / name) for field, name in FILES.items()})
+    decision = decide(current, subject, now=now, validity=validity, ca_validity=ca_validity,
+                      renew_fraction=renew_fraction)
+    for field in ("ca_key", "ca_cert", "bundle", "tls_key", "tls_cert"):
+        data = getattr(decision.material, field)
+        if data != getattr(current, field) or not (out_dir / FILES[field]).exists():
+            write_file(out_dir / FILES[field], data, 0o600 if field in _KEYS else 0o644)
+    return Outcome(actions + list(decision.actions), decision.material.bundle)
 
 
 def _sans(cert: x509.Certificate) -> list[str]:

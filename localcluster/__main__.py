@@ -12,8 +12,8 @@ from pathlib import Path
 import yaml
 
 from localcluster import binaries
-from localcluster.cluster import ClusterError, LocalCluster, kwok_node
 from localcluster.agent_process import AgentProcess
+from localcluster.cluster import ClusterError, LocalCluster, kwok_node
 from localcluster.webhook_process import WebhookProcess
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,7 +49,8 @@ def up(args: argparse.Namespace) -> int:
         kubectl = cluster.kubectl
         subprocess.run([*kubectl, "apply", "-k", str(REPO / "deploy" / "crds")], check=True)
         subprocess.run([*kubectl, "wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"], check=True)
-        for manifest in ("namespace.yaml", "webhook-rbac.yaml", "agent-rbac.yaml", "configmap.yaml"):
+        manifests = ("namespace.yaml", "webhook-rbac.yaml", "agent-rbac.yaml", "priorityclass.yaml", "configmap.yaml")
+        for manifest in manifests:
             subprocess.run([*kubectl, "apply", "-f", str(REPO / "deploy" / manifest)], check=True)
         subprocess.run([*kubectl, "apply", "-f", "-"], input=_demo_nodes(args.nodes).encode(), check=True)
         webhook.start()

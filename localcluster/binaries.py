@@ -1,4 +1,5 @@
-"""Where the control-plane binaries live, and building them when they are missing (localcluster/build.sh)."""
+"""Where the control-plane binaries (and helm, for the chart's tests) live, and building them when they are missing
+(localcluster/build.sh)."""
 
 from __future__ import annotations
 
@@ -36,8 +37,17 @@ def missing() -> list[str]:
     return [name for name in NAMES if not os.access(bin_dir() / name, os.X_OK)]
 
 
+def helm() -> Path:
+    """helm, built by build.sh into a directory of its own (a new HELM_VERSION leaves the control plane cached)."""
+    return cache_root() / "bin" / f"helm-{versions()['HELM_VERSION']}" / "helm"
+
+
+def helm_missing() -> bool:
+    return not os.access(helm(), os.X_OK)
+
+
 def ensure_built() -> Path:
-    """Build whatever is missing (progress goes to stderr) and return the bin directory."""
-    if missing():
+    """Build whatever is missing, helm too (progress goes to stderr), and return the control plane's bin directory."""
+    if missing() or helm_missing():
         subprocess.run([str(HERE / "build.sh")], check=True, stdout=subprocess.DEVNULL, stderr=sys.stderr)
     return bin_dir()

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the local control plane (etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl,
-# kwok) from the Go module proxy into a cache outside the repository, and reuses what is already there.
+# kwok) and helm (for the chart's tests) from the Go module proxy into a cache outside the repository, and reuses
+# what is already there.
 #
-#   localcluster/build.sh            build what is missing, print the bin directory last
+#   localcluster/build.sh            build what is missing, print the control plane's bin directory last
 #   RESERVOIR_CACHE=/path ...        cache root (default ~/.cache/reservoir)
 #
 # Every version comes from localcluster/versions.env. A binary is written to a temporary name and moved into
@@ -15,8 +16,9 @@ source "$here/versions.env"
 
 cache=${RESERVOIR_CACHE:-$HOME/.cache/reservoir}
 bin="$cache/bin/k8s-$KUBERNETES_VERSION-etcd-$ETCD_VERSION-kwok-$KWOK_VERSION"
+helm_bin="$cache/bin/helm-$HELM_VERSION"  # its own directory: a new helm version leaves the control plane cached
 work="$cache/build"
-mkdir -p "$bin" "$work"
+mkdir -p "$bin" "$helm_bin" "$work"
 export CGO_ENABLED=0 GOFLAGS=-buildvcs=false
 
 log() { printf 'localcluster: %s\n' "$*" >&2; }
@@ -99,5 +101,27 @@ build kwok "$kwok_mod" sigs.k8s.io/kwok/cmd/kwok "-X sigs.k8s.io/kwok/pkg/consts
 for name in kube-apiserver kube-scheduler kube-controller-manager kubectl; do
   build "$name" "$k8s_mod" "k8s.io/kubernetes/cmd/$name" "$k8s_ldflags"
 done
+
+# helm: `go install` of its published module (its go.mod is honoured as is), stamped as helm's own Makefile stamps
+# a release: its version, and the Kubernetes version `helm template` and `helm lint` assume (1.<client-go minor>,
+# from helm's go.mod) instead of the 1.20 a plain build falls back to.
+if [[ -x "$helm_bin/helm" ]]; then
+  log "helm: cached ($helm_bin/helm)"
+else
+  log "helm: building helm.sh/helm/v3/cmd/helm@$HELM_VERSION (about 2-3 minutes on 2 cores)"
+  start=$SECONDS
+  helm_gomod=$(go mod download -json "helm.sh/helm/v3@$HELM_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+  k8s_minor=$(sed -n 's/^[[:space:]]*k8s.io\/client-go v0\.\([0-9]*\)\..*/\1/p' "$helm_gomod")
+  [[ -n $k8s_minor ]] || { log "helm: no k8s.io/client-go version in $helm_gomod"; exit 1; }
+  helm_ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+  for pkg in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
+    helm_ldflags+=" -X $pkg.k8sVersionMajor=1 -X $pkg.k8sVersionMinor=$k8s_minor"
+  done
+  helm_tmp=$(mktemp -d "$helm_bin/.install.XXXXXX")
+  GOBIN="$helm_tmp" go install -trimpath -ldflags "$helm_ldflags" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+  mv "$helm_tmp/helm" "$helm_bin/helm"
+  rmdir "$helm_tmp"
+  log "helm: built in $((SECONDS - start))s"
+fi
 
 echo "$bin"

@@ -54,23 +54,34 @@ class WebhookProcess(ReservoirProcess):
 
     def configurations(self) -> list[dict]:
         """deploy/webhook-configurations.yaml with each clientConfig pointed at this process."""
-        bundle = base64.b64encode((self.dir / "ca-bundle.crt").read_bytes()).decode()
-        out = []
-        for doc in yaml.safe_load_all((REPO / "deploy/webhook-configurations.yaml").read_text()):
-            doc = copy.deepcopy(doc)
-            for hook in doc["webhooks"]:
-                path = hook["clientConfig"]["service"]["path"]
-                hook["clientConfig"] = {"url": f"{self.url}{path}", "caBundle": bundle}
-            out.append(doc)
-        return out
+        return configurations(self.url, (self.dir / "ca-bundle.crt").read_bytes())
 
     def register(self, kubectl: list[str]) -> None:
         """Apply the webhook configurations with kubectl."""
-        subprocess.run([*kubectl, "apply", "--server-side", "--force-conflicts", "-f", "-"],
-                       input=yaml.safe_dump_all(self.configurations()).encode(), check=True, stdout=subprocess.DEVNULL)
+        register(kubectl, self.configurations())
 
     @staticmethod
     def unregister(kubectl: list[str]) -> None:
         for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
             subprocess.run([*kubectl, "delete", kind, CONFIG_NAME, "--ignore-not-found"], check=True,
                            stdout=subprocess.DEVNULL)
+
+
+def configurations(url: str, bundle: bytes | None) -> list[dict]:
+    """deploy/webhook-configurations.yaml with each clientConfig pointed at `url` (https://host:port) and trusting
+    `bundle`; None leaves caBundle out, for a webhook that injects it itself (--manage-certs)."""
+    encoded = {"caBundle": base64.b64encode(bundle).decode()} if bundle is not None else {}
+    out = []
+    for doc in yaml.safe_load_all((REPO / "deploy/webhook-configurations.yaml").read_text()):
+        doc = copy.deepcopy(doc)
+        for hook in doc["webhooks"]:
+            path = hook["clientConfig"]["service"]["path"]
+            hook["clientConfig"] = {"url": f"{url}{path}", **encoded}
+        out.append(doc)
+    return out
+
+
+def register(kubectl: list[str], docs: list[dict]) -> None:
+    """Apply webhook configurations with kubectl (server-side, taking over any field another manager set)."""
+    subprocess.run([*kubectl, "apply", "--server-side", "--force-conflicts", "-f", "-"],
+                   input=yaml.safe_dump_all(docs).encode(), check=True, stdout=subprocess.DEVNULL)

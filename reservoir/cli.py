@@ -11,9 +11,15 @@ import sys
 import traceback
 from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from shared import keys, logs
 from shared.config import ConfigError, load_config
+
+if TYPE_CHECKING:
+    from webhook.certs_secret import SecretSource
+
+WEBHOOK_CONFIGURATION = "reservoir"  # deploy/webhook-configurations.yaml: the Mutating and the Validating one
 
 
 def _check_config(args: argparse.Namespace) -> int:
@@ -30,9 +36,32 @@ def _check_config(args: argparse.Namespace) -> int:
 def _webhook(args: argparse.Namespace) -> int:
     from webhook.main import run
 
-    asyncio.run(run(Path(args.cert_file), Path(args.key_file), args.host, args.port, args.kubeconfig, args.namespace,
-                    impersonate=args.impersonate))
+    files = (args.cert_file, args.key_file)
+    if args.manage_certs == any(files) or any(files) != all(files):
+        print("reservoir webhook: give --cert-file and --key-file, or --manage-certs (not both)", file=sys.stderr)
+        return 2
+    secret = _managed_certs(args) if args.manage_certs else None
+    cert_file, key_file = (Path(args.cert_file), Path(args.key_file)) if args.cert_file else (None, None)
+    asyncio.run(run(cert_file, key_file, args.host, args.port, args.kubeconfig, args.namespace,
+                    impersonate=args.impersonate, secret=secret))
     return 0
+
+
+def _managed_certs(args: argparse.Namespace) -> SecretSource:
+    """--manage-certs: the Secret the webhook serves from, and the elected writer that keeps it and the caBundle."""
+    from certs.manager import CertWriter, Settings
+    from certs.rotation import Subject
+    from shared.duration import parse_duration
+    from shared.kube import own_namespace
+    from webhook.certs_secret import SecretSource
+
+    namespace = args.cert_namespace or own_namespace(keys.NAMESPACE)
+    settings = Settings(
+        secret=args.cert_secret, namespace=namespace,
+        subject=Subject(args.service, namespace, tuple(args.cert_dns), tuple(args.cert_ip)),
+        configurations=tuple(args.webhook_configuration or [WEBHOOK_CONFIGURATION]),
+        validity=parse_duration(args.cert_validity), ca_validity=parse_duration(args.ca_validity))
+    return SecretSource(namespace, args.cert_secret, CertWriter(settings).run)
 
 
 def _certs(args: argparse.Namespace) -> int:
@@ -83,6 +112,15 @@ def _release(args: argparse.Namespace) -> int:
     return 0
 
 
+def _uninstall(args: argparse.Namespace) -> int:
+    from agent.uninstall import Uninstall, run
+
+    _quiet_retries(args)
+    asyncio.run(run(args.kubeconfig, Uninstall(crds=args.crds, leave_install=args.leave_install),
+                    context=args.context, out=lambda line: print(line, flush=True)))
+    return 0
+
+
 def version() -> str:
     """The installed package's version (its metadata), or `unknown` when run from a tree that is not installed."""
     try:
@@ -115,8 +153,29 @@ def build_parser(prog: str = "reservoir") -> argparse.ArgumentParser:
     check.set_defaults(run=_check_config)
 
     webhook = commands.add_parser("webhook", help="run the admission webhook (HTTPS)")
-    webhook.add_argument("--cert-file", required=True, help="serving certificate (re-read when it changes)")
-    webhook.add_argument("--key-file", required=True, help="serving key (re-read when it changes)")
+    webhook.add_argument("--cert-file", default=None, help="serving certificate (re-read when it changes)")
+    webhook.add_argument("--key-file", default=None, help="serving key (re-read when it changes)")
+    managed = webhook.add_argument_group(
+        "certificates kept by the webhook itself (--manage-certs, instead of --cert-file/--key-file)")
+    managed.add_argument("--manage-certs", action="store_true",
+                         help="serve the pair in the --cert-secret Secret, read through the API; one replica, elected "
+                              "by the Lease reservoir-webhook-certs, creates the CA and serving certificate there, "
+                              "injects the CA bundle into the webhook configurations, renews and rotates them")
+    managed.add_argument("--cert-secret", default="reservoir-webhook-tls", help="the Secret (default %(default)s)")
+    managed.add_argument("--cert-namespace", default=None,
+                         help="the Secret's and the Lease's namespace (default: the webhook's own, from the "
+                              f"in-cluster service account, else {keys.NAMESPACE})")
+    managed.add_argument("--service", default="reservoir-webhook",
+                         help="the webhook's Service: the serving certificate's DNS names (default %(default)s)")
+    managed.add_argument("--cert-dns", action="append", default=[], help="another DNS name to serve (repeatable)")
+    managed.add_argument("--cert-ip", action="append", default=[], help="an IP address to serve (repeatable)")
+    managed.add_argument("--webhook-configuration", action="append", default=[], metavar="NAME",
+                         help="the Mutating and ValidatingWebhookConfiguration whose caBundle is kept (repeatable; "
+                              f"default {WEBHOOK_CONFIGURATION}); no other is touched")
+    managed.add_argument("--cert-validity", default="8760h",
+                         help="serving certificate lifetime, a Go duration (default %(default)s); renewed at 2/3")
+    managed.add_argument("--ca-validity", default="87600h",
+                         help="CA lifetime (default %(default)s); rotated at 2/3, the old CA trusted until it expires")
     webhook.add_argument("--host", default="0.0.0.0")
     webhook.add_argument("--port", type=int, default=8443)
     webhook.add_argument("--kubeconfig", default=None, help=KUBECONFIG_HELP)
@@ -162,6 +221,21 @@ def build_parser(prog: str = "reservoir") -> argparse.ArgumentParser:
     release.add_argument("--all", action="store_true", help="every node carrying a Reservoir lock")
     _client_flags(release)
     release.set_defaults(run=_release)
+
+    uninstall = commands.add_parser(
+        "uninstall", help="remove Reservoir: webhook configurations, every lock, then what it installed",
+        description="In this order: the webhook configurations; the agent (its Deployment scaled to 0, its Lease held "
+                    "by this command); every lock on every node (Reservoir's taints, labels and annotations, nothing "
+                    "else); Reservoir's scheduling gates on pods; the placeholder pods; then the namespace "
+                    f"{keys.NAMESPACE}, the cluster-wide RBAC and the placeholders' PriorityClass. Never Volcano's "
+                    "CRDs, Queues or PodGroups. Prints one line per object removed; safe to run again.")
+    uninstall.add_argument("--crds", action="store_true",
+                           help="also delete the Reservation CRD, and with it every Reservation (default: kept)")
+    uninstall.add_argument("--leave-install", action="store_true",
+                           help="stop after the placeholder pods: leave the namespace, RBAC and PriorityClass to the "
+                                "tool that installed them (the Helm chart's pre-delete hook)")
+    _client_flags(uninstall)
+    uninstall.set_defaults(run=_uninstall)
     return parser
 
 

@@ -194,6 +194,15 @@ class ReservationsConfig(_Model):
 
     enabled: bool = True
     gc_grace_period: Duration = Field(timedelta(hours=1), alias="gcGracePeriod")
+    # the image of the placeholder pods holding an Available Reservation's resources (never run on kwok nodes)
+    placeholder_image: str = Field("registry.k8s.io/pause:3.10", alias="placeholderImage", min_length=1,
+                                   max_length=512)
+    # at most this share of the cluster (each dimension of the schedulable nodes' allocatable) is held by
+    # Reservations at once; a Reservation that would pass it stays Pending and says so
+    max_reserved_percent: Annotated[int, Field(ge=0, le=90)] = Field(50, alias="maxReservedPercent")
+    # an owner's handover (its node locked for the Reservation's owners) that has not bound it by then is given up:
+    # the lock goes, the pod keeps its narrowed affinity and waits there like any pod
+    handover_timeout: Duration = Field(timedelta(minutes=2), alias="handoverTimeout")
 
 
 class WebhookConfig(_Model):

@@ -35,9 +35,24 @@ QUEUE_NAMESPACES = f"{DOMAIN}/namespaces"  # Queue annotation: comma-separated n
 # nothing for the guarantee (a Volcano cluster's existing guarantees are Volcano's quota floor). An annotation, since
 # Volcano's Queue schema prunes every spec field it does not declare.
 QUEUE_LOCK_GUARANTEE = f"{DOMAIN}/lock-guarantee"
+# Queue annotations standing in for the seed 002 fields Volcano's Queue schema does not declare (kube-apiserver prunes
+# them); the spec field wins when both are set (shared.views.QueueView). `Best-Effort` or `Guaranteed`:
+QUEUE_GUARANTEE_POLICY = f"{DOMAIN}/guarantee-policy"
+# `spec.guarantee.percentage` as JSON: '{"dimensions": ["cpu", "memory"], "value": 0.5}'
+QUEUE_GUARANTEE_PERCENTAGE = f"{DOMAIN}/guarantee-percentage"
 RESERVATION_AFFINITY = f"{DOMAIN}/reservation-affinity"  # pod annotation naming a Reservation
 KOORDINATOR_RESERVATION_AFFINITY = "scheduling.koordinator.sh/reservation-affinity"
 RESERVATION_ALLOCATED = f"{DOMAIN}/reservation-allocated"  # pod annotation: bound through this Reservation
+# seed 003 placeholders (agent/planner/reservations.py): a pod in Reservoir's namespace, bound to the Reservation's
+# node, requesting what the Reservation still holds. Label value: the Reservation's owner id; annotation: its name.
+PLACEHOLDER = f"{DOMAIN}/placeholder"
+PLACEHOLDER_RESERVATION = f"{DOMAIN}/reservation"
+# the PriorityClass placeholders run at: the highest a user-defined class may have, preemptionPolicy Never, so no
+# ordinary pod can preempt one (preemption evicts only lower priorities); the webhook refuses it outside NAMESPACE
+PLACEHOLDER_PRIORITY_CLASS = "reservoir-placeholder"  # deploy/priorityclass.yaml
+# scheduling gate the webhook gives an owner of an Available Reservation at CREATE: the agent picks its Reservation,
+# narrows its node affinity to that node, frees the reserved resources under a brief lock, then lifts the gate
+HANDOVER_GATE = f"{DOMAIN}/reservation-handover"
 
 # --- Kubernetes' own keys that Reservoir reads ---
 MIRROR_POD = "kubernetes.io/config.mirror"  # pod annotation: a static pod's mirror, owned by the kubelet

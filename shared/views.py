@@ -16,6 +16,7 @@ owner that is not an object is dropped (it could match nothing anyway; shared.ma
 from __future__ import annotations
 
 import functools
+import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -307,6 +308,20 @@ def _runtime(annotations: Mapping[str, str]) -> timedelta | None:
         return None
 
 
+def _unschedulable_since(status: Mapping[str, Any]) -> datetime | None:
+    """When kube-scheduler last found no node for the pod (PodScheduled False, Unschedulable), or None; a condition
+    that is not an object, or a time that is not one, reads as none."""
+    for condition in _array(status.get("conditions"), "status.conditions"):
+        if (isinstance(condition, Mapping) and condition.get("type") == "PodScheduled"
+                and condition.get("status") == "False" and condition.get("reason") == "Unschedulable"):
+            raw = condition.get("lastTransitionTime")
+            try:
+                return parse_time(raw) if isinstance(raw, str) else None
+            except ValueError:
+                return None
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class PodView:
     namespace: str
@@ -334,6 +349,11 @@ class PodView:
     # required node affinity, parsed once (shared.predicates.required_node_affinity); None without one
     required_affinity: NodeAffinity | None = None
     gated: bool = False  # `spec.schedulingGates` non-empty: kube-scheduler does not try to place it (not starving)
+    # among its gates is Reservoir's handover gate (keys.HANDOVER_GATE): an owner of a Reservation waiting for the
+    # agent to hand it over (seed 003, reservations.handovers)
+    handover_gated: bool = False
+    # kube-scheduler found no node for it since then (condition PodScheduled False, reason Unschedulable); None else
+    unschedulable_since: datetime | None = None
 
     @classmethod
     @_readable("Pod")
@@ -377,7 +397,9 @@ class PodView:
             daemon=daemon,
             daemon_node=daemonset_node(spec) if daemon and not spec.get("nodeName") else "",
             required_affinity=required_node_affinity(spec),
-            gated=bool(_array(spec.get("schedulingGates"), "spec.schedulingGates")),
+            gated=bool(gates := _array(spec.get("schedulingGates"), "spec.schedulingGates")),
+            handover_gated=any(isinstance(g, Mapping) and g.get("name") == keys.HANDOVER_GATE for g in gates),
+            unschedulable_since=_unschedulable_since(status),
         )
 
     @property
@@ -473,9 +495,44 @@ def _fraction(value: Any, path: str) -> Fraction | None:
     raise ViewError(f"{path}: expected a number, got {_described(value)}")
 
 
+MAX_ANNOTATION_JSON = 4096  # characters of a JSON annotation read; a percentage naming every dimension fits in 1 KiB
+PERCENTAGE_EXAMPLE = '{"dimensions": ["cpu", "memory"], "value": 0.5}'
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not a JSON number")
+
+
+def parse_percentage_annotation(text: str) -> Mapping[str, Any]:
+    """Seed 002 `spec.guarantee.percentage` in its annotation form, `reservoir.sh/guarantee-percentage` (Volcano's Queue
+    schema prunes the field): the same object written as JSON, `{"dimensions": ["cpu", "memory"], "value": 0.5}`.
+    Returns the object with its fields unchecked (the caller reads or validates them as it does the field's); raises
+    ValueError, quoting the value and giving the form, when the text is not a JSON object (NaN and Infinity are not
+    JSON; more than MAX_ANNOTATION_JSON characters, or nesting too deep to parse, is refused, never a crash)."""
+    if len(text) > MAX_ANNOTATION_JSON:
+        problem = f"longer than {MAX_ANNOTATION_JSON} characters"
+    else:
+        try:
+            parsed = json.loads(text, parse_constant=_not_json)
+        except RecursionError:
+            problem = "nested too deep"
+        except ValueError as err:  # json.JSONDecodeError is one
+            problem = f"not JSON ({err})"
+        else:
+            if isinstance(parsed, Mapping):
+                return parsed
+            problem = "not a JSON object"
+    raise ValueError(f"{_described(text)} is {problem}: expected a JSON object such as {PERCENTAGE_EXAMPLE}")
+
+
+def _annotation_path(key: str) -> str:
+    return f'metadata.annotations["{key}"]'
+
+
 @dataclass(frozen=True, slots=True)
 class Guarantee:
-    """Queue `spec.guarantee` (seed 002)."""
+    """Queue `spec.guarantee` (seed 002), each field from the spec or, where Volcano's schema prunes it, from its
+    annotation (QueueView.from_obj)."""
 
     policy: str = "Best-Effort"
     resource: Resources = EMPTY
@@ -519,27 +576,46 @@ class QueueView:
     @classmethod
     @_readable("Queue")
     def from_obj(cls, obj: Mapping[str, Any]) -> QueueView:
+        """The Queue's fields; those Volcano's Queue schema does not declare (kube-apiserver prunes them) are read from
+        their annotation when the spec lacks them, the spec field winning when both are set (it is what Reservoir's
+        own CRD declares; the webhook warns that the annotation is ignored):
+
+            spec.priorityClassName         reservoir.sh/priority-class         (QueueView.class_name)
+            spec.guarantee.policy          reservoir.sh/guarantee-policy       Best-Effort | Guaranteed
+            spec.guarantee.percentage      reservoir.sh/guarantee-percentage   the same object as JSON
+
+        An annotation is read as strictly as its field: an unreadable percentage makes the Queue unreadable (ViewError
+        naming the annotation), an empty annotation counts as absent."""
         meta = _meta(obj)
         spec = _mapping(obj.get("spec"), "spec")
+        annotations = _strings(meta.get("annotations"), "metadata.annotations")
         raw = _mapping(spec.get("guarantee"), "spec.guarantee")
+        policy = _text(raw.get("policy"), "spec.guarantee.policy") or annotations.get(keys.QUEUE_GUARANTEE_POLICY, "")
+        where, written = "spec.guarantee.percentage", raw.get("percentage")
+        if written is None and annotations.get(keys.QUEUE_GUARANTEE_PERCENTAGE):
+            where = _annotation_path(keys.QUEUE_GUARANTEE_PERCENTAGE)
+            try:
+                written = parse_percentage_annotation(annotations[keys.QUEUE_GUARANTEE_PERCENTAGE])
+            except ValueError as err:
+                raise ViewError(f"{where}: {err}") from None
         guarantee = None
-        if raw.get("resource") or raw.get("percentage") or raw.get("policy"):
-            percentage = _mapping(raw.get("percentage"), "spec.guarantee.percentage")
-            dimensions = _array(percentage.get("dimensions"), "spec.guarantee.percentage.dimensions")
+        if raw.get("resource") or written or policy:
+            percentage = _mapping(written, where)
+            dimensions = _array(percentage.get("dimensions"), f"{where}.dimensions")
             if not all(isinstance(d, str) for d in dimensions):
-                raise ViewError("spec.guarantee.percentage.dimensions: expected a list of strings")
+                raise ViewError(f"{where}.dimensions: expected a list of strings")
             guarantee = Guarantee(
-                policy=_text(raw.get("policy"), "spec.guarantee.policy", "Best-Effort"),
+                policy=policy or "Best-Effort",
                 resource=_resources(raw.get("resource"), "spec.guarantee.resource"),
                 percentage_dimensions=tuple(dimensions),
-                percentage_value=_fraction(percentage.get("value"), "spec.guarantee.percentage.value"),
+                percentage_value=_fraction(percentage.get("value"), f"{where}.value"),
             )
         status = _mapping(obj.get("status"), "status")
         reservation = status.get("reservation")
         return cls(
             name=_text(meta.get("name"), "metadata.name"),
             uid=_text(meta.get("uid"), "metadata.uid"),
-            annotations=_strings(meta.get("annotations"), "metadata.annotations"),
+            annotations=annotations,
             weight=_integer(spec.get("weight"), "spec.weight", 1) or 1,
             priority=None if spec.get("priority") is None else _integer(spec.get("priority"), "spec.priority", 0),
             priority_class_name=_text(spec.get("priorityClassName"), "spec.priorityClassName"),

@@ -8,13 +8,14 @@ watch caches.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from shared import keys
 from shared.entitlement import Entitlement, entitlement
 from shared.jsonpatch import Op, add, pointer
+from shared.keys import LockKind, owner_kind
 from shared.matching import label_selector_matches
 from shared.ownership import (
     podgroup_of,
@@ -204,9 +205,10 @@ def required_reservations(annotations: Mapping[str, str], lookup: Lookup,
 
 
 def mutate_pod(pod: Mapping[str, Any], namespace: str, lookup: Lookup) -> Mutation:
-    """DESIGN section 3, mutating pod CREATE, steps 1-5 in order: 1 and 2 for every pod; then 3 and 4 (the locks
-    the pod is entitled to), or 5 instead for a pod exempt from locks. Seed 004 (step 1, and windows in step 3),
-    seed 001 (step 2), seed 003 (Reservations in steps 3 and 4), seed 000 (BestEffort pods in step 5)."""
+    """DESIGN section 3, mutating pod CREATE, steps 1-6 in order: 1 and 2 for every pod; then 3, 4 and 6 (the locks
+    the pod is entitled to, and the handover gate of a Reservation's owner), or 5 instead for a pod exempt from
+    locks. Seed 004 (step 1, and windows in step 3), seed 001 (step 2), seed 003 (Reservations in steps 3, 4 and 6),
+    seed 000 (BestEffort pods in step 5)."""
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
     annotations = dict(meta.get("annotations") or {})
@@ -245,7 +247,28 @@ def mutate_pod(pod: Mapping[str, Any], namespace: str, lookup: Lookup) -> Mutati
     if affinity_ops:
         reasons.append("node affinity to its locked nodes" + (" (required: named reservation)" if required else ""))
     ops += affinity_ops
-    return Mutation(ops, warnings, reasons)
+    gate_ops = handover_gate(spec, owners, lookup)  # 6
+    if gate_ops:
+        reasons.append("held for its Reservation's handover")
+    return Mutation(ops + gate_ops, warnings, reasons)
+
+
+def handover_gate(spec: Mapping[str, Any], owners: Sequence[str], lookup: Lookup) -> list[Op]:
+    """Step 6, seed 003: an owner of an Available Reservation (step 3) that is not bound yet is held by the scheduling
+    gate keys.HANDOVER_GATE, so the agent can hand the reserved resources over to it (agent/planner/reservations.py);
+    not when Reservations are disabled or the config is a dry run (the agent would only lift the gate). A gate can
+    only be given at creation."""
+    config = lookup.grounds.config
+    if spec.get("nodeName") or not config.reservations.enabled or config.dry_run:
+        return []
+    if not any(owner_kind(owner) is LockKind.RESERVATION for owner in owners):
+        return []
+    gates = spec.get("schedulingGates")
+    if isinstance(gates, list) and any(isinstance(g, Mapping) and g.get("name") == keys.HANDOVER_GATE for g in gates):
+        return []
+    gate = {"name": keys.HANDOVER_GATE}
+    return [add("/spec/schedulingGates/-", gate) if isinstance(gates, list) and gates
+            else add("/spec/schedulingGates", [gate])]
 
 
 def mutate_podgroup(podgroup: Mapping[str, Any], lookup: Lookup) -> Mutation:

@@ -30,6 +30,7 @@ from shared.entitlement import Entitlement, unentitled
 from shared.quantity import QuantityError, format_quantity, to_int
 from shared.resources import PODS, Resources, pod_requests
 from shared.timestamps import parse_time
+from shared.views import PERCENTAGE_EXAMPLE, parse_percentage_annotation
 from webhook.admission import POD_SPEC, shown
 from webhook.mutate import parse_reservation_affinity
 
@@ -39,6 +40,9 @@ OWNER_FIELDS = ("object", "controller", "labelSelector")
 _STANDARD_RESOURCES = {"cpu", "memory", "ephemeral-storage", "pods", "storage"}
 MAX_RESOURCE_NAME = 253 + 1 + 63  # a DNS subdomain prefix, "/", a name
 MAX_RESOURCES = 128  # names in one ResourceList: a cluster has a handful of resources, extended ones included
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+MAX_DNS_SUBDOMAIN = 253
+PERCENTAGE_FIELDS = ("dimensions", "value")
 _PREFIXED_RESOURCE = re.compile(
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 )
@@ -78,6 +82,10 @@ class FieldPath:
 SPEC = FieldPath("spec")
 ANNOTATIONS = FieldPath("metadata.annotations")
 DATA = FieldPath("data")
+# the Queue annotations standing in for fields Volcano's Queue schema prunes (shared.views.QueueView.from_obj)
+PRIORITY_CLASS_ANNOTATION = ANNOTATIONS.key(keys.QUEUE_PRIORITY_CLASS)
+POLICY_ANNOTATION = ANNOTATIONS.key(keys.QUEUE_GUARANTEE_POLICY)
+PERCENTAGE_ANNOTATION = ANNOTATIONS.key(keys.QUEUE_GUARANTEE_PERCENTAGE)
 
 
 def invalid(path: FieldPath, value: Any, expected: str) -> str:
@@ -291,6 +299,65 @@ def _validate_lock_guarantee(path: FieldPath, annotations: Mapping[str, Any], gu
     return []
 
 
+def _validate_percentage_annotation(path: FieldPath, text: Any) -> list[str]:
+    """Seed 002 `spec.guarantee.percentage` in its annotation form (`reservoir.sh/guarantee-percentage`, for Volcano's
+    Queue schema): the same object as JSON, checked as the field is (value in [0, 1], known dimensions), and no key
+    but dimensions and value (a misspelt key would otherwise be dropped unseen)."""
+    if text is None:
+        return []
+    if not isinstance(text, str):
+        return [invalid(path, text, f"expected a JSON object such as {PERCENTAGE_EXAMPLE}")]
+    try:
+        percentage = parse_percentage_annotation(text)
+    except ValueError as err:
+        return [unreadable(path, err)]
+    unknown = sorted(str(name) for name in percentage if name not in PERCENTAGE_FIELDS)
+    problems = [f"{path} has unknown keys {shown(unknown)}: expected only dimensions and value, as in "
+                f"{PERCENTAGE_EXAMPLE}"] if unknown else []
+    return problems + _validate_percentage(path, percentage)
+
+
+def _validate_priority_class_name(path: FieldPath, name: Any) -> list[str]:
+    """Seed 001: a Queue's PriorityClass (`spec.priorityClassName`, or the annotation `reservoir.sh/priority-class` for
+    Volcano's Queue schema), when set, is a name a PriorityClass can have: a DNS subdomain."""
+    if name is None or name == "" or (isinstance(name, str) and len(name) <= MAX_DNS_SUBDOMAIN
+                                      and _DNS_SUBDOMAIN.match(name)):
+        return []
+    return [invalid(path, name, "expected the name of a PriorityClass (lowercase letters, digits, '-' and '.', at most "
+                                f"{MAX_DNS_SUBDOMAIN} characters) such as high-priority")]
+
+
+def _ignored_annotation(path: FieldPath, value: Any, field_path: FieldPath, field_value: Any,
+                        warnings: list[str]) -> None:
+    """An annotation standing in for a field, and the field itself, both set and different: the field wins
+    (shared.views.QueueView.from_obj); `warnings` says so."""
+    if value not in (None, "") and field_value not in (None, "") and value != field_value:
+        warnings.append(f"{path} ({shown(value)}) is ignored: {field_path} ({shown(field_value)}) is set and wins; "
+                        "remove one of them")
+
+
+def _validate_queue_annotations(annotations: Mapping[str, Any], spec: Mapping[str, Any],
+                                warnings: list[str]) -> list[str]:
+    """The Queue annotations that stand in for fields Volcano's Queue schema does not declare, each checked as its
+    field is: `reservoir.sh/priority-class` (spec.priorityClassName), `reservoir.sh/guarantee-policy`
+    (spec.guarantee.policy), `reservoir.sh/guarantee-percentage` (spec.guarantee.percentage, as JSON); one set beside
+    its field, differently, is let in with a warning that the field wins."""
+    guarantee = spec.get("guarantee")
+    guarantee = guarantee if isinstance(guarantee, Mapping) else {}
+    policy, text = annotations.get(keys.QUEUE_GUARANTEE_POLICY), annotations.get(keys.QUEUE_GUARANTEE_PERCENTAGE)
+    problems = _validate_priority_class_name(PRIORITY_CLASS_ANNOTATION, annotations.get(keys.QUEUE_PRIORITY_CLASS))
+    problems += _validate_guarantee_policy(POLICY_ANNOTATION, policy)
+    problems += _validate_percentage_annotation(PERCENTAGE_ANNOTATION, text)
+    _ignored_annotation(PRIORITY_CLASS_ANNOTATION, annotations.get(keys.QUEUE_PRIORITY_CLASS),
+                        SPEC.child("priorityClassName"), spec.get("priorityClassName"), warnings)
+    _ignored_annotation(POLICY_ANNOTATION, policy, SPEC.child("guarantee").child("policy"), guarantee.get("policy"),
+                        warnings)
+    if text and guarantee.get("percentage") is not None:
+        warnings.append(f"{PERCENTAGE_ANNOTATION} is ignored: {SPEC.child('guarantee').child('percentage')} is set "
+                        "and wins; remove one of them")
+    return problems
+
+
 def _validate_percentage(path: FieldPath, percentage: Any) -> list[str]:
     """Seed 002: `spec.guarantee.percentage`, when set: its value and its dimensions."""
     if percentage is None:
@@ -342,12 +409,22 @@ def _guaranteed(queue: Mapping[str, Any] | None) -> Resources:
     return _validate_resource_list(FieldPath(""), resource)[0] or Resources()
 
 
+_NEEDS = ("give at least one (where Volcano's Queue schema prunes spec.guarantee.percentage, the percentage is the "
+          f"annotation {keys.QUEUE_GUARANTEE_PERCENTAGE}: '{PERCENTAGE_EXAMPLE}')")
+
+
 def _validate_guarantee(path: FieldPath, guarantee: Any, spec: Mapping[str, Any], capability: Resources | None,
-                        cluster: Resources | None, before: Resources, warnings: list[str]) -> list[str]:
+                        cluster: Resources | None, before: Resources, warnings: list[str],
+                        annotations: Mapping[str, Any]) -> list[str]:
     """Seed 002: `spec.guarantee`, when set: policy, percentage, resource (one of percentage and resource at
-    least), resource <= capability (`capability`, parsed from `spec`) and resource <= `cluster` where it is raised
-    above `before`."""
+    least, the percentage perhaps its annotation), resource <= capability (`capability`, parsed from `spec`) and
+    resource <= `cluster` where it is raised above `before`. A guarantee policy annotation with no guarantee at all
+    needs a resource or percentage as `spec.guarantee.policy` does."""
+    annotated = bool(annotations.get(keys.QUEUE_GUARANTEE_PERCENTAGE))
     if guarantee is None:
+        if annotations.get(keys.QUEUE_GUARANTEE_POLICY) and not annotated:
+            return [f"{POLICY_ANNOTATION} sets a policy for no guarantee: it needs spec.guarantee.resource and/or a "
+                    f"percentage: {_NEEDS}"]
         return []
     if not isinstance(guarantee, Mapping):
         return [f"{path} must be an object with policy, percentage and/or resource, not {shown(guarantee)}"]
@@ -357,8 +434,8 @@ def _validate_guarantee(path: FieldPath, guarantee: Any, spec: Mapping[str, Any]
     resource_path = path.child("resource")
     resource, resource_problems = _validate_resource_list(resource_path, guarantee.get("resource"))
     problems += resource_problems
-    if percentage is None and not resource:
-        problems.append(f"{path} needs resource and/or percentage: give at least one")
+    if percentage is None and not resource and not annotated:
+        problems.append(f"{path} needs resource and/or percentage: {_NEEDS}")
     if resource and capability:
         problems += _validate_within_capability(resource_path, resource, guarantee["resource"],
                                                 SPEC.child("capability"), capability, spec["capability"])
@@ -374,15 +451,21 @@ def validate_queue(queue: Mapping[str, Any], cluster: Resources | None = None,
     <= `cluster` (the schedulable nodes' allocatable, when the webhook knows any node) where an UPDATE (`old`: the
     Queue before it) does not lower or keep it; Volcano's `spec.capability` and `spec.deserved` are ResourceLists;
     the opt-in annotation `reservoir.sh/lock-guarantee` is "true" or "false" (a guarantee without "true": a
-    warning)."""
+    warning). Seed 001: the queue's PriorityClass is a PriorityClass name. The annotations standing in for the fields
+    Volcano's Queue schema prunes (priority class, guarantee policy and percentage) are checked as their fields are."""
     spec = _spec(queue)
+    annotations = _annotations(queue)
     capability, problems = _validate_resource_list(SPEC.child("capability"), spec.get("capability"))
     problems += _validate_resource_list(SPEC.child("deserved"), spec.get("deserved"))[1]
+    problems += _validate_priority_class_name(SPEC.child("priorityClassName"), spec.get("priorityClassName"))
     warnings: list[str] = []
     problems += _validate_guarantee(SPEC.child("guarantee"), spec.get("guarantee"), spec, capability, cluster,
-                                    _guaranteed(old), warnings)
-    problems += _validate_lock_guarantee(ANNOTATIONS.key(keys.QUEUE_LOCK_GUARANTEE), _annotations(queue),
-                                         spec.get("guarantee"), warnings)
+                                    _guaranteed(old), warnings, annotations)
+    problems += _validate_queue_annotations(annotations, spec, warnings)
+    guaranteed = spec.get("guarantee") if spec.get("guarantee") is not None else (
+        annotations.get(keys.QUEUE_GUARANTEE_PERCENTAGE) or annotations.get(keys.QUEUE_GUARANTEE_POLICY) or None)
+    problems += _validate_lock_guarantee(ANNOTATIONS.key(keys.QUEUE_LOCK_GUARANTEE), annotations, guaranteed,
+                                         warnings)
     what = _name(queue, "Queue")
     return _verdict(what, problems, [f"{what}: {warning}" for warning in warnings])
 
@@ -515,5 +598,10 @@ def validate_pod_locks(pod: Mapping[str, Any], namespace: str, rights: Entitleme
     """A pod that carries a `reservoir.sh/lock` toleration, an empty-key `Exists` toleration, or a `spec.nodeName` on
     a locked node that it is not entitled to (shared.entitlement) is refused, naming the toleration or the node, the
     owner and why. This check fails closed; the webhook configuration sends it only the pods that carry such a
-    thing (matchConditions), so every other pod is untouched by it."""
-    return _verdict(_name(pod, "Pod"), unentitled(pod, namespace, rights, lock_of_node))
+    thing (matchConditions), so every other pod is untouched by it. A pod at the `reservoir-placeholder` PriorityClass
+    (seed 003) outside Reservoir's namespace is refused too: that class is for the placeholders no pod may preempt."""
+    problems = unentitled(pod, namespace, rights, lock_of_node)
+    if _spec(pod).get("priorityClassName") == keys.PLACEHOLDER_PRIORITY_CLASS and namespace != keys.NAMESPACE:
+        problems.append(f"spec.priorityClassName: {keys.PLACEHOLDER_PRIORITY_CLASS!r} is the class of Reservoir's "
+                        "Reservation placeholders, which no pod may preempt; choose another PriorityClass")
+    return _verdict(_name(pod, "Pod"), problems)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -267,6 +268,48 @@ class ReservationStatus:
         }
 
 
+def placeholder_name(owner: str, requests: Resources) -> str:
+    """A placeholder pod's name: `reservoir-<Reservation owner id>-<6 hex of its requests>`. The size is in the name
+    because a pod's requests cannot change: a placeholder resized is a new pod beside the old one's deletion."""
+    sized = json.dumps(requests.to_quantities(), sort_keys=True, separators=(",", ":"))
+    return f"reservoir-{owner}-{hashlib.sha256(sized.encode()).hexdigest()[:6]}"
+
+
+@dataclass(frozen=True)
+class Placeholder:
+    """Seed 003 (DESIGN 1, "Reserved amount"): the pod that holds what an Available Reservation still reserves on its
+    node, so kube-scheduler sees it used and every other pod may use the rest of the node."""
+
+    reservation: str
+    reservation_uid: str
+    owner: str  # the Reservation's owner id (the PLACEHOLDER label's value)
+    node: str
+    requests: Resources
+
+    @property
+    def name(self) -> str:
+        return placeholder_name(self.owner, self.requests)
+
+
+@dataclass(frozen=True)
+class Handover:
+    """Seed 003: the next step of one owner pod held by Reservoir's scheduling gate (keys.HANDOVER_GATE). With a
+    `node`, the writer narrows the pod's required node affinity to that node and adds `tolerate`, then lifts the gate;
+    without, it only lifts the gate (the pod is scheduled as usual)."""
+
+    namespace: str
+    name: str
+    uid: str
+    reservation: str
+    node: str = ""
+    tolerate: tuple[dict[str, str], ...] = ()
+    reason: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
 @dataclass(frozen=True)
 class Repair:
     """DESIGN section 4 "Repair": a pending pod that a lock is held for but that lacks its toleration (created while
@@ -292,6 +335,9 @@ class Plan:
     guarantees: Sequence[QueueGuaranteeStatus] = ()  # per queue with a guarantee
     reservations: Sequence[ReservationStatus] = ()  # per Reservation
     repairs: Sequence[Repair] = ()  # pods to give the lock tolerations they lack, by (namespace, name)
+    # seed 003: every placeholder pod there should be (the writer creates the missing, deletes the others)
+    placeholders: Sequence[Placeholder] = ()
+    handovers: Sequence[Handover] = ()  # seed 003: gated owner pods to hand over or let go, oldest first
     # node -> Reservoir's annotations (other than the lock's) to write there, text or None to remove, only where the
     # node differs: seed 000's `reservoir.sh/lock-expired` (starvation.lock_cooldowns)
     node_marks: Mapping[str, Mapping[str, str | None]] = field(default_factory=dict)

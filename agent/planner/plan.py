@@ -53,7 +53,7 @@ def plan(snapshot: Snapshot, config: ReservoirConfig, now: datetime,
         locks.update(result.locks)
         statuses += result.statuses
         notes += [tagged(policy, note) for note in result.notes]
-        context = context.after(result.locks)
+        context = context.after(result.locks, result.uncounted)
     locks, refused = guard_locks(locks, context.states)
     notes += refused
     repairs = plan_repairs(jobs=context.jobs, pods=snapshot.pods, locks=locks, statuses=statuses.reservations,
@@ -62,6 +62,7 @@ def plan(snapshot: Snapshot, config: ReservoirConfig, now: datetime,
     return Plan(locks=locks, jobs=list(statuses.jobs), windows=list(statuses.windows), notes=notes,
                 queues=list(context.scores), guarantees=list(statuses.guarantees),
                 reservations=list(statuses.reservations), repairs=repairs, states=context.states,
+                placeholders=list(statuses.placeholders), handovers=list(statuses.handovers),
                 node_marks=context.cooldowns.marks, runtimes=context.runtimes, wake_at=wake_at)
 
 

@@ -17,8 +17,10 @@ from typing import Protocol
 from agent.planner.capacity import NodeState
 from agent.planner.jobs import Job
 from agent.planner.model import (
+    Handover,
     JobStatus,
     Lock,
+    Placeholder,
     QueueGuaranteeStatus,
     QueueScore,
     ReservationStatus,
@@ -69,11 +71,12 @@ class PlanContext:
     cooldowns: Cooldowns = Cooldowns()  # seed 000 lock cool-downs (starvation.lock_cooldowns), read once per plan
     runtimes: RuntimeMemo = field(default_factory=dict)  # reserve.with_group_runtimes' memo, for the next plan
 
-    def after(self, locks: Mapping[str, Lock]) -> PlanContext:
-        """The context of whatever plans next: `locks`' nodes taken, their count off the budget."""
+    def after(self, locks: Mapping[str, Lock], uncounted: frozenset[str] = frozenset()) -> PlanContext:
+        """The context of whatever plans next: `locks`' nodes taken, their count (but `uncounted`'s) off the budget."""
         if not locks:
             return self
-        return replace(self, taken=self.taken | locks.keys(), budget=self.budget - len(locks))
+        return replace(self, taken=self.taken | locks.keys(),
+                       budget=self.budget - len(locks.keys() - uncounted))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,11 +87,14 @@ class Statuses:
     guarantees: tuple[QueueGuaranteeStatus, ...] = ()
     windows: tuple[WindowStatus, ...] = ()
     jobs: tuple[JobStatus, ...] = ()
+    placeholders: tuple[Placeholder, ...] = ()  # seed 003
+    handovers: tuple[Handover, ...] = ()  # seed 003
 
     def __add__(self, other: Statuses) -> Statuses:
         return Statuses(reservations=self.reservations + other.reservations,
                         guarantees=self.guarantees + other.guarantees, windows=self.windows + other.windows,
-                        jobs=self.jobs + other.jobs)
+                        jobs=self.jobs + other.jobs, placeholders=self.placeholders + other.placeholders,
+                        handovers=self.handovers + other.handovers)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,6 +109,8 @@ class PolicyResult:
     # crossing the starvation threshold, a lock reaching maxLockDuration, a cool-down ending, a window's range
     # starting or ending); None when none is due. Nothing in the cluster changes then, so the agent wakes for it.
     wake_at: datetime | None = None
+    # nodes among `locks` whose lock does not count in maxLockedNodePercent (a Reservation's brief handover lock)
+    uncounted: frozenset[str] = frozenset()
 
 
 def earliest(*moments: datetime | None) -> datetime | None:

@@ -112,7 +112,7 @@ async def _world(kit: Kit, config: str) -> AsyncIterator[World]:
 
 @pytest.fixture
 async def reservation_world(kit: Kit) -> AsyncIterator[World]:
-    async for world in _world(kit, QUEUE_CONFIG + "reservations: {gcGracePeriod: 4s}\n"):
+    async for world in _world(kit, QUEUE_CONFIG + "reservations: {gcGracePeriod: 4s, maxReservedPercent: 90}\n"):
         yield world
 
 
@@ -229,7 +229,8 @@ async def _created_and_kept_off(world: World, body: dict[str, Any], node: str, o
 
 async def _team_b_reservation(world: World, name: str, node: str) -> str:
     """A Reservation of 3 cpu on `node` for team-b's pods labelled team=b, made by the admin; waits until the agent
-    has made it Available and locked `node` for it. Returns its owner id."""
+    has made it Available and its placeholder holds the 3 cpu on `node` (seed 003: the Reservation holds its resources,
+    not its node). Returns its owner id."""
     kit = world.admin
     await kit.raw("POST", RESERVATIONS, body={
         "apiVersion": f"{keys.RESERVATION_GROUP}/{keys.RESERVATION_VERSION}", "kind": "Reservation",
@@ -242,10 +243,24 @@ async def _team_b_reservation(world: World, name: str, node: str) -> str:
 
     async def available() -> bool:
         obj = await kit.raw("GET", f"{RESERVATIONS}/{name}")
-        return (obj.get("status") or {}).get("phase") == "Available" and (
-            await locked_nodes(kit, [node])).get(node) == owner
-    await kit.wait_for(available, what=f"Reservation {name} Available and {node} locked for it", timeout=30)
+        return (obj.get("status") or {}).get("phase") == "Available" and await _held(kit, node, owner)
+    await kit.wait_for(available, what=f"Reservation {name} Available and its placeholder on {node}", timeout=30)
     return owner
+
+
+async def _held(kit: Kit, node: str, owner: str) -> bool:
+    """The placeholder of Reservation owner `owner` stands on `node`, holding 3 cpu."""
+    pods = await kit.raw("GET", f"/api/v1/namespaces/{keys.NAMESPACE}/pods?labelSelector={keys.PLACEHOLDER}={owner}")
+    return any(p["spec"].get("nodeName") == node and not p["metadata"].get("deletionTimestamp")
+               and p["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "3"} for p in pods["items"])
+
+
+async def _reserved_untouched(world: World, node: str, owner: str) -> None:
+    """The Reservation's capacity: its placeholder still holds it on `node`, no team-a pod bound there."""
+    assert await _held(world.admin, node, owner), f"the placeholder of {owner} no longer holds its cpu on {node}"
+    pods = (await world.admin.raw("GET", f"/api/v1/namespaces/{TEAM_A}/pods"))["items"]
+    on_node = [p["metadata"]["name"] for p in pods if p["spec"].get("nodeName") == node]
+    assert not on_node, f"team-a pods bound on {node}, reserved for {owner}: {on_node}"
 
 
 # --- 1. naming someone else's Reservation ---
@@ -280,14 +295,19 @@ async def test_naming_another_teams_reservation_grants_nothing(kit: Kit, reserva
                                           lambda p: _unschedulable(p) or bool(p["spec"].get("nodeName")),
                                           "scheduled or Unschedulable", timeout=20)
         assert not pod["spec"].get("nodeName"), f"the stranger was bound on {pod['spec']['nodeName']}"
-        await _untouched(world, "rsv-node", owner)
+        assert not pod["spec"].get("schedulingGates"), "a stranger is not held for a handover"
+        await _reserved_untouched(world, "rsv-node", owner)
 
     # an empty selector names every Reservation: refused
     every = world.tenant.pod_body("stranger-all", {"cpu": "2"},
                                   annotations={keys.RESERVATION_AFFINITY: json.dumps({"reservationSelector": {}})})
     message = await _refused(world, every, "reservationSelector")
     assert keys.RESERVATION_AFFINITY in message or keys.KOORDINATOR_RESERVATION_AFFINITY in message, message
-    await _untouched(world, "rsv-node", owner)
+    await _reserved_untouched(world, "rsv-node", owner)
+    # nor may a tenant run its pods at the placeholders' PriorityClass, which nothing can preempt
+    await _refused(world, world.tenant.pod_body("unpreemptible", {"cpu": "1"},
+                                                extra_spec={"priorityClassName": keys.PLACEHOLDER_PRIORITY_CLASS}),
+                   "spec.priorityClassName", keys.PLACEHOLDER_PRIORITY_CLASS)
 
 
 # --- 2. a hand-written reservation-allocated annotation ---
@@ -295,7 +315,7 @@ async def test_naming_another_teams_reservation_grants_nothing(kit: Kit, reserva
 async def test_a_forged_allocated_annotation_does_not_end_someone_elses_reservation(
         kit: Kit, reservation_world: World) -> None:
     """A finished tenant pod on the Reservation's node that says it was allocated through it: the Reservation
-    (allocateOnce) stays Available, its node stays locked, and no one is recorded as its owner."""
+    (allocateOnce) stays Available, its placeholder stays, and no one is recorded as its owner."""
     world = reservation_world
     await kit.create_node("rsv-node", {"cpu": "4", "memory": "16Gi"})
     await spare_node(kit)
@@ -323,7 +343,7 @@ async def test_a_forged_allocated_annotation_does_not_end_someone_elses_reservat
         assert status.get("phase") == "Available", (
             f"Reservation {name} went {status.get('phase')} on a forged annotation: {status}")
         assert not status.get("currentOwners"), f"a stranger recorded as owner of {name}: {status['currentOwners']}"
-        assert (await locked_nodes(kit, ["rsv-node"])).get("rsv-node") == owner, "rsv-node was released"
+        assert await _held(kit, "rsv-node", owner), "the Reservation's placeholder was released"
         await asyncio.sleep(0.5)
 
 

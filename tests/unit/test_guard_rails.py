@@ -172,17 +172,18 @@ def test_a_lock_on_a_node_that_became_not_ready_or_control_plane_is_released() -
     assert set(result.locks) == {"n1"}
 
 
-def test_a_placed_reservation_loses_its_lock_when_its_node_goes_not_ready() -> None:
+def test_a_waiting_reservation_loses_its_drain_lock_when_its_node_goes_not_ready() -> None:
     reservation = ReservationView.from_obj({
         "metadata": {"name": "r1", "creationTimestamp": stamp(NOW - timedelta(minutes=10))},
         "spec": {"template": {"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}},
-                 "owners": [{"labelSelector": {"matchLabels": {"app": "owner"}}}], "ttl": "0s"},
-        "status": {"phase": "Available", "nodeName": "n1"}})
+                 "owners": [{"labelSelector": {"matchLabels": {"app": "owner"}}}], "ttl": "0s", "preAllocation": True},
+        "status": {"phase": "Waiting", "nodeName": "n1"}})
     config = load_config("starvation: {enabled: false}\nmaxLockedNodePercent: 50")
+    full = [pod(f"run-{i}", node_name="n1") for i in range(4)]
     nodes = [node("n1"), node("n2")]
-    assert set(plan(snapshot(nodes, [], reservations=[reservation]), config, NOW).locks) == {"n1"}
+    assert set(plan(snapshot(nodes, full, reservations=[reservation]), config, NOW).locks) == {"n1"}
     nodes = [node("n1", ready="False"), node("n2"), node("n3")]
-    result = plan(snapshot(nodes, [], reservations=[reservation]), config, NOW)
+    result = plan(snapshot(nodes, full, reservations=[reservation]), config, NOW)
     assert "n1" not in result.locks
     assert any(n.startswith("policy=guard node=n1 decision=no-lock") and "NotReady" in n for n in result.notes)
 
@@ -210,8 +211,8 @@ def test_max_locked_node_percent_is_at_most_90_so_some_node_always_stays_unlocke
                  "owners": [{"labelSelector": {"matchLabels": {"app": "owner"}}}]}})
     result = plan(snapshot([node("n1")], [], [guaranteed_queue("4")], [reservation]), load_config(GUARANTEED), NOW)
     assert result.locks == {}
-    (placed,) = result.reservations
-    assert placed.phase == "Pending" and placed.message == "maxLockedNodePercent leaves no node to lock"
+    (placed,) = result.reservations  # a Reservation takes no lock to hold what it reserves (seed 003, placeholders)
+    assert (placed.phase, placed.node) == ("Pending", "n1") and [p.node for p in result.placeholders] == ["n1"]
     (gold,) = result.guarantees
     assert gold.nodes == () and gold.reason == "needs 1 nodes, 0 left within maxLockedNodePercent"
 

@@ -60,7 +60,8 @@ def reservation(name: str, *, unschedulable: bool = False) -> ReservationView:
     return ReservationView.from_obj({
         "metadata": {"name": name, "uid": f"uid-{name}", "creationTimestamp": stamp(NOW - timedelta(minutes=1))},
         "spec": {"template": {"spec": {"containers": [{"name": "r", "resources": {"requests": {"cpu": "2"}}}]}},
-                 "owners": [{"labelSelector": {"matchLabels": {"app": "owner"}}}], "unschedulable": unschedulable}})
+                 "owners": [{"labelSelector": {"matchLabels": {"app": "owner"}}}], "unschedulable": unschedulable},
+        "status": {"phase": "Available", "nodeName": "n1"}})
 
 
 RESERVING = load_config("maxLockedNodePercent: 90\nstarvation: {enabled: false}")

@@ -20,7 +20,7 @@ from shared.tolerations import lock_toleration
 from shared.views import OwnerRef, PodView, ReservationView
 from tests.builders import NOW, node, pod, snap
 
-RESERVING = load_config("maxLockedNodePercent: 90\nstarvation: {enabled: false}")
+RESERVING = load_config("maxLockedNodePercent: 90\nstarvation: {enabled: false}\nreservations: {maxReservedPercent: 90}")
 WINDOWS = load_config("""
 maxLockedNodePercent: 90
 starvation: {enabled: false}
@@ -49,7 +49,7 @@ def repairs_of(pods: list[PodView], locks: dict[str, Lock], *, config=WINDOWS, w
 def reservation(name: str, *, status: dict | None = None, **spec) -> ReservationView:
     return ReservationView.from_obj({
         "metadata": {"name": name, "uid": f"uid-{name}", "creationTimestamp": stamp(NOW - timedelta(minutes=1))},
-        "spec": {"template": {"spec": {"containers": [{"name": "r", "resources": {"requests": {"cpu": "4"}}}]}},
+        "spec": {"template": {"spec": {"containers": [{"name": "r", "resources": {"requests": {"cpu": "3"}}}]}},
                  "owners": [{"labelSelector": {"matchLabels": {"app": "owner"}}}], **spec},
         "status": status or {}})
 
@@ -62,8 +62,10 @@ def test_a_waiting_reservation_gives_its_owners_no_toleration_an_available_one_d
     result = plan(waiting, RESERVING, NOW)
     assert result.reservations[0].phase == "Waiting" and "n1" in result.locks
     assert result.repairs == [], "entitlement: only an Available Reservation's owners may use its lock"
+    # drained: its placeholder is created (still Waiting, under the lock), then stands: Available
     drained = [replace(p, phase="Succeeded") for p in full]
-    available = replace(snap([node("n1")], [*drained, owner], spare=1), reservations=waiting.reservations)
+    placed = {"r1": reservation("r1", preAllocation=True, status={"phase": "Available", "nodeName": "n1"})}
+    available = replace(snap([node("n1")], [*drained, owner], spare=1), reservations=placed)
     result = plan(available, RESERVING, NOW + timedelta(minutes=6))
     assert result.reservations[0].phase == "Available"
     assert result.repairs == [Repair(namespace="ns", name="owner", tolerations=(),
