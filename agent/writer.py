@@ -56,7 +56,7 @@ from agent.planner.model import (
     Snapshot,
     lock_on,
 )
-from agent.planner.reservations import placeholder_of
+from agent.planner.reservations import placeholder_of, ungate
 from shared import keys
 from shared.config import ReservoirConfig
 from shared.jsonpatch import Op, add, pointer
@@ -472,8 +472,7 @@ class Writer:
             self.report_dry_run(result.locks, current)
             if self.may_write("plan"):  # a dry run holds no pod back: every handover gate is lifted
                 gated = [p for p in snapshot.pods if p.handover_gated and not p.node_name]
-                await self.handovers([Handover(namespace=p.namespace, name=p.name, uid=p.uid, reservation="",
-                                               reason="dryRun") for p in gated])
+                await self.handovers([ungate(p, "dryRun") for p in gated])
             return
         if not self.may_write("plan"):
             return

@@ -229,7 +229,7 @@ class Round:
     now: datetime
     spent: dict[str, Resources] = field(default_factory=dict)
     taken: set[str] = field(default_factory=set)
-    reserved: list[Resources] = field(default_factory=list)  # what the placed Reservations hold, summed: [total]
+    cluster: Resources = field(default_factory=Resources)  # the schedulable nodes' allocatable, summed
 
     def idle(self, node: str) -> Resources:
         """The node's idle resources (placeholders counted as used), less what this plan's placeholders will use."""
@@ -292,15 +292,16 @@ def plan_reservations(*, context: PlanContext) -> PolicyResult:
     by_uid = {p.uid: p for p in snapshot.pods if p.uid}
     standing: dict[str, list[PodView]] = {}
     for pod in snapshot.pods:
-        owner = pod.labels.get(keys.PLACEHOLDER)
-        if owner and pod.namespace == keys.NAMESPACE and not pod.deleting and not pod.is_terminal:
+        owner = placeholder_of(pod)
+        if owner and not pod.deleting and not pod.is_terminal:
             standing.setdefault(owner, []).append(pod)
     shared = Round(states=context.states, current=context.current, live_jobs=context.live_jobs,
                    placeholders=standing, gc_grace=config.gc_grace_period,
                    handover_timeout=config.handover_timeout, max_reserved_percent=config.max_reserved_percent,
-                   now=context.now, taken=set(context.taken))
+                   now=context.now, taken=set(context.taken),
+                   cluster=Resources.total(s.node.allocatable for s in context.states.values() if schedulable(s.node)))
     ordered = sorted(snapshot.reservations.values(), key=lambda r: (r.created, r.name))
-    shared.reserved.append(Resources())
+    reserved = Resources()  # what the Reservations whose turn came hold, summed (maxReservedPercent)
     holdings = {r.name: holding(r, by_uid) for r in ordered
                 if r.node_name and r.phase not in TERMINAL_PHASES and r.node_name in shared.states}
     recorded = {p.uid for h in holdings.values() for p in h.bound + h.in_flight}
@@ -314,9 +315,9 @@ def plan_reservations(*, context: PlanContext) -> PolicyResult:
     # the placed first (they hold already), then the rest, each oldest first: what the placed hold is known before any
     # new one is measured against maxReservedPercent
     for r in sorted(ordered, key=lambda r: not r.node_name):
-        turn = reservation_turn(r, held=holdings.get(r.name), shared=shared, budget=budget)
+        turn = reservation_turn(r, held=holdings.get(r.name), shared=shared, budget=budget, reserved=reserved)
         if turn.status.node and turn.status.phase not in TERMINAL_PHASES:
-            shared.reserved[0] = shared.reserved[0] + reserved_amount(r)
+            reserved = reserved + reserved_amount(r)
         statuses.append(turn.status)
         placeholders += turn.placeholders
         handovers += turn.handovers
@@ -406,9 +407,10 @@ def allocatable_for(held: Holding, pod: PodView, shared: Round) -> float | None:
     return shares(takes, alloc, list(alloc))
 
 
-def reservation_turn(r: ReservationView, *, held: Holding | None, shared: Round, budget: int) -> Turn:
+def reservation_turn(r: ReservationView, *, held: Holding | None, shared: Round, budget: int,
+                     reserved: Resources) -> Turn:
     """Seed 003: one Reservation's phase, in the order of the module docstring, its placeholder, its lock and its
-    handovers."""
+    handovers; `reserved`: what the Reservations before it hold (maxReservedPercent, for placing it)."""
     if r.phase in TERMINAL_PHASES:
         return stays_ended(r, shared=shared)
     ends = expiry(r)
@@ -426,7 +428,7 @@ def reservation_turn(r: ReservationView, *, held: Holding | None, shared: Round,
         turn = hold(r, held=held, node=r.node_name, ends=ends, shared=shared, budget=budget)
         if turn is not None:
             return replace(turn, wake_at=earliest(turn.wake_at, wake))
-    placed, refused = schedule_reservation(r, shared=shared)
+    placed, refused = schedule_reservation(r, shared=shared, reserved=reserved)
     turn = hold(r, held=Holding(r), node=placed, ends=ends, shared=shared, budget=budget) if placed else None
     if turn is None:
         return unschedulable(r, shared=shared, why=refused)
@@ -439,11 +441,9 @@ def hold(r: ReservationView, *, held: Holding, node: str, ends: datetime | None,
     docstring). None when it must be placed again: no placeholder stood yet, the node has no room for it, and it
     cannot wait there (no preAllocation)."""
     owner = reservation_owner_id(r.name)
-    left = held.left()
     standing = [p for p in shared.placeholders.get(owner, ()) if p.node_name == node]
-    target = Placeholder(reservation=r.name, reservation_uid=r.uid, owner=owner, node=node, requests=left)
-    stands = len(standing) == 1 and standing[0].name == target.name
-    lock_here = (lock := shared.current.get(node)) is not None and lock.owner == owner
+    current = shared.current.get(node)
+    lock_here = current is not None and current.owner == owner
     note: str | None = None
     # given up: pods let go by the gate that kube-scheduler has found no node for for handoverTimeout (each pod's own
     # PodScheduled condition), and gated ones whose placement no longer allows the node (edited while gated)
@@ -456,10 +456,10 @@ def hold(r: ReservationView, *, held: Holding, node: str, ends: datetime | None,
                 f"{','.join(p.key for p in stuck + barred)} reason=unschedulable there for handoverTimeout, "
                 f"or its placement no longer allows the node")
         held = replace(held, in_flight=[p for p in held.in_flight if p not in stuck and p not in barred])
-        left = held.left()
-        target = replace(target, requests=left)
-        stands = len(standing) == 1 and standing[0].name == target.name
     in_flight = held.in_flight
+    left = held.left()
+    target = Placeholder(reservation=r.name, reservation_uid=r.uid, owner=owner, node=node, requests=left)
+    stands = len(standing) == 1 and standing[0].name == target.name
     wanted: list[Placeholder] = []
     handovers: list[Handover] = []
     drains = False
@@ -556,7 +556,7 @@ def within_share(reserved: Resources, request: Resources, shared: Round) -> str 
     """`reservations.maxReservedPercent`: None when the placed Reservations (`reserved`) and this one (`request`)
     hold at most that share of the schedulable nodes' allocatable in each of the request's dimensions; else why
     not."""
-    cluster = Resources.total(s.node.allocatable for s in shared.states.values() if schedulable(s.node))
+    cluster = shared.cluster
     for d, amount in request.items():
         if 100 * (reserved.get(d, 0) + amount) > shared.max_reserved_percent * cluster.get(d, 0):
             return (f"maxReservedPercent {shared.max_reserved_percent}: Reservations would hold more than that share "
@@ -564,11 +564,11 @@ def within_share(reserved: Resources, request: Resources, shared: Round) -> str 
     return None
 
 
-def schedule_reservation(r: ReservationView, *, shared: Round) -> tuple[str | None, str]:
+def schedule_reservation(r: ReservationView, *, shared: Round, reserved: Resources) -> tuple[str | None, str]:
     """Seed 003 "Schedule Reservations": the node for a Reservation not placed yet (module docstring), or None and
     why not ("" when no node will do: the caller says so)."""
     request = reserved_amount(r)
-    refused = within_share(shared.reserved[0], request, shared)
+    refused = within_share(reserved, request, shared)
     if refused is not None:
         return None, refused
     owner = reservation_owner_id(r.name)

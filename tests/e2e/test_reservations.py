@@ -94,6 +94,13 @@ async def unschedulable(kit: Kit, name: str) -> None:
     await kit.wait_for(probe, what=f"{name} reported Unschedulable", timeout=20)
 
 
+async def unlocked(kit: Kit, node: str, what: str) -> None:
+    """Wait until `node` carries no Reservoir lock (`what`: the story's name for it)."""
+    async def probe() -> bool:
+        return await locked_nodes(kit, [node]) == {}
+    await kit.wait_for(probe, what=what, timeout=20)
+
+
 async def wait_phase(kit: Kit, name: str, phase: str, timeout: float = 30) -> dict:
     async def probe() -> dict | None:
         obj = await kit.raw("GET", f"{RESERVATIONS}/{name}")
@@ -136,9 +143,7 @@ async def test_a_reservation_holds_only_its_resources_and_hands_them_over_to_its
     await kit.wait_pod("owner", lambda p: p["metadata"].get("annotations", {}).get(
         keys.RESERVATION_ALLOCATED) == f"train-{tag}", "annotated reservation-allocated")
     await held_by(kit, f"train-{tag}", None)
-    async def unlocked() -> bool:
-        return await locked_nodes(kit, ["rs-1"]) == {}
-    await kit.wait_for(unlocked, what="the handover's lock released", timeout=20)
+    await unlocked(kit, "rs-1", "the handover's lock released")
     assert not (await kit.read_pod("big"))["spec"].get("nodeName"), "1 + 3 of 4 cpu used: the big one still waits"
     assert logfmt.find(agent.log_text(), decision="handover", node="rs-1")
     assert logfmt.find(agent.log_text(), reservation=f"train-{tag}", decision="Succeeded")
@@ -208,9 +213,7 @@ async def test_allocate_once_false_owners_come_and_go_and_the_placeholder_follow
     await held_by(kit, name, {"cpu": "3"})
     obj = await kit.raw("GET", f"{RESERVATIONS}/{name}")
     assert obj["status"]["phase"] == "Available" and not obj["status"].get("currentOwners")
-    async def unlocked() -> bool:
-        return await locked_nodes(kit, ["ao-1"]) == {}
-    await kit.wait_for(unlocked, what="no lock left once the placeholder is whole", timeout=20)
+    await unlocked(kit, "ao-1", "no lock left once the placeholder is whole")
 
 
 async def test_restricted_sends_an_owner_larger_than_the_reservation_elsewhere(
@@ -252,9 +255,7 @@ async def test_pre_allocation_waits_for_a_full_node_to_drain(kit: Kit, running: 
     await kit.create_pod("newcomer", {"cpu": "2"})
     await wait_phase(kit, f"pre-{tag}", "Available", timeout=40)
     await held_by(kit, f"pre-{tag}", {"cpu": "3"})
-    async def unlocked() -> bool:
-        return await locked_nodes(kit, ["pa-1"]) == {}
-    await kit.wait_for(unlocked, what="the drain lock released once the placeholder stands", timeout=20)
+    await unlocked(kit, "pa-1", "the drain lock released once the placeholder stands")
     await unschedulable(kit, "newcomer")
     assert not (await kit.read_pod("newcomer"))["spec"].get("nodeName"), "the drained node stayed reserved"
 
