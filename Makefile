@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: up test lint unit e2e cluster-bin bench-webhook bench-planner bench-planner-compare bench-scale clean
+.PHONY: up test lint unit e2e e2e-oldest cluster-bin bench-webhook bench-planner bench-planner-compare bench-scale clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test]'
 	@touch $(STAMP)
 
-## cluster-bin: build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl, kwok, and helm (cached)
+## cluster-bin: build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl, kwok, helm and promtool (cached)
 cluster-bin:
 	@./localcluster/build.sh >/dev/null
 
@@ -32,6 +32,12 @@ unit: $(STAMP)
 
 e2e: $(STAMP) cluster-bin
 	$(PY) -m pytest -q tests/e2e
+
+## e2e-oldest: the whole end-to-end suite against the oldest Kubernetes minor Reservoir supports (versions.env
+## KUBERNETES_OLDEST_VERSION, README "Supported Kubernetes versions"), its binaries built the same way and cached apart
+e2e-oldest: $(STAMP)
+	@RESERVOIR_KUBERNETES=oldest ./localcluster/build.sh >/dev/null
+	RESERVOIR_KUBERNETES=oldest $(PY) -m pytest -q tests/e2e
 
 ## up: run Reservoir for real on a local cluster (Ctrl-C stops everything it started)
 up: $(STAMP) cluster-bin
@@ -65,7 +71,14 @@ bench-planner-compare: $(STAMP)
 ## released at once; last line `scale: N nodes P pods: fresh agent peak F MiB (steady S MiB), sync T s, idle cpu C%,
 ## lock L s after threshold` (about 14 minutes at 1,000 nodes)
 bench-scale: $(STAMP) cluster-bin
-	$(PY) -m bench.scale.run $(if $(NODES),--nodes $(NODES))
+	$(PY) -m bench.scale.run $(if $(NODES),--nodes $(NODES)) $(if $(STATUS_BASE),--status-base $(STATUS_BASE))
+
+.PHONY: bench-handover
+## bench-handover: seed 003's handover lock against kube-scheduler's nominatedNodeName (KEP-5278) on the local control
+## plane, strangers of lower, equal and higher priority; last line `handover: lock W/W/W of N owners (lower/equal/higher
+## strangers), nominated W/W/W of N owners (...)` (about 3 minutes)
+bench-handover: $(STAMP) cluster-bin
+	$(PY) -m bench.handover.run $(if $(ROUNDS),--rounds $(ROUNDS))
 
 .PHONY: fuzz-webhook
 ## fuzz-webhook: 10,000 hostile AdmissionReviews against the real HTTPS server (SEED=, COUNT= to change them); last line

@@ -1,27 +1,33 @@
-"""`reservoir status` and `reservoir release`: read and remove locks from the command line."""
+"""`reservoir status` and `reservoir release`: read and remove locks from the command line.
+
+`reservoir status` reads the locks from the nodes and the rest from the plan the leading agent published
+(agent.published); it lists no pod and plans nothing (issue 14). `--why POD` reads that one pod and what it names.
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import yaml
 from kubernetes_asyncio import client
 
-from agent.planner.capacity import node_states
-from agent.planner.model import Snapshot
-from agent.planner.ordering import QueueScore, score_queues
-from agent.planner.plan import current_locks, plan
+from agent.planner.model import Lock, Snapshot
+from agent.planner.plan import current_locks
+from agent.published import StatusError, freshness, parse_published
+from agent.why import explain, why_text
 from agent.writer import Writer
 from shared import keys, kinds
 from shared.config import ReservoirConfig
 from shared.duration import format_duration
-from shared.kube import new_api_client
-from shared.ownership import pod_queue
-from shared.resources import Resources
+from shared.kube import NotFound, get_json, new_api_client, resource_path
+from shared.logs import printable
+from shared.ownership import queue_name as queue_name_of
 from shared.timestamps import stamp
+from shared.views import PodGroupView, QueueView
 from shared.watchcache import Skipped, WatchCache
 
 
@@ -33,22 +39,35 @@ async def _list(api: client.ApiClient, kind: kinds.Watched, skipped: list[Skippe
     return list(cache.items.values())
 
 
-async def read_snapshot(api: client.ApiClient, namespace: str) -> tuple[Snapshot, ReservoirConfig, list[Skipped]]:
+async def read_locks(api: client.ApiClient) -> tuple[dict[str, Lock], list[Skipped]]:
+    """The locks on the nodes, read back as the agent reads them (model.lock_on): the nodes listed in pages, the one
+    cluster-wide list `reservoir status` makes (never the pods)."""
     skipped: list[Skipped] = []
     nodes = await _list(api, kinds.NODES, skipped)
-    groups = await _list(api, kinds.PODGROUPS, skipped)
-    config = ReservoirConfig()
-    for configmap in await _list(api, kinds.config_map(namespace), skipped):
-        config, _ = kinds.config_from("ADDED", configmap, config)
-    snapshot = Snapshot(
-        nodes={n.name: n for n in nodes},
-        pods=await _list(api, kinds.PODS, skipped),
-        podgroups={(g.namespace, g.name): g for g in groups},
-        queues={q.name: q for q in await _list(api, kinds.QUEUES, skipped)},
-        priority_classes={c.name: c for c in await _list(api, kinds.PRIORITY_CLASSES, skipped)},
-        reservations={r.name: r for r in await _list(api, kinds.RESERVATIONS, skipped)},
-    )
-    return snapshot, config, skipped
+    return current_locks(Snapshot(nodes={n.name: n for n in nodes})), skipped
+
+
+async def _get(api: client.ApiClient, path: str) -> dict[str, Any] | None:
+    try:
+        return await get_json(api, path)
+    except NotFound:
+        return None
+
+
+async def read_published(api: client.ApiClient, namespace: str) -> dict[str, Any] | None:
+    """The plan the agent published (agent.published) in ConfigMap `keys.STATUS_CONFIGMAP` of `namespace`; None when
+    there is none."""
+    configmap = await _get(api, resource_path("v1", "configmaps", name=keys.STATUS_CONFIGMAP, namespace=namespace))
+    text = (configmap.get("data") or {}).get(keys.STATUS_KEY) if configmap is not None else None
+    return parse_published(text, f"{namespace}/{keys.STATUS_CONFIGMAP}")
+
+
+async def read_config(api: client.ApiClient, namespace: str) -> ReservoirConfig:
+    """The config in force as the agent reads it (kinds.config_from): defaults when the ConfigMap is absent or
+    invalid (the agent then keeps its last good one, which this command cannot know)."""
+    configmap = await _get(api, resource_path("v1", "configmaps", name=keys.CONFIGMAP_NAME, namespace=namespace))
+    config, _ = kinds.config_from("ADDED" if configmap is not None else "DELETED", configmap, ReservoirConfig())
+    return config
 
 
 OUTPUTS = ("table", "wide", "json", "yaml")
@@ -60,8 +79,9 @@ def _age(since: datetime, now: datetime) -> str:
 
 def render_table(header: Sequence[str], rows: Iterable[Sequence[str]], empty: str | None = None) -> list[str]:
     """A table as kubectl prints one: each column as wide as its widest cell (header included), columns three spaces
-    apart, the last column not padded. No rows: the header and `empty` (when given)."""
-    body = [list(row) for row in rows]
+    apart, the last column not padded, non-printable characters escaped (shared.logs.printable). No rows: the header
+    and `empty` (when given)."""
+    body = [[printable(cell) for cell in row] for row in rows]
     widths = [max(len(cell) for cell in column) for column in zip(header, *body, strict=True)]
     lines = ["   ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
              for row in (list(header), *body)]
@@ -70,41 +90,37 @@ def render_table(header: Sequence[str], rows: Iterable[Sequence[str]], empty: st
     return lines
 
 
-def _quantities(resources: Resources) -> str:
-    return _quantity_map(resources.to_quantities())
-
-
-def queue_document(scores: Sequence[QueueScore]) -> list[dict[str, Any]]:
-    """`reservoir status --queues -o json|yaml`: one entry per queue, best first (README, "reservoir status")."""
-    return [{"name": s.name, "priority": s.priority, "score": s.total, "priorityScore": s.priority_score,
-             "drfShare": s.drf_share, "drfScore": s.drf_score, "proportionShare": s.proportion_share,
-             "proportionScore": s.proportion_score, "allocated": s.allocated.to_quantities(),
-             "deserved": s.deserved.to_quantities()} for s in scores]
-
-
-def queue_table(snapshot: Snapshot, config: ReservoirConfig, wide: bool = False) -> tuple[list[QueueScore], list[str]]:
-    """Every queue (Queue objects and queues pods name), best first, with its score parts (seed 001)."""
-    states = node_states(snapshot.nodes, snapshot.pods)
-    named = {pod_queue(p, snapshot.podgroups) for p in snapshot.pods if not p.is_terminal}
-    scores = score_queues(snapshot, states, named, config.queue_order)
-    weights = config.queue_order
-    order = "by score" if weights.queue_score_order_enable else "queueScoreOrderEnable false: by plugin order"
+def queue_table(published: Mapping[str, Any] | None, wide: bool = False) -> list[str]:
+    """The queues of the last published plan, best first, with their score parts (seed 001), and the weights."""
+    scores = list((published or {}).get("queues") or [])
+    weights = ((published or {}).get("config") or {}).get("queueOrder") or {}
+    order = ("by score" if weights.get("queueScoreOrderEnable", True)
+             else "queueScoreOrderEnable false: by plugin order")
     header = ["QUEUE", "SCORE", "PRIORITY", "DRF", "PROPORTION", "QUEUE PRIORITY", "DOMINANT SHARE",
               "SHARE OF DESERVED"] + (["ALLOCATED", "DESERVED"] if wide else [])
-    rows = [[s.name, f"{s.total:.3f}", f"{s.priority_score:.3f}", f"{s.drf_score:.3f}", f"{s.proportion_score:.3f}",
-             str(s.priority), f"{s.drf_share:.3f}", f"{s.proportion_share:.3f}"]
-            + ([_quantities(s.allocated), _quantities(s.deserved)] if wide else []) for s in scores]
-    lines = [f"weights {weights.priority_weight:g}/{weights.drf_weight:g}/{weights.proportion_weight:g} "
-             f"(priority/drf/proportion), {weights.ordering}, {order}"]
-    return scores, lines + render_table(header, rows, "(no queues)")
+    rows = [[s["name"], f"{s['score']:.3f}", f"{s['priorityScore']:.3f}", f"{s['drfScore']:.3f}",
+             f"{s['proportionScore']:.3f}", str(s["priority"]), f"{s['drfShare']:.3f}", f"{s['proportionShare']:.3f}"]
+            + ([_quantity_map(s["allocated"]), _quantity_map(s["deserved"])] if wide else []) for s in scores]
+    lines = [f"weights {weights.get('priorityWeight', 0):g}/{weights.get('drfWeight', 0):g}/"
+             f"{weights.get('proportionWeight', 0):g} (priority/drf/proportion), {weights.get('ordering', '-')}, "
+             f"{order}"] if weights else []
+    return lines + render_table(header, rows, "(no queues competed in the last published plan)")
 
 
-def status_document(snapshot: Snapshot, config: ReservoirConfig, skipped: Sequence[Skipped],
-                    now: datetime) -> dict[str, Any]:
-    """`reservoir status -o json|yaml`: the one shape, every key camelCase as the API's (README, "reservoir status").
-    Every key is always present; a value that does not apply is null. Times are RFC 3339, UTC."""
-    locks = current_locks(snapshot)
-    planned = plan(snapshot, config, now, locks)
+def _dedupe(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    seen: dict[tuple[str, str], dict[str, Any]] = {}
+    for record in records:
+        seen.setdefault((str(record.get("kind")), str(record.get("name"))), record)
+    return list(seen.values())
+
+
+def status_document(locks: Mapping[str, Lock], published: Mapping[str, Any] | None, skipped: Sequence[Skipped],
+                    now: datetime, where: str = f"{keys.NAMESPACE}/{keys.STATUS_CONFIGMAP}") -> dict[str, Any]:
+    """`reservoir status -o json|yaml`: the one shape, every key camelCase as the API's (README, "The command line").
+    Every key is always present; a value that does not apply is null. Times are RFC 3339, UTC. Locks are read from
+    the nodes; starving jobs, windows and guarantees from the plan the agent published (agent.published), whose age
+    `plan` says."""
+    plan = published or {}
     return {
         "locks": [{"node": lock.node, "owner": lock.owner, "kind": lock.kind.value, "subject": lock.subject,
                    "reason": lock.reason, "since": stamp(lock.since), "age": _age(lock.since, now),
@@ -112,15 +128,15 @@ def status_document(snapshot: Snapshot, config: ReservoirConfig, skipped: Sequen
                    "reserved": lock.reserved.to_quantities(), "tasks": list(lock.tasks),
                    "exclusive": lock.exclusive, "unreadable": lock.unreadable or None}
                   for lock in sorted(locks.values(), key=lambda lock: lock.node)],
-        "starvingJobs": [{"subject": j.subject, "owner": j.owner, "queue": j.queue, "priority": j.priority,
-                          "minMember": j.min_member, "bound": j.bound, "pending": j.pending, "reason": j.reason}
-                         for j in planned.jobs if j.starving],
-        "windows": [{"name": w.name, "active": w.active, "start": stamp(w.start), "end": stamp(w.end),
-                     "reason": w.reason} for w in planned.windows],
-        "guarantees": [{"queue": g.queue, "policy": g.policy, "nodes": list(g.nodes),
-                        "resource": g.resource.to_quantities(), "reason": g.reason, "warning": g.warning}
-                       for g in planned.guarantees],
-        "skipped": [{"kind": s.kind, "name": s.name, "error": s.error} for s in skipped],
+        "starvingJobs": [{"subject": j["subject"], "owner": j["owner"], "queue": j["queue"], "priority": j["priority"],
+                          "minMember": j["minMember"], "bound": j["bound"], "pending": j["pending"],
+                          "reason": j["reason"], "starvingSince": j.get("starvingSince"), "nodes": j.get("nodes", [])}
+                         for j in plan.get("jobs") or () if j.get("starving")],
+        "windows": list(plan.get("windows") or ()),
+        "guarantees": list(plan.get("guarantees") or ()),
+        "skipped": _dedupe([{"kind": s.kind, "name": s.name, "error": s.error} for s in skipped]
+                           + list(plan.get("skipped") or ())),
+        "plan": {**freshness(published, now, where), "omitted": dict(plan.get("omitted") or {})},
     }
 
 
@@ -145,9 +161,10 @@ def status_tables(document: dict[str, Any], wide: bool = False) -> list[str]:
          + [lock["reason"] + (f" (unreadable: {lock['unreadable']})" if lock["unreadable"] else "")]
          for lock in document["locks"]), "(no locks)")
     lines += [""] + render_table(
-        columns(["STARVING JOB", "QUEUE", "PRIORITY", "BOUND"], ["PENDING", "OWNER"]) + ["REASON"],
+        columns(["STARVING JOB", "QUEUE", "PRIORITY", "BOUND"], ["PENDING", "OWNER", "SINCE"]) + ["REASON"],
         (columns([j["subject"], j["queue"], str(j["priority"]), f"{j['bound']}/{j['minMember']}"],
-                 [str(j["pending"]), j["owner"]]) + [j["reason"]] for j in document["starvingJobs"]), "(none)")
+                 [str(j["pending"]), j["owner"], j["starvingSince"] or "-"]) + [j["reason"]]
+         for j in document["starvingJobs"]), "(none)")
     lines += [""] + render_table(
         ["WINDOW", "ACTIVE", "START", "END", "REASON"],
         ([w["name"], str(w["active"]).lower(), w["start"], w["end"], w["reason"]] for w in document["windows"]),
@@ -160,7 +177,17 @@ def status_tables(document: dict[str, Any], wide: bool = False) -> list[str]:
     if document["skipped"]:  # objects no cache can read: Reservoir acts as if they did not exist
         lines += [""] + render_table(["SKIPPED OBJECT", "ERROR"],
                                      ([f"{s['kind']} {s['name']}", s["error"]] for s in document["skipped"]))
-    return lines
+    return lines + ["", plan_line(document["plan"])]
+
+
+def plan_line(plan: Mapping[str, Any]) -> str:
+    """The last line of the tables: whose plan, how old, what was cut from it."""
+    if plan["planned"] is None:
+        return "no published plan"
+    omitted = plan.get("omitted") or {}
+    cut = (" (cut to fit: " + ", ".join(f"{v} {k} left out" for k, v in sorted(omitted.items())) + ")"
+           if omitted else "")
+    return f"plan published by {plan['agent']} at {plan['planned']}, {plan['age']} ago{cut}"
 
 
 def dump(document: Any, output: str) -> str:
@@ -170,28 +197,74 @@ def dump(document: Any, output: str) -> str:
     return json.dumps(document, indent=2)
 
 
-def render_status(snapshot: Snapshot, config: ReservoirConfig, skipped: Sequence[Skipped], now: datetime,
-                  output: str, queues: bool = False) -> str:
-    """What `reservoir status` prints for one snapshot, in `output` (one of OUTPUTS)."""
+def render_status(locks: Mapping[str, Lock], published: Mapping[str, Any] | None, skipped: Sequence[Skipped],
+                  now: datetime, output: str, queues: bool = False,
+                  where: str = f"{keys.NAMESPACE}/{keys.STATUS_CONFIGMAP}") -> str:
+    """What `reservoir status` prints, in `output` (one of OUTPUTS)."""
     if output not in OUTPUTS:
         raise ValueError(f"unknown output {output!r}: one of {', '.join(OUTPUTS)}")
     if queues:
-        scores, lines = queue_table(snapshot, config, wide=output == "wide")
-        return dump(queue_document(scores), output) if output in ("json", "yaml") else "\n".join(lines)
-    document = status_document(snapshot, config, skipped, now)
+        if output in ("json", "yaml"):
+            return dump(list((published or {}).get("queues") or []), output)
+        return "\n".join(queue_table(published, wide=output == "wide"))
+    document = status_document(locks, published, skipped, now, where)
     if output in ("json", "yaml"):
         return dump(document, output)
     return "\n".join(status_tables(document, wide=output == "wide"))
 
 
+@dataclass(frozen=True)
+class Shown:
+    """What a `status` command prints: `text` on stdout, `warning` (or None) on stderr."""
+
+    text: str
+    warning: str | None
+
+
 async def status(kubeconfig: str | None, namespace: str, output: str, queues: bool = False,
-                 context: str | None = None) -> str:
+                 context: str | None = None) -> Shown:
+    """`reservoir status`: the nodes (their locks, in pages) and the one published ConfigMap; no pod is listed and
+    nothing is planned here."""
     api = await new_api_client(kubeconfig, context=context)
     try:
-        snapshot, config, skipped = await read_snapshot(api, namespace)
+        locks, skipped = await read_locks(api)
+        published = await read_published(api, namespace)
     finally:
         await api.close()
-    return render_status(snapshot, config, skipped, datetime.now(UTC), output, queues)
+    now = datetime.now(UTC)
+    where = f"{namespace}/{keys.STATUS_CONFIGMAP}"
+    return Shown(render_status(locks, published, skipped, now, output, queues, where),
+                 freshness(published, now, where)["warning"])
+
+
+async def why(kubeconfig: str | None, namespace: str, pod: str, reservoir_namespace: str, output: str,
+              context: str | None = None) -> Shown:
+    """`reservoir status --why POD -n NAMESPACE`: that pod, its PodGroup and Queue, the Reservations, the config, the
+    locks on the nodes and the published plan, explained (agent.why.explain)."""
+    api = await new_api_client(kubeconfig, context=context)
+    try:
+        obj = await _get(api, resource_path("v1", "pods", name=pod, namespace=namespace))
+        if obj is None:
+            raise StatusError(f"pod {namespace}/{pod} not found (give its namespace with -n)")
+        group = ((obj.get("metadata") or {}).get("annotations") or {}).get(keys.GROUP_NAME)
+        podgroup_obj = await _get(api, resource_path(keys.VOLCANO_API_VERSION, keys.PODGROUP_PLURAL, name=group,
+                                                     namespace=namespace)) if group else None
+        podgroup = PodGroupView.from_obj(podgroup_obj) if podgroup_obj is not None else None
+        queue_name = queue_name_of(podgroup, (obj.get("metadata") or {}).get("annotations") or {})
+        queue_obj = await _get(api, resource_path(keys.VOLCANO_API_VERSION, keys.QUEUE_PLURAL, name=queue_name))
+        config = await read_config(api, reservoir_namespace)
+        # both sources, keyed as the agent keys them (Koordinator's `scheduling.koordinator.sh/<name>`, issue 18)
+        sources = [kinds.RESERVATIONS] + ([kinds.KOORDINATOR_RESERVATIONS] if config.koordinator.reservations else [])
+        reservations = {r.key: r for kind in sources for r in await _list(api, kind)}
+        locks, _ = await read_locks(api)
+        published = await read_published(api, reservoir_namespace)
+    finally:
+        await api.close()
+    answer = explain(obj, podgroup=podgroup, queue=QueueView.from_obj(queue_obj) if queue_obj is not None else None,
+                     reservations=reservations, locks=locks, published=published, config=config,
+                     now=datetime.now(UTC), where=f"{reservoir_namespace}/{keys.STATUS_CONFIGMAP}")
+    text = dump(answer, output) if output in ("json", "yaml") else why_text(answer)
+    return Shown(text, None)
 
 
 async def release(kubeconfig: str | None, nodes: list[str], everything: bool,

@@ -34,18 +34,21 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.leaderelection import electionconfig, leaderelection
 from kubernetes_asyncio.leaderelection.leaderelectionrecord import LeaderElectionRecord
 from kubernetes_asyncio.leaderelection.resourcelock.leaselock import LeaseLock
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 from agent.gcpause import collector_paused
-from agent.planner.model import Plan, Snapshot
+from agent.planner.model import Plan, Snapshot, lock_on
 from agent.planner.plan import current_locks, plan
-from agent.writer import EventTarget, Writer
+from agent.published import Publisher
+from agent.writer import EVICTION_OUTCOMES, EventTarget, Writer
 from shared import keys, kinds
 from shared.config import ReservoirConfig
 from shared.keys import LockKind
 from shared.kube import new_api_client
 from shared.logs import fields, note_fields
+from shared.metrics import ScrapeGauge, cache_freshness, new_registry
 from shared.serving import probes_app, stop_on_signals
+from shared.switchedcache import SwitchedCache
 from shared.watchcache import Skipped, WatchCache, count_skips
 
 log = logging.getLogger("reservoir.agent")
@@ -64,9 +67,10 @@ def log_note(note: str) -> None:
 
 
 LEASE_NAME = "reservoir-agent"
+SETTLE = 0.1  # seconds a change waits for the rest of its burst before it is planned for (Agent.settle)
 MAX_PENDING_EVENTS = 1000  # Warning Events about unreadable objects waiting for the next reconcile; more are dropped
 _WATCHED = {w.name: w for w in (kinds.NODES, kinds.PODS, kinds.PODGROUPS, kinds.QUEUES, kinds.PRIORITY_CLASSES,
-                                kinds.RESERVATIONS)} | {"config": kinds.config_map("")}
+                                kinds.RESERVATIONS, kinds.KOORDINATOR_RESERVATIONS)} | {"config": kinds.config_map("")}
 
 
 @dataclass(frozen=True)
@@ -182,9 +186,16 @@ class FencedLeaseLock(LeaseLock):
         return True
 
 
+# seconds: a gated owner waits from its creation until its Reservation holds a node for it, up to the queue's wait
+HANDOVER_BUCKETS = (0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
+
+
 class AgentMetrics:
+    """The agent's metrics (README, "Metrics and alerts"); the process, platform and build-info ones come with the
+    registry (shared.metrics), the caches' freshness and the locks' expiries are read at scrape time (Agent)."""
+
     def __init__(self) -> None:
-        self.registry = CollectorRegistry()
+        self.registry = new_registry()
         self.locks = Gauge("reservoir_locks", "Nodes locked, by lock kind", ["kind"], registry=self.registry)
         self.starving = Gauge("reservoir_starving_jobs", "Jobs the planner judges starving", registry=self.registry)
         self.reconcile = Histogram("reservoir_reconcile_duration_seconds", "One reconcile: snapshot, plan, apply",
@@ -205,6 +216,20 @@ class AgentMetrics:
                                "config), time (a moment the last plan named: a threshold, an expiry, a window) or "
                                "resync (the resync period passed)", ["cause"],
                                registry=self.registry)
+        self.reconcile_errors = Counter("reservoir_reconcile_errors_total", "Reconciles that raised an error (logged "
+                                        "with its traceback; the next event or resync tries again)",
+                                        registry=self.registry)
+        self.evictions = Counter("reservoir_evictions_total", "Evictions a Guaranteed queue asked of the Eviction API, "
+                                 "by outcome: evicted, gone (the pod was gone), blocked (a PodDisruptionBudget; "
+                                 "retried), failed (another API error)", ["outcome"], registry=self.registry)
+        self.handover_wait = Histogram("reservoir_handover_wait_seconds", "From a Reservation owner's creation (when "
+                                       "the webhook gave it the handover gate) to the agent lifting the gate, by how: "
+                                       "handover (narrowed to the reserved node) or ungate (let go without a node)",
+                                       ["how"], buckets=HANDOVER_BUCKETS, registry=self.registry)
+        for outcome in EVICTION_OUTCOMES:  # every series from the start: rate() and alerts see a 0, not nothing
+            self.evictions.labels(outcome)
+        for how in ("handover", "ungate"):
+            self.handover_wait.labels(how)
 
 
 class Agent:
@@ -217,7 +242,10 @@ class Agent:
         self.metrics = AgentMetrics()
         self.fence = LeaseFence(self.identity)
         self.writer = Writer(api, on_failure=self.metrics.patch_errors.inc, fence=self.fence.stale,
-                             on_fenced=self.metrics.fenced.inc, on_deferred=self.metrics.evictions_deferred.inc)
+                             on_fenced=self.metrics.fenced.inc, on_deferred=self.metrics.evictions_deferred.inc,
+                             on_evicted=lambda outcome: self.metrics.evictions.labels(outcome).inc(),
+                             on_handover=lambda how, waited: self.metrics.handover_wait.labels(how).observe(waited))
+        self.publisher = Publisher(self.writer, namespace)  # the last plan, for `reservoir status` (issue 14)
         self.config = self._protecting(ReservoirConfig())
         self._lead_task: asyncio.Task[None] | None = None
         self.changed = asyncio.Event()
@@ -235,11 +263,20 @@ class Agent:
         self.queues = WatchCache.of(api, kinds.QUEUES, on_change=poke, on_skip=skip)
         self.priority_classes = WatchCache.of(api, kinds.PRIORITY_CLASSES, on_change=poke, on_skip=skip)
         self.reservations = WatchCache.of(api, kinds.RESERVATIONS, on_change=poke, on_skip=skip)
+        # issue 18: Koordinator's Reservations, followed only while `koordinator.reservations` is on
+        self.koordinator = SwitchedCache(WatchCache.of(api, kinds.KOORDINATOR_RESERVATIONS, on_change=poke,
+                                                       on_skip=skip))
         self.configmaps = WatchCache.of(api, kinds.config_map(namespace), on_change=self._config_changed,
                                         on_skip=skip)
         self.caches = [self.nodes, self.pods, self.podgroups, self.queues, self.priority_classes, self.reservations,
                        self.configmaps]
         self._pending_events: list[PendingEvent] = []  # Warning Events the next reconcile records (leading)
+        cache_freshness(self.metrics.registry, lambda: self.caches)
+        self._expiries: tuple[int, list[tuple[tuple[str, str], float]]] = (-1, [])
+        self.metrics.registry.register(ScrapeGauge(
+            "reservoir_lock_expiry_timestamp_seconds", "Unix time the lock on a node expires (its maxLockDuration), "
+            "as the node says (its lock-info annotation, read from this replica's node cache): one series per locked "
+            "node whose lock expires", ["node", "kind"], self.lock_expiries))
 
     # --- inputs ---
 
@@ -257,6 +294,7 @@ class Agent:
     def _config_changed(self, event: str, configmap: Mapping[str, Any] | None) -> None:
         config, error = kinds.config_from(event, configmap, self.config)
         self.config = self._protecting(config)
+        self.koordinator.switch(self.config.koordinator.reservations)
         if error is not None:
             self.metrics.config_errors.inc()
             log.warning("config rejected, last good kept", extra=fields(config="rejected", kept="last-good",
@@ -273,9 +311,20 @@ class Agent:
                 "resourceVersion"), dryRun=self.config.dry_run, windows=len(self.config.windows)))
         self.changed.set()
 
+    def lock_expiries(self) -> list[tuple[tuple[str, str], float]]:
+        """((node, lock kind), Unix expiry) of every lock with an expiry on the nodes the cache holds, read again only
+        when the node cache changed: `reservoir_lock_expiry_timestamp_seconds`. Every replica reports it, leader or
+        not, from what the nodes say, so a lock left past its expiry shows even when no agent leads."""
+        if self._expiries[0] != self.nodes.version:
+            self._expiries = (self.nodes.version, [
+                ((name, lock.kind.value), lock.expires.timestamp()) for name, node in sorted(self.nodes.items.items())
+                if (lock := lock_on(node)) is not None and lock.expires is not None])
+        return self._expiries[1]
+
     def waiting(self) -> list[str]:
         """The caches not synced yet (readiness waits for every one)."""
-        return [c.name for c in self.caches if not c.synced.is_set()]
+        return [c.name for c in self.caches if not c.synced.is_set()] + (
+            [] if self.koordinator.synced else [self.koordinator.name])
 
     def snapshot(self) -> Snapshot:
         return Snapshot(
@@ -284,7 +333,7 @@ class Agent:
             podgroups=dict(self.podgroups.items),
             queues=dict(self.queues.items),
             priority_classes=dict(self.priority_classes.items),
-            reservations=dict(self.reservations.items),
+            reservations={**self.reservations.items, **self.koordinator.items},  # keys never collide (kinds)
         )
 
     # --- one reconcile ---
@@ -311,6 +360,8 @@ class Agent:
                                     uid=target.uid)
         self.writer.configure(self.config)
         await self.writer.write(result, snapshot, current, dry_run=self.config.dry_run)
+        await self.publisher.publish(result, agent=self.identity, planned=now, config=self.config,
+                                     skipped=[s for cache in self.caches for s in cache.skipped_objects])
         self.metrics.reconcile.observe(time.perf_counter() - began)
         return result
 
@@ -346,8 +397,17 @@ class Agent:
         wait, cause = min(waits)
         return max(wait, 0.0), cause
 
+    def settle(self, last_started: float, now: float) -> float:
+        """Seconds to wait before planning for a change: SETTLE, so the rest of a burst (four pods deleted at once, a
+        Job's pods created together) is in the same plan, and at least `debounce` between the starts of two
+        change-driven plans, so a stream of changes costs at most one plan per `debounce`. A change after a quiet
+        spell is planned for within SETTLE (a lock released well within a second); with the old trailing debounce it
+        always waited the whole `debounce`."""
+        return max(SETTLE, last_started + self.config.debounce.total_seconds() - now)
+
     async def reconcile_loop(self) -> None:
         last_resync = time.monotonic()
+        last_started = float("-inf")  # when the last change-driven reconcile started
         while True:
             wait, due = self.next_wait(last_resync, time.monotonic())
             try:
@@ -357,15 +417,22 @@ class Agent:
                 cause = due
             if cause == "resync":
                 last_resync = time.monotonic()
-            # changes within the debounce make one reconcile; a moment in time is planned for at once
-            await asyncio.sleep(self.config.debounce.total_seconds() if cause == "change" else 0)
+            if cause == "change":  # a moment in time is planned for at once
+                await asyncio.sleep(self.settle(last_started, time.monotonic()))
+                last_started = time.monotonic()
             self.changed.clear()
+            if not self.koordinator.synced:  # issue 18: no plan without the Koordinator Reservations it serves
+                log.info("plan deferred", extra=fields(plan="deferred", waiting=self.koordinator.name))
+                await asyncio.sleep(RETRY_PERIOD)
+                self.changed.set()
+                continue
             self.metrics.wakeups.labels(cause).inc()
             try:
                 await self.reconcile()
             except asyncio.CancelledError:
                 raise
             except Exception:
+                self.metrics.reconcile_errors.inc()
                 log.exception("reconcile failed; retrying on the next event or resync")
 
     async def _lead(self) -> None:
@@ -393,6 +460,7 @@ class Agent:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            await self.koordinator.stop()
 
     async def _elect(self) -> None:
         """Run for the Lease for ever: while held, the reconcile loop runs (the library cancels it on loss; so does

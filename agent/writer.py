@@ -54,6 +54,7 @@ from agent.planner.model import (
     Repair,
     ReservationStatus,
     Snapshot,
+    koordinator_allocated,
     lock_on,
 )
 from agent.planner.reservations import placeholder_of, ungate
@@ -74,7 +75,7 @@ from shared.kube import (
     send_json,
 )
 from shared.logs import decision, fields
-from shared.timestamps import stamp
+from shared.timestamps import parse_time, stamp
 from shared.tolerations import toleration_ops
 from shared.views import NodeView, PodView, QueueView, ReservationView
 
@@ -156,8 +157,9 @@ def placeholder_pod(placeholder: Placeholder, image: str) -> dict[str, Any]:
             "name": placeholder.name, "namespace": keys.NAMESPACE,
             "labels": {keys.PLACEHOLDER: placeholder.owner},
             "annotations": {keys.PLACEHOLDER_RESERVATION: placeholder.reservation},
-            "ownerReferences": [{"apiVersion": RESERVATION_API_VERSION, "kind": "Reservation",
-                                 "name": placeholder.reservation, "uid": placeholder.reservation_uid,
+            "ownerReferences": [{"apiVersion": placeholder.api_version, "kind": "Reservation",
+                                 "name": placeholder.object_name or placeholder.reservation,
+                                 "uid": placeholder.reservation_uid,
                                  "controller": True, "blockOwnerDeletion": False}],
         },
         "spec": {
@@ -252,9 +254,13 @@ def reservation_status_patch(outcome: ReservationStatus, reservation: Reservatio
     return {"status": {**want, "nodeName": want.get("nodeName")}}
 
 
-def allocated_annotation_patch(reservation: str) -> dict[str, Any]:
-    """The merge patch marking an owner pod as bound through `reservation` (`reservoir.sh/reservation-allocated`)."""
-    return {"metadata": {"annotations": {keys.RESERVATION_ALLOCATED: reservation}}}
+def allocated_annotation_patch(reservation: str, name: str = "", uid: str = "") -> dict[str, Any]:
+    """The merge patch marking an owner pod as bound through `reservation` (its key):
+    `reservoir.sh/reservation-allocated` and, issue 18, Koordinator's `scheduling.koordinator.sh/reservation-allocated`
+    (JSON name and uid of the object)."""
+    return {"metadata": {"annotations": {keys.RESERVATION_ALLOCATED: reservation,
+                                         keys.KOORDINATOR_RESERVATION_ALLOCATED: koordinator_allocated(
+                                             name or reservation, uid)}}}
 
 
 def eviction_body(namespace: str, name: str) -> dict[str, Any]:
@@ -305,10 +311,13 @@ def owner_object(lock: Lock, snapshot: Snapshot | None = None) -> EventTarget | 
     if lock.kind is LockKind.QUEUE and len(parts) == 2 and parts[0] == "queue" and parts[1]:
         queue = snapshot.queues.get(parts[1]) if snapshot is not None else None
         return EventTarget("Queue", parts[1], "default", VOLCANO_API_VERSION, queue.uid if queue else "")
-    if lock.kind is LockKind.RESERVATION and len(parts) == 2 and parts[0] == "reservation" and parts[1]:
-        reservation = snapshot.reservations.get(parts[1]) if snapshot is not None else None
-        return EventTarget("Reservation", parts[1], "default", RESERVATION_API_VERSION,
-                           reservation.uid if reservation else "")
+    if lock.kind is LockKind.RESERVATION and len(parts) >= 2 and parts[0] == "reservation" and parts[-1]:
+        key = "/".join(parts[1:])  # issue 18: a Koordinator Reservation's key is `scheduling.koordinator.sh/<name>`
+        reservation = snapshot.reservations.get(key) if snapshot is not None else None
+        if reservation is not None:
+            return EventTarget("Reservation", reservation.name, "default", reservation.api_version, reservation.uid)
+        if len(parts) == 2:
+            return EventTarget("Reservation", parts[1], "default", RESERVATION_API_VERSION, "")
     return None
 
 
@@ -401,6 +410,8 @@ class EvictionBudget:
 
 # --- sending ---
 
+EVICTION_OUTCOMES = ("evicted", "gone", "blocked", "failed")  # Writer.evict's answers, and an API error
+
 class Writer:
     """Sends the writes. `on_failure` is called once per failed node, pod, Queue or Reservation write (not for
     Events, which are best effort, nor for deletions); `on_fenced` once per batch a stale Lease kept from writing;
@@ -410,13 +421,16 @@ class Writer:
     def __init__(self, api: client.ApiClient, component: str = "reservoir-agent",
                  on_failure: Callable[[], None] | None = None, *, fence: Fence | None = None,
                  on_fenced: Callable[[], None] | None = None, on_deferred: Callable[[int], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, on_evicted: Callable[[str], None] | None = None,
+                 on_handover: Callable[[str, float], None] | None = None) -> None:
         self.api = api
         self.component = component
         self.on_failure = on_failure
         self.fence = fence
         self.on_fenced = on_fenced
         self.on_deferred = on_deferred
+        self.on_evicted = on_evicted  # each eviction's outcome, one of EVICTION_OUTCOMES
+        self.on_handover = on_handover  # each gate lifted: how (handover, ungate), seconds since the pod's creation
         self.node_patches = 0
         self.failpoint = _failpoint_from_env()
         self._failpoint_armed = self.failpoint is not None  # until it acts, `apply` writes one node at a time
@@ -426,6 +440,7 @@ class Writer:
         self._queue_warnings: dict[str, str | None] = {}  # the refusal last reported per queue
         self._blocked_evictions: set[str] = set()  # evictions a budget blocks, reported once each
         self.placeholder_image = ReservoirConfig().reservations.placeholder_image
+        self._left_alone: set[str] = set()  # uids of the Koordinator Reservations told LeftAlone (issue 18)
 
     def configure(self, config: ReservoirConfig) -> None:
         """The guard rails of evictions, from the config in force: protected namespaces, evictions per minute."""
@@ -710,6 +725,10 @@ class Writer:
         ops = ungate_patch(pod)
         if ops:
             await self._send("PATCH", path, ops, content_type=JSON_PATCH)
+            created = parse_time((pod.get("metadata") or {}).get("creationTimestamp"))
+            if self.on_handover is not None and created is not None:  # set by the API server, not by the tenant
+                self.on_handover("handover" if handover.node else "ungate",
+                                 max(0.0, (datetime.now(UTC) - created).total_seconds()))
         decision(log, "handover" if handover.node else "ungate", policy="reservation", pod=handover.key,
                  reservation=handover.reservation or None, node=handover.node or None, reason=handover.reason)
 
@@ -786,9 +805,13 @@ class Writer:
             evicted = await self.evict(namespace, pod)
         except ApiException as err:
             self._failed()
+            if self.on_evicted is not None:
+                self.on_evicted("failed")
             decision(log, "evict-failed", level=logging.WARNING, policy="queue", pod=key, queue=queue,
                      status=err.status)
             return
+        if self.on_evicted is not None:
+            self.on_evicted(evicted)
         if evicted == "evicted":
             self.evictions.spend()
         decision(log, "evict", policy="queue", pod=key, outcome=evicted, queue=queue,
@@ -815,9 +838,18 @@ class Writer:
             reservation = reservations.get(outcome.name)
             if reservation is None:
                 continue
+            if outcome.left_alone:  # issue 18: another writer serves it: nothing is written to it
+                await self.left_alone(outcome, reservation)
+                continue
+            self._left_alone.discard(reservation.uid)
+            api_version, obj_name = outcome.api_version, outcome.object_name or outcome.name
+            # Koordinator's objects are written as keys.KOORDINATOR_FIELD_MANAGER: a status write by any other
+            # manager is a second writer (shared.views ReservationView.second_writer)
+            manager = (("fieldManager", keys.KOORDINATOR_FIELD_MANAGER),) if (
+                api_version != RESERVATION_API_VERSION) else ()
             if outcome.delete:
                 try:
-                    await self._send("DELETE", resource_path(RESERVATION_API_VERSION, plural, outcome.name))
+                    await self._send("DELETE", resource_path(api_version, plural, obj_name))
                     decision(log, "delete", policy="reservation", reservation=outcome.name,
                              reason=f"{outcome.phase} for longer than gcGracePeriod")
                 except NotFound:
@@ -831,23 +863,23 @@ class Writer:
             body = reservation_status_patch(outcome, reservation)
             if body is not None:
                 try:
-                    await self._send("PATCH", resource_path(RESERVATION_API_VERSION, plural, outcome.name,
-                                                            subresource="status"),
-                                     body, content_type=MERGE_PATCH)
+                    await self._send("PATCH", resource_path(api_version, plural, obj_name, subresource="status"),
+                                     body, content_type=MERGE_PATCH, query=manager)
                 except ApiException as err:
                     self._failed()
                     decision(log, "status-failed", level=logging.WARNING, policy="reservation",
                              reservation=outcome.name, status=err.status, reason=err.reason)
                     continue
                 if reservation.phase != outcome.phase or not reservation.status:
-                    await self.event(outcome.name, outcome.phase, outcome.message, kind="Reservation",
+                    await self.event(obj_name, outcome.phase, outcome.message, kind="Reservation",
                                      event_type="Warning" if outcome.phase == "Failed" else "Normal",
-                                     api_version=RESERVATION_API_VERSION)
+                                     api_version=api_version, uid=reservation.uid)
             for key in outcome.annotate:
                 namespace, name = _split(key)
                 try:
                     await self._send("PATCH", resource_path("v1", "pods", name, namespace),
-                                     allocated_annotation_patch(outcome.name), content_type=MERGE_PATCH)
+                                     allocated_annotation_patch(outcome.name, obj_name, reservation.uid),
+                                     content_type=MERGE_PATCH)
                     decision(log, "allocated", policy="reservation", pod=key, reservation=outcome.name,
                              node=outcome.node)
                 except NotFound:
@@ -856,6 +888,39 @@ class Writer:
                     self._failed()
                     decision(log, "annotate-failed", level=logging.WARNING, policy="reservation", pod=key,
                              status=err.status)
+
+    # the published status (agent.published)
+
+    async def put_configmap(self, namespace: str, name: str, data: Mapping[str, str]) -> bool:
+        """Set `data` in ConfigMap `name` (a merge patch of its `data`; the ConfigMap is created when missing). True
+        when written; False, and logged, when the Lease is not fresh (fenced). Other errors are raised."""
+        path = resource_path("v1", "configmaps", name=name, namespace=namespace)
+        try:
+            try:
+                await self._send("PATCH", path, {"data": dict(data)}, content_type=MERGE_PATCH)
+            except NotFound:
+                body = {"apiVersion": "v1", "kind": "ConfigMap", "data": dict(data),
+                        "metadata": {"name": name, "namespace": namespace,
+                                     "labels": {"app.kubernetes.io/part-of": "reservoir"}}}
+                await self._send("POST", resource_path("v1", "configmaps", namespace=namespace), body)
+        except Fenced as err:
+            decision(log, "fenced", level=logging.WARNING, object=f"ConfigMap/{namespace}/{name}", reason=str(err),
+                     done="status not published")
+            return False
+        return True
+
+    async def left_alone(self, outcome: ReservationStatus, reservation: ReservationView) -> None:
+        """Issue 18, never two writers: a Koordinator Reservation another field manager writes gets nothing from
+        Reservoir but, once per object (while it stays so), a log line and a Normal Event `LeftAlone` saying why."""
+        if reservation.uid in self._left_alone:
+            return
+        self._left_alone.add(reservation.uid)
+        why = (f"its status was last written by {outcome.left_alone!r}, not by Reservoir "
+               f"({keys.KOORDINATOR_FIELD_MANAGER}): another scheduler serves it, so Reservoir writes nothing to it")
+        decision(log, "left-alone", policy="reservation", reservation=outcome.name, writer=outcome.left_alone,
+                 reason=why)
+        await self.event(reservation.name, "LeftAlone", f"Reservoir leaves this Reservation alone: {why}",
+                         kind="Reservation", api_version=reservation.api_version, uid=reservation.uid)
 
     # Events
 

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Builds the local control plane (etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl,
-# kwok) and helm (for the chart's tests) from the Go module proxy into a cache outside the repository, and reuses
-# what is already there.
+# kwok), helm (for the chart's tests) and promtool (for the alert rules' tests) from the Go module proxy into a
+# cache outside the repository, and reuses what is already there.
 #
 #   localcluster/build.sh            build what is missing, print the control plane's bin directory last
 #   RESERVOIR_CACHE=/path ...        cache root (default ~/.cache/reservoir)
+#   RESERVOIR_KUBERNETES=oldest ...  the oldest supported Kubernetes minor instead of the latest (versions.env)
 #
 # Every version comes from localcluster/versions.env. A binary is written to a temporary name and moved into
 # place only when its build succeeded, so an interrupted build never leaves a half-written binary behind.
@@ -13,6 +14,13 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
 source "$here/versions.env"
+# RESERVOIR_KUBERNETES picks the Kubernetes set: `latest` (default, KUBERNETES_VERSION) or `oldest` (the oldest minor
+# Reservoir supports, KUBERNETES_OLDEST_VERSION); each set is cached in its own directory.
+case ${RESERVOIR_KUBERNETES:-latest} in
+  latest) ;;
+  oldest) KUBERNETES_VERSION=$KUBERNETES_OLDEST_VERSION KUBERNETES_STAGING_VERSION=$KUBERNETES_OLDEST_STAGING_VERSION ;;
+  *) printf 'localcluster: RESERVOIR_KUBERNETES=%s: expected latest or oldest\n' "$RESERVOIR_KUBERNETES" >&2; exit 2 ;;
+esac
 
 cache=${RESERVOIR_CACHE:-$HOME/.cache/reservoir}
 bin="$cache/bin/k8s-$KUBERNETES_VERSION-etcd-$ETCD_VERSION-kwok-$KWOK_VERSION"
@@ -38,16 +46,15 @@ build() {
 }
 
 # Wrapper module for k8s.io/kubernetes: it requires the main module and replaces every k8s.io staging module
-# (which kubernetes' own go.mod points at ./staging) with its published version.
+# (which kubernetes' own go.mod points at ./staging) with its published version. The staging list differs between
+# minors (1.30 has legacy-cloud-providers, 1.36 has cri-client, externaljwt...), so it is read from that go.mod.
 k8s_mod="$work/kubernetes-$KUBERNETES_VERSION"
 if [[ ! -f "$k8s_mod/.ready" ]]; then
   log "kubernetes $KUBERNETES_VERSION: resolving modules (staging modules at $KUBERNETES_STAGING_VERSION)"
   rm -rf "$k8s_mod" && mkdir -p "$k8s_mod"
-  staging=(api apiextensions-apiserver apimachinery apiserver cli-runtime client-go cloud-provider
-    cluster-bootstrap code-generator component-base component-helpers controller-manager cri-api cri-client
-    cri-streaming csi-translation-lib dynamic-resource-allocation endpointslice externaljwt kms
-    kube-aggregator kube-controller-manager kube-proxy kube-scheduler kubectl kubelet metrics mount-utils
-    pod-security-admission sample-apiserver sample-controller streaming)
+  k8s_gomod=$(go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+  mapfile -t staging < <(sed -n 's/^[[:space:]]*k8s\.io\/\([a-z0-9-]*\) => \.\/staging\/.*/\1/p' "$k8s_gomod")
+  (( ${#staging[@]} > 0 )) || { log "kubernetes: no staging replace directive in $k8s_gomod"; exit 1; }
   {
     echo "module reservoir.local/kubernetes"
     echo
@@ -122,6 +129,25 @@ else
   mv "$helm_tmp/helm" "$helm_bin/helm"
   rmdir "$helm_tmp"
   log "helm: built in $((SECONDS - start))s"
+fi
+
+# promtool (for the alert rules' tests): `go install` of the Prometheus module's cmd/promtool, its go.mod honoured as
+# is; `remove_all_sd` leaves out the cloud service discoveries promtool never needs to check or test rules, which
+# more than halves a cold build.
+promtool_bin="$cache/bin/promtool-$PROMTOOL_VERSION"
+if [[ -x "$promtool_bin/promtool" ]]; then
+  log "promtool: cached ($promtool_bin/promtool)"
+else
+  log "promtool: building github.com/prometheus/prometheus/cmd/promtool@$PROMTOOL_VERSION"
+  start=$SECONDS
+  mkdir -p "$promtool_bin"
+  promtool_tmp=$(mktemp -d "$promtool_bin/.install.XXXXXX")
+  GOBIN="$promtool_tmp" go install -trimpath -tags remove_all_sd \
+    -ldflags "-s -w -X github.com/prometheus/common/version.Version=3.${PROMTOOL_VERSION#v0.3}" \
+    "github.com/prometheus/prometheus/cmd/promtool@$PROMTOOL_VERSION"
+  mv "$promtool_tmp/promtool" "$promtool_bin/promtool"
+  rmdir "$promtool_tmp"
+  log "promtool: built in $((SECONDS - start))s"
 fi
 
 echo "$bin"

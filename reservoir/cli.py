@@ -9,12 +9,12 @@ import logging
 import os
 import sys
 import traceback
-from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from shared import keys, logs
 from shared.config import ConfigError, load_config
+from shared.version import version
 
 if TYPE_CHECKING:
     from webhook.certs_secret import SecretSource
@@ -93,10 +93,21 @@ def _quiet_retries(args: argparse.Namespace) -> None:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from agent.commands import status
+    from agent.commands import status, why
 
     _quiet_retries(args)
-    print(asyncio.run(status(args.kubeconfig, args.namespace, args.output, queues=args.queues, context=args.context)))
+    if args.why:
+        if args.queues:
+            print("reservoir status: --why and --queues do not go together", file=sys.stderr)
+            return 2
+        shown = asyncio.run(why(args.kubeconfig, args.namespace or "default", args.why, args.reservoir_namespace,
+                                args.output, context=args.context))
+    else:  # without --why, -n names Reservoir's namespace, as before --reservoir-namespace existed
+        shown = asyncio.run(status(args.kubeconfig, args.namespace or args.reservoir_namespace, args.output,
+                                   queues=args.queues, context=args.context))
+    if shown.warning:
+        print(f"warning: {shown.warning}", file=sys.stderr)
+    print(shown.text)
     return 0
 
 
@@ -119,14 +130,6 @@ def _uninstall(args: argparse.Namespace) -> int:
     asyncio.run(run(args.kubeconfig, Uninstall(crds=args.crds, leave_install=args.leave_install),
                     context=args.context, out=lambda line: print(line, flush=True)))
     return 0
-
-
-def version() -> str:
-    """The installed package's version (its metadata), or `unknown` when run from a tree that is not installed."""
-    try:
-        return metadata.version("reservoir")
-    except metadata.PackageNotFoundError:
-        return "unknown"
 
 
 KUBECONFIG_HELP = ("default: $KUBECONFIG (a list, merged as kubectl merges), else ~/.kube/config, else in-cluster")
@@ -207,13 +210,21 @@ def build_parser(prog: str = "reservoir") -> argparse.ArgumentParser:
     agent.add_argument("--as", dest="impersonate", default=None, help="act as this user, like kubectl --as")
     agent.set_defaults(run=_agent)
 
-    status = commands.add_parser("status", help="every lock, starving jobs and windows")
+    status = commands.add_parser("status", help="every lock, and the starving jobs, windows and guarantees of the "
+                                                "agent's last published plan; --why POD")
     _client_flags(status)
-    status.add_argument("-n", "--namespace", default=keys.NAMESPACE,
-                        help=f"where the reservoir-config ConfigMap lives (default {keys.NAMESPACE})")
+    status.add_argument("-n", "--namespace", default=None,
+                        help="with --why: the pod's namespace (default default); without: Reservoir's namespace, "
+                             "as --reservoir-namespace")
+    status.add_argument("--reservoir-namespace", default=keys.NAMESPACE,
+                        help=f"where the agent publishes its plan ({keys.STATUS_CONFIGMAP}) and reads "
+                             f"{keys.CONFIGMAP_NAME} (default {keys.NAMESPACE})")
     status.add_argument("-o", "--output", choices=("table", "wide", "json", "yaml"), default="table",
                         help="table (default), wide (more columns), json or yaml (README: the shape)")
-    status.add_argument("--queues", action="store_true", help="each queue's QueueScoreOrder score and its parts")
+    status.add_argument("--queues", action="store_true",
+                        help="each queue's QueueScoreOrder score and its parts, from the last published plan")
+    status.add_argument("--why", metavar="POD", default=None,
+                        help="explain why this pending pod (in -n NAMESPACE) is or is not covered by a lock")
     status.set_defaults(run=_status)
 
     release = commands.add_parser("release", help="remove Reservoir's locks from nodes (and nothing else)")
@@ -245,6 +256,7 @@ def describe_error(err: BaseException) -> str:
     from aiohttp import ClientConnectorError
     from kubernetes_asyncio.client.exceptions import ApiException
 
+    from agent.published import StatusError
     from shared.kube import KubeconfigError
 
     if isinstance(err, ApiException):
@@ -260,7 +272,7 @@ def describe_error(err: BaseException) -> str:
         os_error = err.os_error
         cause = (os.strerror(os_error.errno) if os_error.errno else str(os_error)) if os_error else str(err)
         text = f"cannot connect to the API server at {err.host}:{err.port}: {cause.lower()}"
-    elif isinstance(err, KubeconfigError):
+    elif isinstance(err, (KubeconfigError, StatusError)):
         text = str(err)
     elif isinstance(err, TimeoutError):
         text = "the API server did not answer in time"

@@ -205,6 +205,14 @@ class ReservationsConfig(_Model):
     handover_timeout: Duration = Field(timedelta(minutes=2), alias="handoverTimeout")
 
 
+class KoordinatorConfig(_Model):
+    """Issue 18: `reservations: true` makes the agent and the webhook also serve Koordinator's own
+    `scheduling.koordinator.sh/v1alpha1` Reservations, with the same planner (needs deploy/components/koordinator or
+    the Helm value `koordinator.reservations`, for the RBAC and webhook rules of that group)."""
+
+    reservations: bool = False
+
+
 class WebhookConfig(_Model):
     """DESIGN section 3, mutation 5: who may ignore every lock."""
 
@@ -228,6 +236,7 @@ class ReservoirConfig(_Model):
     queue_order: QueueOrderConfig = Field(default_factory=QueueOrderConfig, alias="queueOrder")
     guarantee: GuaranteeConfig = Field(default_factory=GuaranteeConfig)
     reservations: ReservationsConfig = Field(default_factory=ReservationsConfig)
+    koordinator: KoordinatorConfig = Field(default_factory=KoordinatorConfig)
     webhook: WebhookConfig = Field(default_factory=WebhookConfig)
 
     def protecting(self, namespace: str) -> ReservoirConfig:

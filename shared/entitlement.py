@@ -36,7 +36,6 @@ from typing import Any
 
 from shared import keys
 from shared.config import ReservoirConfig
-from shared.matching import reservation_matches
 from shared.ownership import (
     job_of,
     podgroup_of,
@@ -45,6 +44,7 @@ from shared.ownership import (
     reservation_owner_id,
     window_owner_id,
 )
+from shared.reservation_affinity import may_use
 from shared.resources import is_best_effort
 from shared.tolerations import (
     BYPASS_TOLERATION,
@@ -190,9 +190,11 @@ def entitlement(pod: Mapping[str, Any], namespace: str, grounds: Grounds,
                     not window.queues or queue in window.queues):
                 owners[window_owner_id(window.name)] = f"a reserve pod of window {window.name}"
     for reservation in grounds.reservations.values() if reservations is None else reservations:
-        if (reservation.phase in USABLE_PHASES and not reservation.unschedulable
-                and reservation_matches(reservation.owners, pod, namespace)):
-            owners[reservation_owner_id(reservation.name)] = f"an owner of Reservation {reservation.name}"
+        # issue 18: owners by Koordinator's rules, reservation-ignored and spec.taints (shared.reservation_affinity);
+        # a Koordinator Reservation another writer serves is not Reservoir's to hand over
+        if (reservation.phase in USABLE_PHASES and not reservation.unschedulable and not reservation.second_writer
+                and may_use(reservation, pod, namespace)):
+            owners[reservation_owner_id(reservation.key)] = f"an owner of Reservation {reservation.key}"
     every, every_exclusive = exempt if exempt is not None else (None, False)
     return Entitlement(owners, every, trusted, grounds.exclusive_owners, every_exclusive)
 

@@ -54,6 +54,20 @@ PLACEHOLDER_PRIORITY_CLASS = "reservoir-placeholder"  # deploy/priorityclass.yam
 # narrows its node affinity to that node, frees the reserved resources under a brief lock, then lifts the gate
 HANDOVER_GATE = f"{DOMAIN}/reservation-handover"
 
+# --- Koordinator's pod-side and Reservation keys (issue 18; its apis/extension/reservation.go) ---
+KOORDINATOR_DOMAIN = "scheduling.koordinator.sh"
+# pod annotation, JSON {"name", "uid"}: written beside RESERVATION_ALLOCATED for tools built for Koordinator
+KOORDINATOR_RESERVATION_ALLOCATED = f"{KOORDINATOR_DOMAIN}/reservation-allocated"
+KOORDINATOR_RESERVATION_IGNORED = f"{KOORDINATOR_DOMAIN}/reservation-ignored"  # pod label "true": ignores them all
+KOORDINATOR_RESERVATION_ORDER = f"{KOORDINATOR_DOMAIN}/reservation-order"  # Reservation label: lower is preferred
+# read by nobody in Reservoir: the webhook warns that they are ignored (README, "Coming from Koordinator")
+KOORDINATOR_RESTRICTED_OPTIONS = f"{KOORDINATOR_DOMAIN}/reservation-restricted-options"  # pod annotation
+KOORDINATOR_EXACT_MATCH = f"{KOORDINATOR_DOMAIN}/exact-match-reservation"  # pod annotation
+KOORDINATOR_PRE_ALLOCATION_REQUIRED = f"{KOORDINATOR_DOMAIN}/pre-allocation-required"  # pod label
+# the field manager Reservoir writes a Koordinator Reservation's status as; a later status write by any other manager
+# means a second writer (Koordinator's own scheduler): Reservoir then leaves the object alone (shared.views)
+KOORDINATOR_FIELD_MANAGER = "reservoir-agent"
+
 # --- Kubernetes' own keys that Reservoir reads ---
 MIRROR_POD = "kubernetes.io/config.mirror"  # pod annotation: a static pod's mirror, owned by the kubelet
 CONTROL_PLANE_LABELS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")  # any value
@@ -72,6 +86,9 @@ GPU_DIMENSION = "gpu"
 # --- Reservoir's own objects ---
 CONFIGMAP_NAME = "reservoir-config"
 CONFIG_KEY = "config.yaml"
+# the leading agent's last plan, for `reservoir status` (agent.published): a ConfigMap beside reservoir-config
+STATUS_CONFIGMAP = "reservoir-status"
+STATUS_KEY = "status.json"
 NAMESPACE = "reservoir-system"
 # the webhook configurations' namespaceSelector skips these, and their pods are never evicted
 SYSTEM_NAMESPACES = frozenset(("kube-system", NAMESPACE))
@@ -86,6 +103,9 @@ RESERVATION_GROUP = DOMAIN
 RESERVATION_VERSION = "v1alpha1"
 RESERVATION_API_VERSION = f"{RESERVATION_GROUP}/{RESERVATION_VERSION}"
 RESERVATION_PLURAL = "reservations"
+KOORDINATOR_GROUP = KOORDINATOR_DOMAIN  # Koordinator's Reservations (issue 18), served when the config switches it on
+KOORDINATOR_VERSION = "v1alpha1"
+KOORDINATOR_API_VERSION = f"{KOORDINATOR_GROUP}/{KOORDINATOR_VERSION}"
 
 
 class LockKind(StrEnum):

@@ -46,6 +46,19 @@ RESERVATIONS = Watched("reservations", f"/apis/{_RESERVATION_API}/{keys.RESERVAT
                        kind="Reservation", api_version=_RESERVATION_API)
 
 
+def by_koordinator_key(obj: Mapping[str, Any]) -> str:
+    """A Koordinator Reservation's key, `scheduling.koordinator.sh/<name>` (ReservationView.key): never a Reservoir
+    Reservation's (a name holds no `/`), so the two sources share one map."""
+    return f"{keys.KOORDINATOR_GROUP}/{by_name(obj)}"
+
+
+# Issue 18: Koordinator's own Reservations, watched only while `koordinator.reservations` is on (SwitchedCache)
+KOORDINATOR_RESERVATIONS = Watched("koordinator-reservations",
+                                   f"/apis/{keys.KOORDINATOR_API_VERSION}/{keys.RESERVATION_PLURAL}",
+                                   ReservationView.from_koordinator, by_koordinator_key, kind="Reservation",
+                                   api_version=keys.KOORDINATOR_API_VERSION)
+
+
 def _uid(obj: Mapping[str, Any]) -> str:
     uid = obj["metadata"]["uid"]
     if not isinstance(uid, str):

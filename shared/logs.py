@@ -46,20 +46,31 @@ def decision(logger: logging.Logger, what: str, *, level: int = logging.INFO, **
         logger.log(level, "decision", extra=fields(decision=what, **values), stacklevel=2)
 
 
+_NOTE_FIELD = re.compile(r'\s*([^\s="]+)=("(?:[^"\\]|\\.)*"|[^\s"]*)(?=\s|$)')
+
+
 def note_fields(note: str) -> dict[str, str] | None:
-    """`key=value key=value reason=free text, to the end`: the fields of such a line (the planner's notes), or None
-    when a word before `reason=` is not key=value."""
-    head, sep, reason = note.partition(" reason=")
-    if not sep and head.startswith("reason="):
-        head, reason, sep = "", head.removeprefix("reason="), "reason="
+    """`key=value key="quoted value" reason=free text, to the end`: the fields of such a line (the planner's
+    notes), or None when a word before `reason=` is not key=value. A value the planner could not write bare (a job
+    named by a tenant: `job="ns/ReplicaSet/a b"`) is written with `quote` and read back here, so no text inside it
+    can pass for a field of its own."""
     out: dict[str, str] = {}
-    for word in head.split():
-        name, eq, value = word.partition("=")
-        if not eq or not name:
-            return None
+    at = 0
+    while at < len(note):
+        if note.startswith("reason=", at) or note.startswith(" reason=", at):
+            out["reason"] = note[note.index("reason=", at) + len("reason="):]
+            return out
+        match = _NOTE_FIELD.match(note, at)
+        if match is None:
+            return None if note[at:].strip() else out
+        name, value = match.group(1), match.group(2)
+        if value.startswith('"'):
+            try:
+                value = json.loads(value)
+            except ValueError:
+                return None
         out[name] = value
-    if sep:
-        out["reason"] = reason
+        at = match.end()
     return out
 
 
@@ -78,6 +89,15 @@ def quote(value: Any) -> str:
     """A logfmt value: bare when that is unambiguous, else a double-quoted JSON string (ASCII only)."""
     text = _text(value)
     return text if _BARE_VALUE.fullmatch(text) else json.dumps(text, ensure_ascii=True)
+
+
+def printable(text: str) -> str:
+    """Text safe to print on an operator's terminal: each control or other non-printable character (an escape
+    sequence a tenant put in a job name, a newline that would fake a table row) shown as Python escapes it (`\\x1b`,
+    `\\n`); printable text, non-ASCII letters included, as it is."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def key(name: str) -> str:

@@ -1,4 +1,6 @@
-"""Label selectors and Reservation owner matching (seed 003: owners ORed, fields within one owner ANDed).
+"""Label selectors and Reservation owner matching (seed 003: owners ORed, fields within one owner ANDed), by
+Koordinator's rules (issue 18, its pkg/util/reservation) for both Reservation sources, but for the two cases where those
+would let a tenant reach further (`_object_matches`, `_controller_matches`).
 
 Every function here is total over arbitrary JSON: a selector, requirement or owner whose shape is wrong (a string
 where an object belongs, `values` that is not a list of strings, a key that is not a string, an unknown operator)
@@ -66,26 +68,56 @@ def expression_holds(expression: Mapping[str, Any], labels: Mapping[str, str], n
     return False
 
 
+_REF_FIELDS = ("name", "namespace", "uid", "kind", "apiVersion")
+
+
+def _ref_fields_readable(ref: Mapping[str, Any], fields: Sequence[str]) -> bool:
+    return all(ref.get(f) is None or isinstance(ref.get(f), str) for f in fields)
+
+
 def _object_matches(ref: Any, meta: Mapping[str, Any], namespace: str) -> bool:
-    if not isinstance(ref, Mapping):
+    """Koordinator's MatchObjectRef (issue 18): each of name, namespace and uid that the reference sets must be the
+    pod's; `kind` and `apiVersion` are ignored (only pods are compared). A namespace alone matches every pod of that
+    namespace. Departs from Koordinator in one case: a reference setting none of name, namespace, uid matches no pod
+    (Koordinator's would match every pod of the cluster, in every tenant's namespace; README "Coming from
+    Koordinator")."""
+    if not isinstance(ref, Mapping) or not _ref_fields_readable(ref, _REF_FIELDS):
         return False
     checks = {"name": meta.get("name"), "namespace": namespace, "uid": meta.get("uid")}
     for field, actual in checks.items():
         wanted = ref.get(field)
         if wanted and wanted != actual:
             return False
-    if ref.get("kind") and ref["kind"] != "Pod":
-        return False
-    return any(ref.get(f) for f in ("name", "uid"))
+    return any(ref.get(f) for f in checks)
 
 
-def _controller_matches(ref: Any, meta: Mapping[str, Any], namespace: str) -> bool:
-    if not isinstance(ref, Mapping):
+def controller_namespace(entry: Mapping[str, Any]) -> str:
+    """The namespace a `controller` owner entry is confined to: its own `namespace`, else the same entry's
+    `object.namespace` (ANDed anyway); "" when neither is set (it then matches no pod: `_controller_matches`)."""
+    for ref in (entry.get("controller"), entry.get("object")):
+        if isinstance(ref, Mapping) and isinstance(ref.get("namespace"), str) and ref["namespace"]:
+            return str(ref["namespace"])
+    return ""
+
+
+def _controller_matches(ref: Any, meta: Mapping[str, Any], namespace: str, confined_to: str) -> bool:
+    """Koordinator's MatchReservationControllerReference (issue 18): some ownerReference of the pod has each of uid,
+    name, kind and apiVersion the reference sets; `controller`, when the reference sets it, must be the same on the
+    ownerReference (unset: any ownerReference, controller or not). Departs from Koordinator in one case: the entry
+    must confine it to a namespace (`controller.namespace`, or the entry's `object.namespace`), else it matches no
+    pod: a tenant can write any ownerReference on its own pod, so a namespace-less controller entry would let a pod in
+    any namespace match by forging one (README "Coming from Koordinator")."""
+    if not isinstance(ref, Mapping) or not _ref_fields_readable(ref, _REF_FIELDS):
         return False
-    if ref.get("namespace") and ref["namespace"] != namespace:
+    if not confined_to or confined_to != namespace:
+        return False
+    wanted_controller = ref.get("controller")
+    if wanted_controller is not None and not isinstance(wanted_controller, bool):
         return False
     for owner in _list(meta.get("ownerReferences")) or ():
-        if not isinstance(owner, Mapping) or not owner.get("controller"):
+        if not isinstance(owner, Mapping):
+            continue
+        if wanted_controller is not None and bool(owner.get("controller")) is not wanted_controller:
             continue
         if all(not ref.get(f) or ref.get(f) == owner.get(f) for f in ("uid", "name", "kind", "apiVersion")):
             return True
@@ -94,7 +126,8 @@ def _controller_matches(ref: Any, meta: Mapping[str, Any], namespace: str) -> bo
 
 def owner_matches(owner: Mapping[str, Any], pod: Mapping[str, Any], namespace: str) -> bool:
     """One ReservationOwner: every field it sets must match (ANDed); an owner with no field matches nothing, and so
-    does one that is not an object or whose fields are malformed (module docstring)."""
+    does one that is not an object, whose fields are malformed (module docstring), or whose labelSelector is empty
+    (`is_empty_selector`)."""
     if not isinstance(owner, Mapping) or not isinstance(pod, Mapping):
         return False
     meta = pod.get("metadata") or {}
@@ -105,12 +138,23 @@ def owner_matches(owner: Mapping[str, Any], pod: Mapping[str, Any], namespace: s
         return False
     if "object" in fields and not _object_matches(owner["object"], meta, namespace):
         return False
-    if "controller" in fields and not _controller_matches(owner["controller"], meta, namespace):
+    if "controller" in fields and not _controller_matches(owner["controller"], meta, namespace,
+                                                           controller_namespace(owner)):
         return False
     labels = meta.get("labels") or {}
-    if "labelSelector" in fields and not label_selector_matches(owner["labelSelector"], labels):
+    if "labelSelector" in fields and (is_empty_selector(owner["labelSelector"])
+                                      or not label_selector_matches(owner["labelSelector"], labels)):
         return False
     return True
+
+
+def is_empty_selector(selector: Any) -> bool:
+    """A label selector with neither matchLabels nor matchExpressions (`{}`, `{matchLabels: {}}`). As an owner's
+    `labelSelector` it matches no pod: metav1 reads it as "every pod", which in an owner entry would hand the
+    Reservation to every pod of the cluster, in every tenant's namespace (the same departure as `_object_matches`;
+    README "Coming from Koordinator")."""
+    return (isinstance(selector, Mapping) and not selector.get("matchLabels")
+            and not selector.get("matchExpressions"))
 
 
 def reservation_matches(owners: tuple[Mapping[str, Any], ...] | list[Mapping[str, Any]],

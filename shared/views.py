@@ -662,9 +662,42 @@ def _template_spec(template: Mapping[str, Any]) -> Mapping[str, Any]:
     return spec
 
 
+def _order(labels: Mapping[str, str]) -> int:
+    """Koordinator's `reservation-order` label (issue 18): an integer, lower preferred; 0 (or unreadable, or absent)
+    means no preference."""
+    text = labels.get(keys.KOORDINATOR_RESERVATION_ORDER, "")
+    if len(text) > 20:
+        return 0
+    try:
+        return int(text)
+    except ValueError:
+        return 0
+
+
+def _status_writer(meta: Mapping[str, Any]) -> str:
+    """The field manager of the latest write to the object's status subresource (metadata.managedFields; "" when
+    none): how a second writer of a Koordinator Reservation shows (issue 18, README "Coming from Koordinator").
+    managedFields times have whole seconds: of writes in the same second, another manager's wins over Reservoir's."""
+    latest: tuple[str, bool, str] = ("", False, "")
+    for entry in _array(meta.get("managedFields"), "metadata.managedFields"):
+        if not isinstance(entry, Mapping) or entry.get("subresource") != "status":
+            continue
+        when, manager = entry.get("time"), entry.get("manager")
+        if isinstance(when, str) and isinstance(manager, str):
+            latest = max(latest, (when, manager != keys.KOORDINATOR_FIELD_MANAGER, manager))
+    return latest[2]
+
+
+RESERVOIR_SOURCE = keys.RESERVATION_GROUP  # ReservationView.source: which API group the object is of
+KOORDINATOR_SOURCE = keys.KOORDINATOR_GROUP
+
+
 @dataclass(frozen=True, slots=True)
 class ReservationView:
-    """A `reservations.reservoir.sh` object (seed 003)."""
+    """A `reservations.reservoir.sh` object (seed 003), or, when the config serves them, a
+    `reservations.scheduling.koordinator.sh` one (issue 18: one model, two sources). `key` tells them apart (a name may
+    be used in both groups): it is the name for Reservoir's own, `scheduling.koordinator.sh/<name>` for Koordinator's,
+    and is what the planner keys holdings, owner ids and statuses by."""
 
     name: str
     uid: str
@@ -684,10 +717,40 @@ class ReservationView:
     status: Mapping[str, Any] = field(default_factory=dict)
     # where the template lets it be placed (nodeName, nodeSelector, required node affinity, tolerations), parsed once
     placement: Placement = field(default_factory=Placement)
+    source: str = RESERVOIR_SOURCE
+    taints: tuple[Taint, ...] = ()  # spec.taints (Koordinator's field): tolerated through the affinity's tolerations
+    order: int = 0  # Koordinator's reservation-order label: among several that fit, the lowest non-zero first
+    status_writer: str = ""  # the field manager of the last status write (Koordinator's source only)
+
+    @property
+    def key(self) -> str:
+        return self.name if self.source == RESERVOIR_SOURCE else f"{self.source}/{self.name}"
+
+    @property
+    def api_version(self) -> str:
+        return keys.RESERVATION_API_VERSION if self.source == RESERVOIR_SOURCE else keys.KOORDINATOR_API_VERSION
+
+    @property
+    def second_writer(self) -> str:
+        """Issue 18: the field manager, not Reservoir's, that last wrote a Koordinator Reservation's status ("" when
+        none did, or for Reservoir's own Reservations): while there is one, Reservoir leaves the object alone."""
+        if self.source == RESERVOIR_SOURCE or self.status_writer in ("", keys.KOORDINATOR_FIELD_MANAGER):
+            return ""
+        return self.status_writer
 
     @classmethod
     @_readable("Reservation")
     def from_obj(cls, obj: Mapping[str, Any]) -> ReservationView:
+        return cls._read(obj, RESERVOIR_SOURCE)
+
+    @classmethod
+    @_readable("Reservation")
+    def from_koordinator(cls, obj: Mapping[str, Any]) -> ReservationView:
+        """A `scheduling.koordinator.sh/v1alpha1` Reservation (issue 18)."""
+        return cls._read(obj, KOORDINATOR_SOURCE)
+
+    @classmethod
+    def _read(cls, obj: Mapping[str, Any], source: str) -> ReservationView:
         meta = _meta(obj)
         spec = _mapping(obj.get("spec"), "spec")
         status = _shallow(_mapping(obj.get("status"), "status"), "status")
@@ -699,10 +762,19 @@ class ReservationView:
             ttl = parse_duration(ttl_text) if ttl_text else (None if expires else timedelta(hours=24))
         except ValueError as err:
             raise ViewError(f"spec.ttl: {err}") from None
+        labels = _strings(meta.get("labels"), "metadata.labels")
+        taints = tuple(
+            Taint(_text(t.get("key"), f"spec.taints[{i}].key"), _text(t.get("value"), f"spec.taints[{i}].value"),
+                  _text(t.get("effect"), f"spec.taints[{i}].effect"))
+            for i, t in enumerate(_objects(spec.get("taints"), "spec.taints")))
         return cls(
             name=_text(meta.get("name"), "metadata.name"),
             uid=_text(meta.get("uid"), "metadata.uid"),
-            labels=_strings(meta.get("labels"), "metadata.labels"),
+            labels=labels,
+            source=source,
+            taints=taints,
+            order=_order(labels),
+            status_writer=_status_writer(meta) if source != RESERVOIR_SOURCE else "",
             template=template,
             requests=_computed("spec.template.spec (resources)", lambda: pod_requests(template_spec)),
             # an owner that is not an object could match nothing: dropped (module docstring)

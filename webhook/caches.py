@@ -20,6 +20,7 @@ from kubernetes_asyncio import client
 from shared import keys, kinds
 from shared.config import ReservoirConfig
 from shared.serving import STALE_AFTER, stale_caches
+from shared.switchedcache import SwitchedCache
 from shared.watchcache import Skipped, WatchCache
 from webhook.lookup import Lookup
 
@@ -33,6 +34,8 @@ class WebhookCaches:
         self.queues = WatchCache.of(api, kinds.QUEUES, on_skip=on_skip)
         self.priority_classes = WatchCache.of(api, kinds.PRIORITY_CLASSES, on_skip=on_skip)
         self.reservations = WatchCache.of(api, kinds.RESERVATIONS, on_skip=on_skip)
+        # issue 18: Koordinator's Reservations, followed only while `koordinator.reservations` is on
+        self.koordinator = SwitchedCache(WatchCache.of(api, kinds.KOORDINATOR_RESERVATIONS, on_skip=on_skip))
         self.configmaps = WatchCache.of(api, kinds.config_map(namespace), on_change=self._config_changed,
                                         on_skip=on_skip)
         # to refuse a Queue guarantee larger than the cluster, and a pod's nodeName on a node locked for others
@@ -46,6 +49,7 @@ class WebhookCaches:
 
     def _config_changed(self, event: str, configmap: Mapping[str, Any] | None) -> None:
         self.config, error = kinds.config_from(event, configmap, self.config)
+        self.koordinator.switch(self.config.koordinator.reservations)
         if error is not None:
             log.warning("config=kept-last-good error=%s", error)
         elif configmap is None or event == "DELETED":
@@ -60,10 +64,15 @@ class WebhookCaches:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.koordinator.stop()
 
     def synced(self, now: float | None = None) -> dict[str, bool]:
         """Cache name -> synced and still following the cluster (heard from the API server within STALE_AFTER)."""
-        return {cache.name: cache.synced.is_set() and cache.stale_for(now) <= STALE_AFTER for cache in self.all}
+        synced = {cache.name: cache.synced.is_set() and cache.stale_for(now) <= STALE_AFTER for cache in self.all}
+        if self.koordinator.on:
+            synced[self.koordinator.name] = self.koordinator.synced and self.koordinator.cache.stale_for(
+                now) <= STALE_AFTER
+        return synced
 
     def stale(self, now: float | None = None) -> list[str]:
         """One line per cache that has not heard from the API server for longer than STALE_AFTER (how long)."""
@@ -75,13 +84,13 @@ class WebhookCaches:
 
     def lookup(self) -> Lookup:
         """One Lookup per cache state: what it derives (indexes) is computed once, not per request."""
-        versions = tuple(cache.version for cache in self.all)
+        versions = (*(cache.version for cache in self.all), self.koordinator.version, self.koordinator.on)
         if self._lookup is None or self._lookup[0] != versions:
             self._lookup = (versions, Lookup(
                 podgroups=dict(self.podgroups.items),
                 queues=dict(self.queues.items),
                 priority_classes=dict(self.priority_classes.items),
-                reservations=dict(self.reservations.items),
+                reservations={**self.reservations.items, **self.koordinator.items},  # keys never collide (kinds)
                 config=self.config,
                 nodes=dict(self.nodes.items),
                 daemonsets=dict(self.daemonsets.items),

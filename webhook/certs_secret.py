@@ -143,6 +143,8 @@ class SecretTLS:
             first = self.serving is None
             self.serving = pair
             self._loaded.set()
+            if self.metrics:
+                self.metrics.serving(pair[0])
             if self.metrics and not first:
                 self.metrics.cert_reloads.inc()
             log.info("certificate loaded" if first else "certificate reloaded",

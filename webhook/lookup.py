@@ -62,7 +62,7 @@ class Lookup:
         by_name: dict[str, list[ReservationView]] = defaultdict(list)
         always: list[ReservationView] = []
         for reservation in self.reservations.values():
-            if reservation.phase != "Available" or reservation.unschedulable:
+            if reservation.phase != "Available" or reservation.unschedulable or reservation.second_writer:
                 continue
             for owner in reservation.owners:
                 selector = owner.get("labelSelector") if isinstance(owner, Mapping) else None
@@ -83,10 +83,10 @@ class Lookup:
     def reservation_candidates(self, labels: Mapping[str, str], name: str) -> list[ReservationView]:
         """Seed 003: Reservations that may match a pod with these labels and name (a superset; check each)."""
         by_label, by_name, always = self._reservation_index
-        seen: dict[str, ReservationView] = {r.name: r for r in always}
+        seen: dict[str, ReservationView] = {r.key: r for r in always}  # key: names may repeat across sources
         for item in labels.items():
             for reservation in by_label.get(item, ()):
-                seen[reservation.name] = reservation
+                seen[reservation.key] = reservation
         for reservation in by_name.get(name, ()):
-            seen[reservation.name] = reservation
+            seen[reservation.key] = reservation
         return list(seen.values())

@@ -11,6 +11,7 @@ from aiohttp import web
 from shared import keys
 from shared.kube import new_api_client
 from shared.logs import fields
+from shared.metrics import cache_freshness
 from shared.serving import stop_on_signals
 from shared.watchcache import count_skips
 from webhook.caches import WebhookCaches
@@ -28,6 +29,7 @@ async def run(cert_file: Path | None, key_file: Path | None, host: str, port: in
     api = await new_api_client(kubeconfig, impersonate=impersonate)
     metrics = Metrics()
     caches = WebhookCaches(api, namespace, on_skip=count_skips(metrics.registry))  # objects no cache can read
+    cache_freshness(metrics.registry, lambda: caches.all)
     if secret is not None:
         tls: ReloadingTLS | SecretTLS = await secret.open(api, metrics)
     else:

@@ -7,7 +7,6 @@ watch caches.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,16 +15,15 @@ from shared import keys
 from shared.entitlement import Entitlement, entitlement
 from shared.jsonpatch import Op, add, pointer
 from shared.keys import LockKind, owner_kind
-from shared.matching import label_selector_matches
 from shared.ownership import (
     podgroup_of,
     queue_of,
     reservation_owner_id,
 )
 from shared.priority import job_class
+from shared.reservation_affinity import affinity_text, ignores_reservations, parse_reservation_affinity
 from shared.tolerations import toleration_ops
 from shared.views import PodGroupView
-from webhook.admission import shown
 from webhook.lookup import Lookup
 
 PREFERRED_WEIGHT = 100
@@ -70,52 +68,20 @@ def _add_annotations(meta: Mapping[str, Any], new: Mapping[str, str]) -> list[Op
 
 
 def named_reservations(annotations: Mapping[str, str], lookup: Lookup) -> list[str] | None:
-    """Seed 003: Reservations the pod names (required affinity): `reservoir.sh/reservation-affinity` holds a name or
-    Koordinator's JSON (`{"name": ...}` or `{"reservationSelector": {...}}`); so does Koordinator's own key.
-    None when the pod names none."""
-    text = annotations.get(keys.RESERVATION_AFFINITY) or annotations.get(keys.KOORDINATOR_RESERVATION_AFFINITY)
-    if not text:
+    """Seed 003, issue 18: the keys (ReservationView.key) of the Reservations the pod's affinity names or selects
+    (shared.reservation_affinity: a name, or Koordinator's JSON with name, reservationSelector,
+    reservationSelectorTerms, ANDed), of both sources; None when the pod names none (no annotation, or tolerations
+    only). A name no Reservation has yet stands for Reservoir's Reservation of that name (the pod waits for it)."""
+    found = affinity_text(annotations)
+    if found is None:
         return None
-    parsed = parse_reservation_affinity(text)
-    if "name" in parsed:
-        return [parsed["name"]]
-    selector = {"matchLabels": parsed["reservationSelector"]}
-    return sorted(r.name for r in lookup.reservations.values() if label_selector_matches(selector, r.labels))
-
-
-MAX_AFFINITY_LENGTH = 4096  # a name is at most 253 characters; a selector of a few labels fits many times over
-
-
-def parse_reservation_affinity(text: str) -> dict[str, Any]:
-    """Seed 003's reservation affinity: `name`, `{"name": "x"}` or `{"reservationSelector": {"k": "v"}}`;
-    ValueError names what is accepted (and what is too long or not readable at all)."""
-    if not isinstance(text, str):
-        raise ValueError(f"reservation affinity must be a string, not {type(text).__name__}")
-    stripped = text.strip()
-    if len(stripped) > MAX_AFFINITY_LENGTH:
-        raise ValueError(f"reservation affinity is {len(stripped)} characters long: at most {MAX_AFFINITY_LENGTH}; "
-                         'give a Reservation name, {"name": "<reservation>"} or {"reservationSelector": {...}}')
-    if not stripped.startswith("{"):
-        if not stripped:
-            raise ValueError("empty reservation affinity")
-        return {"name": stripped}
-    try:
-        data = json.loads(stripped)
-    except (ValueError, RecursionError):  # not JSON, or nested past what the parser follows
-        data = None
-    if isinstance(data, dict) and isinstance(data.get("name"), str) and data["name"]:
-        return {"name": data["name"]}
-    if isinstance(data, dict) and data.get("reservationSelector") == {}:
-        raise ValueError(f"reservation affinity {shown(text)} has an empty reservationSelector, which would select "
-                         "every Reservation: name one, or give at least one label")
-    if isinstance(data, dict) and isinstance(data.get("reservationSelector"), dict) and all(
-        isinstance(k, str) and isinstance(v, str) for k, v in data["reservationSelector"].items()
-    ):
-        return {"reservationSelector": data["reservationSelector"]}
-    raise ValueError(
-        f"reservation affinity {shown(text)} is not valid: expected a Reservation name, "
-        '{"name": "<reservation>"} or {"reservationSelector": {"<label>": "<value>"}}'
-    )
+    affinity = parse_reservation_affinity(found[1])
+    if not affinity.restricts:
+        return None
+    selected = sorted(r.key for r in lookup.reservations.values() if affinity.selects(r))
+    if not selected and affinity.name and affinity.selector is None and affinity.terms is None:
+        return [affinity.name]
+    return selected
 
 
 def _lock_expression(owners: list[str]) -> dict[str, Any]:
@@ -238,7 +204,9 @@ def mutate_pod(pod: Mapping[str, Any], namespace: str, lookup: Lookup) -> Mutati
 
     owners = sorted(rights.owners)  # 3 (both tolerations of an owner whose locks are exclusive)
     # 4: naming a Reservation only narrows where the pod may go; its toleration comes from being an owner (step 3)
-    required = required_reservations(annotations, lookup, warnings)
+    labels = meta.get("labels")
+    ignored = ignores_reservations(labels if isinstance(labels, Mapping) else {})  # issue 18: as if none existed
+    required = None if ignored else required_reservations(annotations, lookup, warnings)
     added_tolerations = toleration_ops(spec.get("tolerations"), rights.tolerations())
     if added_tolerations:
         reasons.append(f"tolerations for {len(owners)} lock owners")

@@ -30,10 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from cryptography import x509
+from prometheus_client import Counter, Gauge, Histogram
 
 from shared import logs
 from shared.duration import DurationError, parse_duration
+from shared.metrics import new_registry
 from shared.quantity import QuantityError
 from shared.serving import add_probes
 from shared.tolerations import tolerates_lock
@@ -46,8 +48,11 @@ CERT_CHECK_INTERVAL = 2.0
 
 
 class Metrics:
+    """The webhook's metrics (README, "Metrics and alerts"); the process, platform and build-info ones come with the
+    registry (shared.metrics), the caches' freshness is registered by webhook.main."""
+
     def __init__(self) -> None:
-        self.registry = CollectorRegistry()
+        self.registry = new_registry()
         self.requests = Counter("reservoir_webhook_requests_total", "Admission requests answered",
                                 ["route", "outcome"], registry=self.registry)
         self.latency = Histogram("reservoir_webhook_request_duration_seconds", "Time to answer an admission request",
@@ -61,6 +66,19 @@ class Metrics:
                                   ["route", "decision"], registry=self.registry)
         self.cert_reloads = Counter("reservoir_webhook_certificate_reloads_total", "Serving certificate reloads",
                                     registry=self.registry)
+        self.cert_expiry = Gauge("reservoir_webhook_certificate_expiry_timestamp_seconds", "Unix time the serving "
+                                 "certificate this replica serves stops being valid (its notAfter)",
+                                 registry=self.registry)
+
+    def serving(self, cert_pem: bytes) -> None:
+        """Record the certificate now served: its notAfter (the first certificate of the chain, the leaf). A chain
+        that does not parse here (the TLS library took it) leaves the gauge as it was."""
+        try:
+            leaf = x509.load_pem_x509_certificate(cert_pem)
+        except ValueError as err:
+            log.warning("serving certificate expiry unreadable", extra=logs.fields(error=str(err)[:300]))
+            return
+        self.cert_expiry.set(leaf.not_valid_after_utc.timestamp())
 
 
 # --- decisions: what each admission did, for its log level and the admissions counter ---
@@ -206,6 +224,9 @@ ROUTES: dict[str, Endpoint] = {
         obj, lookup.schedulable_allocatable, old)), admission.QUEUE),
     "/validate/reservations": Endpoint(_validating(lambda obj, old, _: validate.validate_reservation(obj)),
                                        admission.RESERVATION),
+    # issue 18 (deploy/components/koordinator): Koordinator's Reservations, warned about, never refused
+    "/validate/koordinator-reservations": Endpoint(_validating(
+        lambda obj, old, _: validate.validate_reservation(obj, koordinator=True)), admission.RESERVATION),
     # YAML and the config model are pure Python and cost milliseconds per KiB: never on the event loop
     "/validate/configmaps": Endpoint(_validating(lambda obj, old, _: validate.validate_configmap(obj)),
                                      admission.CONFIGMAP, offload=True),
@@ -393,6 +414,16 @@ class ReloadingTLS:
         self.context.minimum_version = ssl.TLSVersion.TLSv1_2
         self._stamp = self._read_stamp()
         self.context.load_cert_chain(self.cert_file, self.key_file)
+        self._record()
+
+    def _record(self) -> None:
+        """The expiry of the certificate just loaded, in the metrics (Metrics.serving)."""
+        if self.metrics is None:
+            return
+        try:
+            self.metrics.serving(self.cert_file.read_bytes())
+        except OSError as err:
+            log.warning("serving certificate expiry unreadable", extra=logs.fields(error=str(err)[:300]))
 
     def _read_stamp(self) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
         def stamp(path: Path) -> tuple[int, int, int]:
@@ -414,6 +445,7 @@ class ReloadingTLS:
             log.warning("certificate reload failed, keeping the current one", extra=logs.fields(error=str(err)))
             return False
         self._stamp = stamp
+        self._record()
         if self.metrics:
             self.metrics.cert_reloads.inc()
         log.info("certificate reloaded", extra=logs.fields(certificate="reloaded", file=str(self.cert_file)))

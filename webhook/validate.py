@@ -27,12 +27,13 @@ from shared import keys
 from shared.config import ConfigError, load_config
 from shared.duration import DurationError, parse_duration
 from shared.entitlement import Entitlement, unentitled
+from shared.matching import controller_namespace, is_empty_selector
 from shared.quantity import QuantityError, format_quantity, to_int
+from shared.reservation_affinity import ignores_reservations, parse_reservation_affinity
 from shared.resources import PODS, Resources, pod_requests
 from shared.timestamps import parse_time
 from shared.views import PERCENTAGE_EXAMPLE, parse_percentage_annotation
 from webhook.admission import POD_SPEC, shown
-from webhook.mutate import parse_reservation_affinity
 
 GUARANTEE_POLICIES = ("Best-Effort", "Guaranteed")
 ALLOCATE_POLICIES = (None, "", "Aligned", "Restricted")
@@ -203,15 +204,80 @@ def _spec(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return spec if isinstance(spec, Mapping) else {}
 
 
+def _koordinator_pod_warnings(what: str, annotations: Mapping[str, Any], labels: Mapping[str, Any]) -> list[str]:
+    """Issue 18: Koordinator's pod-side keys Reservoir does not act on, and the affinity keys it ignores, named
+    (README "Coming from Koordinator")."""
+    warnings = []
+    for key in (keys.KOORDINATOR_RESTRICTED_OPTIONS, keys.KOORDINATOR_EXACT_MATCH):
+        if key in annotations:
+            warnings.append(f"{what}: {ANNOTATIONS.key(key)} is ignored by Reservoir")
+    if keys.KOORDINATOR_PRE_ALLOCATION_REQUIRED in labels:
+        warnings.append(f"{what}: metadata.labels[{keys.KOORDINATOR_PRE_ALLOCATION_REQUIRED}] is ignored by Reservoir")
+    for key in (keys.RESERVATION_AFFINITY, keys.KOORDINATOR_RESERVATION_AFFINITY):
+        try:
+            affinity = parse_reservation_affinity(annotations[key]) if key in annotations else None
+        except ValueError:
+            continue
+        if affinity is None:
+            continue
+        if affinity.ignored:  # one warning however many keys (an admission response's warnings are bounded)
+            names = ", ".join(shown(n) for n in affinity.ignored[:5])
+            more = f" and {len(affinity.ignored) - 5} more" if len(affinity.ignored) > 5 else ""
+            warnings.append(f"{what}: {ANNOTATIONS.key(key)}: {names}{more} "
+                            f"{'is' if len(affinity.ignored) == 1 else 'are'} ignored by Reservoir")
+        if ignores_reservations(labels):
+            warnings.append(f"{what}: {ANNOTATIONS.key(key)} is ignored: the pod carries "
+                            f"{keys.KOORDINATOR_RESERVATION_IGNORED}=true and ignores every Reservation")
+    if (keys.RESERVATION_AFFINITY in annotations and keys.KOORDINATOR_RESERVATION_AFFINITY in annotations
+            and annotations[keys.RESERVATION_AFFINITY]):
+        warnings.append(f"{what}: {ANNOTATIONS.key(keys.KOORDINATOR_RESERVATION_AFFINITY)} is ignored: "
+                        f"{keys.RESERVATION_AFFINITY} is set too, and wins")
+    return warnings
+
+
+_OBJECT_NAME = re.compile(r"[\x21-\x7e]+")  # printable ASCII, no space: any name the API server lets an object have
+
+
+def _validate_job_names(pod: Mapping[str, Any], annotations: Mapping[str, Any]) -> list[str]:
+    """The names a pod's job is known by (shared.ownership.job_identity): the PodGroup its
+    `scheduling.k8s.io/group-name` names, a DNS subdomain as every PodGroup's name is; its controlling
+    ownerReference's name, at most 253 printable characters without `/`. The API server checks neither (an
+    ownerReference needs only a non-empty name), and both are shown to operators and written into the agent's
+    decisions: a name no object can have is refused rather than carried."""
+    problems: list[str] = []
+    group = annotations.get(keys.GROUP_NAME)
+    if group is not None and not (isinstance(group, str) and 0 < len(group) <= MAX_DNS_SUBDOMAIN
+                                  and _DNS_SUBDOMAIN.match(group)):
+        problems.append(invalid(ANNOTATIONS.key(keys.GROUP_NAME), group,
+                                f"the name of a PodGroup: a DNS subdomain (lowercase letters, digits, '-' and '.', "
+                                f"at most {MAX_DNS_SUBDOMAIN} characters) such as my-job"))
+    meta = pod.get("metadata")
+    refs = meta.get("ownerReferences") if isinstance(meta, Mapping) else None
+    for index, ref in enumerate(refs if isinstance(refs, list) else ()):
+        name = ref.get("name") if isinstance(ref, Mapping) else None
+        if not isinstance(ref, Mapping) or not ref.get("controller") or not isinstance(name, str):
+            continue
+        if not (len(name) <= MAX_DNS_SUBDOMAIN and _OBJECT_NAME.fullmatch(name) and "/" not in name):
+            problems.append(invalid(FieldPath("metadata.ownerReferences").index(index).child("name"), name,
+                                    f"the name of the pod's controller: at most {MAX_DNS_SUBDOMAIN} printable "
+                                    f"characters, no space or '/'"))
+    return problems
+
+
 def validate_pod(pod: Mapping[str, Any]) -> Verdict:
     """Seed 004 (reserve annotations) and seed 003 (reservation affinity) refused when malformed; a blanket
-    toleration let in with a warning."""
+    toleration let in with a warning; issue 18: Koordinator's keys Reservoir ignores, named in a warning; the
+    names its job is known by, refused when no object could have them (`_validate_job_names`)."""
     what = _name(pod, "Pod")
     annotations = _annotations(pod)
     problems = _validate_reserve_annotations(ANNOTATIONS, annotations)
+    problems += _validate_job_names(pod, annotations)
     for key in (keys.RESERVATION_AFFINITY, keys.KOORDINATOR_RESERVATION_AFFINITY):
         problems += _validate_reservation_affinity(annotations, key)
     warnings = _blanket_toleration_warnings(what, _spec(pod).get("tolerations"))
+    meta = pod.get("metadata")
+    labels = meta.get("labels") if isinstance(meta, Mapping) else None
+    warnings += _koordinator_pod_warnings(what, annotations, labels if isinstance(labels, Mapping) else {})
     return _verdict(what, problems, warnings)
 
 
@@ -487,12 +553,52 @@ def _validate_owners(path: FieldPath, owners: Any) -> list[str]:
     return [problem for index, owner in enumerate(owners) for problem in _validate_owner(path.index(index), owner)]
 
 
-def _validate_ttl_or_expires(ttl_path: FieldPath, ttl: Any, expires_path: FieldPath, expires: Any) -> list[str]:
-    """Seed 003: `spec.ttl` and `spec.expires` are mutually exclusive."""
-    if ttl is None or expires is None:
-        return []
-    return [f"{ttl_path} ({_as_written(ttl)}) and {expires_path} ({_as_written(expires)}) are mutually exclusive: "
-            "keep one"]
+def _owner_warnings(path: FieldPath, owners: Any) -> list[str]:
+    """Issue 18: owner entries that match no pod by Reservoir's departures from Koordinator's rules
+    (shared.matching), said at admission rather than found out later."""
+    warnings = []
+    for index, owner in enumerate(owners if isinstance(owners, list) else ()):
+        if not isinstance(owner, Mapping):
+            continue
+        entry = path.index(index)
+        obj, controller = owner.get("object"), owner.get("controller")
+        if isinstance(obj, Mapping) and not any(obj.get(f) for f in ("name", "namespace", "uid")):
+            warnings.append(f"{entry.child('object')} sets none of name, namespace, uid: it matches no pod (Reservoir "
+                            "does not let an empty object match every pod of the cluster); set a namespace at least")
+        elif (isinstance(obj, Mapping) and obj.get("name") and not obj.get("namespace") and not obj.get("uid")
+              and controller is None):
+            warnings.append(f"{entry.child('object')} sets a name without a namespace or uid: it matches a pod of that "
+                            "name in every namespace; set object.namespace")
+        if isinstance(controller, Mapping) and not controller_namespace(owner):
+            warnings.append(f"{entry.child('controller').child('namespace')} is not set: this controller matches no "
+                            "pod (any pod can carry a forged ownerReference); set the controller's namespace")
+        selector = owner.get("labelSelector")
+        if is_empty_selector(selector):
+            warnings.append(f"{entry.child('labelSelector')} is empty: it matches no pod (Reservoir does not let an "
+                            "empty selector match every pod of the cluster); give matchLabels or matchExpressions")
+        elif (isinstance(selector, Mapping) and obj is None and controller is None):
+            warnings.append(f"{entry.child('labelSelector')} alone matches pods in every namespace, and anyone who can "
+                            "create a pod can give it these labels; add object.namespace to confine it")
+    return warnings
+
+
+def _koordinator_warnings(spec: Mapping[str, Any], labels: Any) -> list[str]:
+    """Issue 18: the fields of Koordinator's Reservation Reservoir does not act on (README "Coming from
+    Koordinator"), named rather than silently dropped."""
+    warnings = []
+    if spec.get("preAllocationPolicy") is not None:
+        warnings.append(f"{SPEC.child('preAllocationPolicy')} is ignored: Reservoir pre-allocates only as "
+                        "spec.preAllocation does (it waits on its node for running pods to end)")
+    taints = spec.get("taints")
+    for index, taint in enumerate(taints if isinstance(taints, list) else ()):
+        if isinstance(taint, Mapping) and taint.get("effect") not in ("NoSchedule", "NoExecute"):
+            warnings.append(f"{SPEC.child('taints').index(index).child('effect')} {_as_written(taint.get('effect'))} "
+                            "is ignored: only NoSchedule and NoExecute taints keep pods off a Reservation")
+    order = labels.get(keys.KOORDINATOR_RESERVATION_ORDER) if isinstance(labels, Mapping) else None
+    if order is not None and (not isinstance(order, str) or not re.fullmatch(r"-?[0-9]{1,18}", order)):
+        warnings.append(f"metadata.labels[{keys.KOORDINATOR_RESERVATION_ORDER}] {_as_written(order)} is not an "
+                        "integer: it is read as 0 (no preference)")
+    return warnings
 
 
 def _validate_ttl(path: FieldPath, ttl: Any) -> list[str]:
@@ -548,18 +654,27 @@ def _validate_allocate_policy(path: FieldPath, policy: Any) -> list[str]:
     return [invalid(path, policy, "expected Aligned or Restricted")]
 
 
-def validate_reservation(reservation: Mapping[str, Any]) -> Verdict:
-    """Seed 003: owners non-empty (each with object, controller or labelSelector), ttl and expires exclusive,
-    template requests present."""
+def validate_reservation(reservation: Mapping[str, Any], koordinator: bool = False) -> Verdict:
+    """Seed 003: owners non-empty (each with object, controller or labelSelector), template requests present, ttl
+    and expires readable. Issue 18: `ttl` beside `expires` is let in, as Koordinator's CRD defaults `ttl` to 24h
+    (`expires` is checked first: agent/planner/reservations.py `expiry`); what Reservoir ignores or matches to no pod
+    is a Warning naming the field. A Koordinator Reservation (`koordinator`) is never refused (its own scheduler may
+    be the one serving it): its problems come back as warnings."""
     spec = _spec(reservation)
     ttl, expires = spec.get("ttl"), spec.get("expires")
     problems = _validate_owners(SPEC.child("owners"), spec.get("owners"))
-    problems += _validate_ttl_or_expires(SPEC.child("ttl"), ttl, SPEC.child("expires"), expires)
     problems += _validate_ttl(SPEC.child("ttl"), ttl)
     problems += _validate_expires(SPEC.child("expires"), expires)
     problems += _validate_template(SPEC.child("template"), spec.get("template"))
     problems += _validate_allocate_policy(SPEC.child("allocatePolicy"), spec.get("allocatePolicy"))
-    return _verdict(_name(reservation, "Reservation"), problems)
+    what = _name(reservation, "Reservation")
+    meta = reservation.get("metadata")
+    warnings = _owner_warnings(SPEC.child("owners"), spec.get("owners"))
+    warnings += _koordinator_warnings(spec, meta.get("labels") if isinstance(meta, Mapping) else None)
+    if koordinator:
+        warnings = [*problems, *warnings]
+        problems = []
+    return _verdict(what, problems, [f"{what}: {warning}" for warning in warnings])
 
 
 # --- the Reservoir ConfigMap ---

@@ -200,6 +200,7 @@ class JobStatus:
     pending: int
     starving: bool
     reason: str
+    created: datetime | None = None  # the job's creation time (its PodGroup's, else its oldest pod's); None: unknown
 
 
 @dataclass(frozen=True)
@@ -258,6 +259,13 @@ class ReservationStatus:
     delete: bool = False  # terminal for longer than the grace period: garbage-collect the object
     final: bool = False  # ended in an earlier plan: its status stays as written then
     conditions: tuple[dict[str, Any], ...] = field(default=())
+    # issue 18: `name` is the Reservation's key (ReservationView.key); the object itself is `object_name` of
+    # `api_version` (Reservoir's or Koordinator's group), with `uid`
+    object_name: str = ""
+    uid: str = ""
+    api_version: str = keys.RESERVATION_API_VERSION
+    # issue 18: another field manager writes this Koordinator Reservation's status: Reservoir writes nothing to it
+    left_alone: str = ""
 
     def status(self) -> dict[str, Any]:
         """The object's `status`, as the agent writes it."""
@@ -266,6 +274,12 @@ class ReservationStatus:
             "allocatable": self.allocatable.to_quantities(), "allocated": self.allocated.to_quantities(),
             "currentOwners": [{"namespace": p.namespace, "name": p.name, "uid": p.uid} for p in self.owners],
         }
+
+
+def koordinator_allocated(name: str, uid: str) -> str:
+    """Koordinator's `reservation-allocated` annotation value (its ReservationAllocated, as Go's json.Marshal writes
+    it): {"name":"<reservation>","uid":"<uid>"}."""
+    return json.dumps({"name": name, "uid": uid}, separators=(",", ":"))
 
 
 def placeholder_name(owner: str, requests: Resources) -> str:
@@ -285,6 +299,9 @@ class Placeholder:
     owner: str  # the Reservation's owner id (the PLACEHOLDER label's value)
     node: str
     requests: Resources
+    # issue 18: `reservation` is the Reservation's key; its ownerReference names `object_name` of `api_version`
+    object_name: str = ""
+    api_version: str = keys.RESERVATION_API_VERSION
 
     @property
     def name(self) -> str:

@@ -41,7 +41,9 @@ of the reservation, averaged; ties to the oldest). The pod is recorded at once a
 `status.currentOwners` and the node is locked for the Reservation's owners; once that lock is on the node (read back
 in a later plan), the placeholder shrinks, and the writer narrows the pod's required node affinity to the node
 (matchFields metadata.name, allowed while gated), adds the lock's toleration and lifts the gate. kube-scheduler binds
-it there; no other pod can take the freed resources meanwhile (they do not tolerate the lock). The lock goes when no
+it there; no other pod can take the freed resources meanwhile (they do not tolerate the lock; kube-scheduler's
+`nominatedNodeName` set by the agent, KEP-5278, would hold only against pods of no higher priority: `make
+bench-handover`, README). The lock goes when no
 owner is in flight and the placeholder has its size. A pod that matches no Reservation it may take is ungated at once
 and scheduled as usual; one whose only Reservations sit on a node locked for someone else waits. A handover that has
 not bound its pod within `reservations.handoverTimeout` of the lock is given up.
@@ -58,6 +60,14 @@ dimension at most `allocatable` (a Default owner larger than the reservation tak
 `status.currentOwners` the owners handed over: read back (recorded_owners), it is what says which pods drew on the
 Reservation. The `reservoir.sh/reservation-allocated` annotation is written for humans and tools, never read to decide
 (anyone who may edit a pod can write it, issue 10).
+
+Issue 18: Koordinator's own Reservations, when the config serves them, go through all of the above beside Reservoir's
+(one model, two sources): keyed `scheduling.koordinator.sh/<name>` (ReservationView.key: holdings, owner ids,
+placeholders and statuses never mix a name of one group with the other's); a pod may use a Reservation by Koordinator's
+rules (shared.reservation_affinity.may_use: owners, `reservation-ignored`, `spec.taints`); among several that can take
+a pod, Koordinator's `reservation-order` label comes before MostAllocated (`preference`); owners are annotated with
+Koordinator's `reservation-allocated` too. One whose status another field manager last wrote is served by another
+scheduler: it is left alone (`left_alone`).
 """
 
 from __future__ import annotations
@@ -69,13 +79,13 @@ from typing import Any
 
 from agent.planner.capacity import FOREVER, NodeState, schedulable, time_to_fit
 from agent.planner.displacement import may_take
-from agent.planner.model import Handover, Lock, Placeholder, ReservationStatus
+from agent.planner.model import Handover, Lock, Placeholder, ReservationStatus, koordinator_allocated
 from agent.planner.policy import PlanContext, Policy, PolicyResult, Statuses, earliest, kept_since
 from shared import keys
 from shared.keys import LockKind
-from shared.matching import reservation_matches
 from shared.ownership import reservation_owner_id
 from shared.predicates import Placement, schedulable_on
+from shared.reservation_affinity import may_use
 from shared.resources import PODS, Resources
 from shared.timestamps import parse_time, stamp
 from shared.tolerations import lock_toleration
@@ -111,8 +121,24 @@ def pod_meta(pod: PodView) -> dict[str, Any]:
 
 
 def is_owner(reservation: ReservationView, pod: PodView) -> bool:
-    """Seed 003 `spec.owners`: the pod matches one of them (object / controller / labelSelector, ORed)."""
-    return reservation_matches(reservation.owners, pod_meta(pod), pod.namespace)
+    """Seed 003 `spec.owners`: the pod matches one of them (object / controller / labelSelector, ORed; Koordinator's
+    rules, issue 18), does not ignore Reservations (`reservation-ignored`) and tolerates the Reservation's
+    `spec.taints` through its affinity's tolerations (shared.reservation_affinity.may_use)."""
+    return may_use(reservation, pod_meta(pod), pod.namespace)
+
+
+def allocated_to(pod: PodView, r: ReservationView) -> bool:
+    """The owner already carries both allocated annotations for `r`: Reservoir's (the Reservation's key) and
+    Koordinator's (JSON name and uid, issue 18)."""
+    return (pod.annotations.get(keys.RESERVATION_ALLOCATED) == r.key
+            and pod.annotations.get(keys.KOORDINATOR_RESERVATION_ALLOCATED) == koordinator_allocated(r.name, r.uid))
+
+
+def preference(r: ReservationView, score: float) -> tuple[bool, int, float]:
+    """Issue 18, Koordinator's `reservation-order` label: among the Reservations allocatable for a pod, the lowest
+    non-zero order first, then those without one; within the same order, MostAllocated (the highest score). Lower
+    is better."""
+    return (r.order == 0, r.order, -score)
 
 
 def recorded_owners(reservation: ReservationView) -> frozenset[str]:
@@ -260,9 +286,9 @@ class Round:
         ended = parse_time(ready["lastTransitionTime"]) or now
         owners = tuple(sorted(held.owners, key=lambda p: p.key)) if held is not None else ()
         allocated = held.allocated() if held is not None else Resources()
-        return ReservationStatus(r.name, phase, node, reason, message, reserved_amount(r), allocated, owners,
-                                 annotate=tuple(p.key for p in owners if p.node_name
-                                                and p.annotations.get(keys.RESERVATION_ALLOCATED) != r.name),
+        return ReservationStatus(r.key, phase, node, reason, message, reserved_amount(r), allocated, owners,
+                                 annotate=tuple(p.key for p in owners if p.node_name and not allocated_to(p, r)),
+                                 object_name=r.name, uid=r.uid, api_version=r.api_version,
                                  delete=phase in TERMINAL_PHASES and now - ended >= self.gc_grace, final=final,
                                  conditions=(scheduled, ready))
 
@@ -300,9 +326,12 @@ def plan_reservations(*, context: PlanContext) -> PolicyResult:
                    handover_timeout=config.handover_timeout, max_reserved_percent=config.max_reserved_percent,
                    now=context.now, taken=set(context.taken),
                    cluster=Resources.total(s.node.allocatable for s in context.states.values() if schedulable(s.node)))
-    ordered = sorted(snapshot.reservations.values(), key=lambda r: (r.created, r.name))
+    # issue 18: a Koordinator Reservation whose status another field manager writes is left alone, and said so
+    foreign = [r for r in snapshot.reservations.values() if r.second_writer]
+    ordered = sorted((r for r in snapshot.reservations.values() if not r.second_writer),
+                     key=lambda r: (r.created, r.key))
     reserved = Resources()  # what the Reservations whose turn came hold, summed (maxReservedPercent)
-    holdings = {r.name: holding(r, by_uid) for r in ordered
+    holdings = {r.key: holding(r, by_uid) for r in ordered
                 if r.node_name and r.phase not in TERMINAL_PHASES and r.node_name in shared.states}
     recorded = {p.uid for h in holdings.values() for p in h.bound + h.in_flight}
     handovers, notes = claim([p for p in gated if p.uid not in recorded], holdings, shared)
@@ -315,7 +344,7 @@ def plan_reservations(*, context: PlanContext) -> PolicyResult:
     # the placed first (they hold already), then the rest, each oldest first: what the placed hold is known before any
     # new one is measured against maxReservedPercent
     for r in sorted(ordered, key=lambda r: not r.node_name):
-        turn = reservation_turn(r, held=holdings.get(r.name), shared=shared, budget=budget, reserved=reserved)
+        turn = reservation_turn(r, held=holdings.get(r.key), shared=shared, budget=budget, reserved=reserved)
         if turn.status.node and turn.status.phase not in TERMINAL_PHASES:
             reserved = reserved + reserved_amount(r)
         statuses.append(turn.status)
@@ -330,9 +359,23 @@ def plan_reservations(*, context: PlanContext) -> PolicyResult:
                 budget -= 1
             else:
                 brief.add(turn.lock.node)
+    for r in sorted(foreign, key=lambda r: r.key):
+        statuses.append(left_alone(r))
+        notes.append(f"reservation={r.key} decision=left-alone reason=its status is written by {r.second_writer}")
     return PolicyResult(locks=locks, statuses=Statuses(reservations=tuple(statuses), placeholders=tuple(placeholders),
                                                        handovers=tuple(handovers)),
                         notes=tuple(notes), wake_at=wake_at, uncounted=frozenset(brief))
+
+
+def left_alone(r: ReservationView) -> ReservationStatus:
+    """Issue 18, never two writers: a Koordinator Reservation whose last status write was by another field manager
+    (Koordinator's own scheduler): its status as it is, marked `left_alone` (the writer writes nothing to it, records
+    an Event once and logs why); no placeholder, no handover, no lock."""
+    ready: Mapping[str, Any] = next((c for c in r.status.get("conditions") or () if isinstance(c, Mapping)
+                                     and c.get("type") == "Ready"), {})
+    return ReservationStatus(r.key, r.phase, r.node_name, str(ready.get("reason") or r.phase),
+                             str(ready.get("message") or ""), reserved_amount(r), Resources(), final=True,
+                             object_name=r.name, uid=r.uid, api_version=r.api_version, left_alone=r.second_writer)
 
 
 def ungate(pod: PodView, why: str, reservation: str = "") -> Handover:
@@ -348,24 +391,25 @@ def claim(gated: Sequence[PodView], holdings: Mapping[str, Holding],
     handovers: list[Handover] = []
     notes: list[str] = []
     for pod in gated:
-        best: tuple[float, Holding] | None = None
+        best: tuple[tuple[bool, int, float], float, Holding] | None = None
         busy: list[str] = []
         for held in holdings.values():
             score = allocatable_for(held, pod, shared)
             if score is None:
                 continue
             r = held.reservation
-            if not shared.free_for(r.node_name, reservation_owner_id(r.name)):
-                busy.append(r.name)
-            elif best is None or score > best[0]:
-                best = (score, held)
+            if not shared.free_for(r.node_name, reservation_owner_id(r.key)):
+                busy.append(r.key)
+            elif best is None or preference(r, score) < best[0]:
+                best = (preference(r, score), score, held)
         if best is not None:
-            held = best[1]
+            held = best[2]
             held.claimed.append(pod)
             extra = (pod.requests - held.left()).clamp_negative()
             shared.spend(held.reservation.node_name, Resources((d, a) for d, a in extra.items() if d != PODS and a))
-            notes.append(f"reservation={held.reservation.name} decision=claim pod={pod.key} "
-                         f"node={held.reservation.node_name} reason=MostAllocated {best[0]:.2f}")
+            notes.append(f"reservation={held.reservation.key} decision=claim pod={pod.key} "
+                         f"node={held.reservation.node_name} reason=MostAllocated {best[1]:.2f}"
+                         + (f" order={held.reservation.order}" if held.reservation.order else ""))
         elif not busy:
             handovers.append(ungate(pod, "no Reservation it owns can take it now: scheduled as usual"))
             notes.append(f"pod={pod.key} decision=ungate reason=no Reservation it owns can take it now")
@@ -375,7 +419,7 @@ def claim(gated: Sequence[PodView], holdings: Mapping[str, Holding],
 def placement_allows(pod: PodView, r: ReservationView, state: NodeState) -> bool:
     """The pod's placement (its tolerations and the Reservation's lock toleration) allows the Reservation's node as it
     is during the handover (as_locked_for)."""
-    owner = reservation_owner_id(r.name)
+    owner = reservation_owner_id(r.key)
     placement = Placement.of(node_selector=pod.node_selector, affinity=pod.required_affinity,
                              tolerations=(*pod.tolerations, lock_toleration(owner)))
     return schedulable_on(placement, as_locked_for(state.node, owner), pods_on_node=len(state.pods))
@@ -440,7 +484,7 @@ def hold(r: ReservationView, *, held: Holding, node: str, ends: datetime | None,
     """Seed 003: hold what the Reservation has left on `node` with its placeholder, and carry its handovers on (module
     docstring). None when it must be placed again: no placeholder stood yet, the node has no room for it, and it
     cannot wait there (no preAllocation)."""
-    owner = reservation_owner_id(r.name)
+    owner = reservation_owner_id(r.key)
     standing = [p for p in shared.placeholders.get(owner, ()) if p.node_name == node]
     current = shared.current.get(node)
     lock_here = current is not None and current.owner == owner
@@ -450,15 +494,16 @@ def hold(r: ReservationView, *, held: Holding, node: str, ends: datetime | None,
     stuck = [p for p in held.in_flight if not p.handover_gated and p.unschedulable_since is not None
              and shared.now >= p.unschedulable_since + shared.handover_timeout]
     barred = [p for p in held.in_flight if p.handover_gated and not placement_allows(p, r, shared.states[node])]
-    released = [ungate(p, f"its placement no longer allows node {node}", r.name) for p in barred]
+    released = [ungate(p, f"its placement no longer allows node {node}", r.key) for p in barred]
     if stuck or barred:
-        note = (f"reservation={r.name} decision=handover-given-up node={node} pods="
+        note = (f"reservation={r.key} decision=handover-given-up node={node} pods="
                 f"{','.join(p.key for p in stuck + barred)} reason=unschedulable there for handoverTimeout, "
                 f"or its placement no longer allows the node")
         held = replace(held, in_flight=[p for p in held.in_flight if p not in stuck and p not in barred])
     in_flight = held.in_flight
     left = held.left()
-    target = Placeholder(reservation=r.name, reservation_uid=r.uid, owner=owner, node=node, requests=left)
+    target = Placeholder(reservation=r.key, reservation_uid=r.uid, owner=owner, node=node, requests=left,
+                         object_name=r.name, api_version=r.api_version)
     stands = len(standing) == 1 and standing[0].name == target.name
     wanted: list[Placeholder] = []
     handovers: list[Handover] = []
@@ -484,8 +529,9 @@ def hold(r: ReservationView, *, held: Holding, node: str, ends: datetime | None,
         wanted = [target] if left else []
         phase, reason, message = "Available", "Available", f"reserved on {node}"
     else:  # keep what stands until the lock is on the node (or, growing back, until the node has room)
-        wanted = [Placeholder(reservation=r.name, reservation_uid=r.uid, owner=owner, node=node,
-                              requests=without_pods(p.requests)) for p in standing]
+        wanted = [Placeholder(reservation=r.key, reservation_uid=r.uid, owner=owner, node=node,
+                              requests=without_pods(p.requests), object_name=r.name, api_version=r.api_version)
+                  for p in standing]
         phase, reason, message = "Available", "Available", f"reserved on {node}"
         drains = lock_here and not fits and not (held.in_flight or held.claimed)
         if drains:
@@ -498,20 +544,20 @@ def hold(r: ReservationView, *, held: Holding, node: str, ends: datetime | None,
         if not shared.free_for(node, owner) or (drains and not lock_here and budget <= 0):
             why = "maxLockedNodePercent leaves no node to lock" if shared.free_for(node, owner) else (
                 f"node {node} is locked for another owner")
-            note = note or f"reservation={r.name} decision=wait node={node} reason={why}"
+            note = note or f"reservation={r.key} decision=wait node={node} reason={why}"
             if phase == "Waiting" and not r.node_name:
                 return Turn(status=shared.status(r, phase="Pending", node="", reason="Unschedulable", message=why),
                             note=note)
         else:
             tasks = tuple(sorted(p.key for p in held.claimed + in_flight))
-            lock_out = Lock(node=node, owner=owner, kind=LockKind.RESERVATION, subject=f"reservation/{r.name}",
+            lock_out = Lock(node=node, owner=owner, kind=LockKind.RESERVATION, subject=f"reservation/{r.key}",
                             reason=(f"Reservation {r.name}: handover of {', '.join(tasks)}" if tasks else
                                     f"Reservation {r.name}: " + ("preAllocation drain" if phase == "Waiting"
                                                                   else "placeholder resize")),
                             since=kept_since(shared.current, node=node, owner=owner, now=shared.now),
                             expires=expiry(r), reserved=reserved_amount(r), tasks=tasks)
     if lock_here and wanted == ([target] if left else []):
-        handovers = [Handover(namespace=p.namespace, name=p.name, uid=p.uid, reservation=r.name, node=node,
+        handovers = [Handover(namespace=p.namespace, name=p.name, uid=p.uid, reservation=r.key, node=node,
                               tolerate=(lock_toleration(owner),), reason=f"handed over Reservation {r.name}")
                      for p in in_flight if p.handover_gated]
     if not standing:
@@ -523,7 +569,7 @@ def hold(r: ReservationView, *, held: Holding, node: str, ends: datetime | None,
                       if p.unschedulable_since is not None and not p.handover_gated))
     return Turn(status=status, lock=lock_out, drains=drains, placeholders=tuple(wanted),
                 handovers=tuple(released + handovers),
-                note=note or (f"reservation={r.name} decision={phase} node={node} reason={message}" if changed
+                note=note or (f"reservation={r.key} decision={phase} node={node} reason={message}" if changed
                               else None), wake_at=wake)
 
 
@@ -533,7 +579,7 @@ def unschedulable(r: ReservationView, *, shared: Round, why: str = "") -> Turn:
     why = why or "no node matches the template and has allocatable for " + str(reserved_amount(r).to_quantities())
     status = shared.status(r, phase="Pending", node="", reason="Unschedulable", message=why)
     logged = r.phase != "Pending" or not r.status.get("conditions") or r.node_name
-    return Turn(status=status, note=f"reservation={r.name} decision=pending reason={why}" if logged else None)
+    return Turn(status=status, note=f"reservation={r.key} decision=pending reason={why}" if logged else None)
 
 
 def stays_ended(r: ReservationView, *, shared: Round) -> Turn:
@@ -548,7 +594,7 @@ def concluded(r: ReservationView, *, shared: Round, phase: str, reason: str, mes
               held: Holding | None = None, final: bool = False) -> Turn:
     """Seed 003: a phase decided without a lock or a placeholder (Failed, Succeeded), noted when it changes."""
     status = shared.status(r, phase=phase, node=r.node_name, reason=reason, message=message, held=held, final=final)
-    note = f"reservation={r.name} decision={phase} reason={reason}: {message}" if phase != r.phase else None
+    note = f"reservation={r.key} decision={phase} reason={reason}: {message}" if phase != r.phase else None
     return Turn(status=status, note=note)
 
 
@@ -571,7 +617,7 @@ def schedule_reservation(r: ReservationView, *, shared: Round, reserved: Resourc
     refused = within_share(reserved, request, shared)
     if refused is not None:
         return None, refused
-    owner = reservation_owner_id(r.name)
+    owner = reservation_owner_id(r.key)
     dimensions = list(request)
     fit_now: list[tuple[float, str]] = []
     later: list[tuple[timedelta, str]] = []

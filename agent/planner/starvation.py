@@ -77,6 +77,7 @@ from agent.planner.policy import (
 from shared import keys
 from shared.config import StarvationConfig
 from shared.keys import LockKind
+from shared.logs import quote
 from shared.predicates import Placement, schedulable_on
 from shared.resources import EMPTY, Resources
 from shared.timestamps import parse_time, stamp
@@ -471,7 +472,7 @@ def job_status(job: Job, *, starving: bool, reason: str) -> JobStatus:
     """Seed 000: the job as judged, for `reservoir status` and the starving-jobs metric."""
     return JobStatus(subject=job.subject, owner=job.owner, queue=job.queue, priority=job.priority,
                      min_member=job.min_member, bound=job.bound, pending=len(job.pending), starving=starving,
-                     reason=reason)
+                     reason=reason, created=job.created)
 
 
 def needed_tasks(job: Job) -> int:
@@ -494,11 +495,12 @@ def job_turn(job: Job, *, starvation: Starvation, taken: Set[str], budget: int) 
                f"cooling down until {stamp(until)} (lockCooldown "
                f"{int(starvation.config.lock_cooldown.total_seconds())}s)")
         return JobTurn(status=job_status(job, starving=starving, reason=why),
-                       note=f"job={job.subject} decision=cool-down reason={why}")
+                       note=f"job={quote(job.subject)} decision=cool-down reason={why}")
     if budget <= 0 and job.owner not in starvation.held_by:
         why = starvation.budget.spent()
         # logged when the caps leave starvation nothing at all (a small cluster), not for every job a full budget skips
-        note = f"job={job.subject} decision=no-lock reason={why}" if starving and starvation.budget.start <= 0 else None
+        note = (f"job={quote(job.subject)} decision=no-lock reason={why}" if starving and starvation.budget.start <= 0
+                else None)
         return JobTurn(status=job_status(job, starving=starving, reason=why), note=note)
     expired = job.owner in starvation.expired
     kept = [] if expired else [lock for lock in starvation.held_by.get(job.owner, ())
@@ -512,7 +514,7 @@ def job_turn(job: Job, *, starvation: Starvation, taken: Set[str], budget: int) 
         if blocker is not None:
             why = f"higher-priority pod {blocker} can be placed now"
             return JobTurn(status=job_status(job, starving=True, reason="waiting for a higher-priority job"),
-                           note=f"job={job.subject} decision=wait reason={why}")
+                           note=f"job={quote(job.subject)} decision=wait reason={why}")
     return reserve_job(job, kept=kept, starvation=starvation, budget=budget)
 
 
@@ -538,12 +540,12 @@ def reserve_job(job: Job, *, kept: Sequence[Lock], starvation: Starvation, budge
             why = (f"fewer than the {needed} tasks it needs fit on any node (allocatable too small, kube-scheduler's "
                    f"filters refuse the rest, or every candidate held)")
         return JobTurn(status=job_status(job, starving=True, reason=f"cannot reserve: {why}"),
-                       note=f"job={job.subject} decision=no-lock reason={why}")
+                       note=f"job={quote(job.subject)} decision=no-lock reason={why}")
     fitting = sum(len(t) for t in placed.fit_now.values())
     if not placed.drain:
         why = f"the {fitting} tasks it needs fit now on unlocked nodes: kube-scheduler can place them, nothing to lock"
         return JobTurn(status=job_status(job, starving=True, reason=why),
-                       note=f"job={job.subject} decision=no-lock reason={why}")
+                       note=f"job={quote(job.subject)} decision=no-lock reason={why}")
     new = sum(1 for n in placed.drain if n not in own)
     also = f"; {fitting} more fit now elsewhere" if fitting else ""
     return JobTurn(status=job_status(job, starving=True, reason=f"reserved on {len(placed.drain)} nodes ({new} new, "

@@ -22,7 +22,8 @@ from typing import Any
 from shared import keys
 
 ROUTES = ("/mutate/pods", "/mutate/podgroups", "/validate/pods", "/validate/pod-locks", "/validate/podgroups",
-          "/validate/queues", "/validate/reservations", "/validate/configmaps", "/noop")
+          "/validate/queues", "/validate/reservations", "/validate/koordinator-reservations", "/validate/configmaps",
+          "/noop")
 MIB = 1024 * 1024
 LIMIT = 3 * MIB
 
@@ -126,6 +127,17 @@ def _reservation() -> dict[str, Any]:
                      "ttl": "24h", "allocateOnce": True, "allocatePolicy": "Aligned", "preAllocation": False}}
 
 
+def _koordinator_reservation() -> dict[str, Any]:
+    """Issue 18: a Koordinator Reservation as its CRD stores it (ttl defaulted beside expires), with the fields
+    Reservoir warns about."""
+    body = _reservation()
+    body["apiVersion"] = keys.KOORDINATOR_API_VERSION
+    body["metadata"]["labels"][keys.KOORDINATOR_RESERVATION_ORDER] = "2"
+    body["spec"].update({"expires": "2026-12-01T00:00:00Z", "taints": [{"key": "t", "effect": "NoSchedule"}],
+                         "preAllocationPolicy": {"mode": "Default"}})
+    return body
+
+
 _CONFIG = """dryRun: false
 maxLockedNodePercent: 50
 starvation: {enabled: true, starvingJobTimeThreshold: 10m, reservedNodePercent: 20, maxLockDuration: 2h}
@@ -151,11 +163,13 @@ OBJECTS = {
     "/validate/podgroups": (_podgroup,),
     "/validate/queues": (_queue,),
     "/validate/reservations": (_reservation,),
+    "/validate/koordinator-reservations": (_koordinator_reservation,),
     "/validate/configmaps": (_configmap,),
     "/noop": (_job_pod,),
 }
 KIND = {"/mutate/pods": "Pod", "/validate/pods": "Pod", "/validate/pod-locks": "Pod", "/mutate/podgroups": "PodGroup",
         "/validate/podgroups": "PodGroup", "/validate/queues": "Queue", "/validate/reservations": "Reservation",
+        "/validate/koordinator-reservations": "Reservation",
         "/validate/configmaps": "ConfigMap", "/noop": "Pod"}
 
 # --- hostile values ---
@@ -200,13 +214,25 @@ YAML: tuple[str, ...] = (
     "webhook: {tolerateBestEffort: [1, 2]}",
 )
 
+# issue 18: Koordinator's affinity forms, well-formed and not
+AFFINITIES: tuple[Any, ...] = (
+    '{"reservationSelectorTerms": []}', '{"requiredDuringSchedulingIgnoredDuringExecution": 5}',
+    '{"requiredDuringSchedulingIgnoredDuringExecution": {"reservationSelectorTerms": [{"matchExpressions": '
+    '[{"key": "pool", "operator": "Gt", "values": ["' + "9" * 5000 + '"]}]}]}}',
+    '{"requiredDuringSchedulingIgnoredDuringExecution": {"reservationSelectorTerms": [{"matchFields": '
+    '[{"key": "metadata.name", "operator": "In", "values": ["r-1"]}]}]}}',
+    '{"tolerations": [{"key": 5}]}', '{"tolerations": "all"}', '{"name": "r-1", "tolerations": [{"operator": '
+    '"Exists"}], "extra": 1}', '{"name": ""}', '{"reservationSelector": {"a": 1}}',
+)
+
 # fields the webhook reads, by route kind, as paths of keys (lists are indexed by int)
 TARGETS: dict[str, tuple[tuple[tuple[Any, ...], tuple[Any, ...]], ...]] = {
     "Pod": (
         (("metadata", "annotations", keys.MAXIMUM_RUNTIME), DURATIONS),
         (("metadata", "annotations", keys.RESERVEABLE), STRINGS + WRONG_TYPES),
         (("metadata", "annotations", keys.RESERVATION_AFFINITY), STRINGS + WRONG_TYPES),
-        (("metadata", "annotations", keys.KOORDINATOR_RESERVATION_AFFINITY), STRINGS),
+        (("metadata", "annotations", keys.KOORDINATOR_RESERVATION_AFFINITY), STRINGS + AFFINITIES),
+        (("metadata", "labels", keys.KOORDINATOR_RESERVATION_IGNORED), STRINGS + WRONG_TYPES),
         (("metadata", "annotations", keys.GROUP_NAME), STRINGS + WRONG_TYPES),
         (("metadata", "annotations", keys.QUEUE_NAME), STRINGS + WRONG_TYPES),
         (("metadata", "annotations"), WRONG_TYPES),
@@ -278,6 +304,12 @@ TARGETS: dict[str, tuple[tuple[tuple[Any, ...], tuple[Any, ...]], ...]] = {
         (("spec", "template", "spec", "containers"), WRONG_TYPES),
         (("spec", "template", "spec", "containers", 0, "resources", "requests", "cpu"), QUANTITIES),
         (("spec", "allocatePolicy"), STRINGS + WRONG_TYPES),
+        (("spec", "taints"), WRONG_TYPES),
+        (("spec", "taints", 0), WRONG_TYPES),
+        (("spec", "taints", 0, "effect"), STRINGS + WRONG_TYPES),
+        (("spec", "preAllocationPolicy"), WRONG_TYPES),
+        (("spec", "owners", 2, "controller", "controller"), WRONG_TYPES),
+        (("metadata", "labels", keys.KOORDINATOR_RESERVATION_ORDER), STRINGS + WRONG_TYPES),
         (("spec",), WRONG_TYPES),
     ),
     "ConfigMap": (

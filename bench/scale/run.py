@@ -16,7 +16,9 @@ ServiceAccounts impersonated, deploy/configmap.yaml with starvingJobTimeThreshol
   everywhere) but will once pods with a maximum runtime end; for each, threshold crossing = its creationTimestamp
   (whole seconds, what the agent reads) + starvingJobTimeThreshold, and the time its job's lock taint appears on a
   node (a node watch); the line reports the slowest of the 4;
-- release: the 4 pods deleted at once; the time until all 4 lock taints are gone.
+- release: the 4 pods deleted at once; the time until all 4 lock taints are gone;
+- `reservoir status -o json` while the 4 locks are held: seconds and bytes read (through a counting proxy), this
+  tree's and, with `--status-base REV` (make: `STATUS_BASE=`), the same command as git rev REV has it.
 
 Progress goes to stderr; the report to stdout, its last line
 `scale: N nodes P pods: fresh agent peak F MiB (steady S MiB), sync T s, idle cpu C%, lock L s after threshold`.
@@ -325,7 +327,7 @@ async def fresh_agent(cluster: LocalCluster) -> tuple[AgentProcess, int, dict[st
 
 # --- the run ---
 
-async def run(nodes: int) -> list[str]:
+async def run(nodes: int, status_base: str | None = None) -> list[str]:
     report: list[str] = []
     bin_dir = binaries.ensure_built()
     cluster = LocalCluster(bin_dir=bin_dir, log=log)
@@ -376,7 +378,10 @@ async def run(nodes: int) -> list[str]:
         before, cpu_before, t_before = await metrics(agent.metrics_port), cpu_seconds(pid), time.monotonic()
         heartbeats_before, views_before, ready_before = watch.events, watch.view_changes, watch.not_ready_changes
         log(f"bench-scale: idle window {IDLE_SECONDS}s")
+        profiler = await _profile(pid, IDLE_SECONDS)
         await asyncio.sleep(IDLE_SECONDS)
+        if profiler is not None:
+            await profiler.wait()
         after, cpu_after, t_after = await metrics(agent.metrics_port), cpu_seconds(pid), time.monotonic()
         idle_cpu = (cpu_after - cpu_before) / (t_after - t_before) * 100
         steady_end = proc_status(pid)
@@ -448,6 +453,9 @@ async def run(nodes: int) -> list[str]:
                       f"{config.resync_period.total_seconds():g}s, debounce {config.debounce.total_seconds():g}s)")
         log(f"bench-scale: {report[-1]}")
 
+        report.append(await status_side_by_side(cluster, status_base))  # while the locks are held
+        log(f"bench-scale: {report[-1]}")
+
         # release LOCKS at once: their owners go away
         held = watch.held(set(owners))
         began = time.time()
@@ -487,6 +495,95 @@ async def run(nodes: int) -> list[str]:
         cluster.stop()
 
 
+class CountingProxy:
+    """A TCP proxy in front of the API server that counts the bytes it sends back: what a client read, TLS and all.
+    The API server's certificate names 127.0.0.1, so a kubeconfig pointing at the proxy's port verifies as before."""
+
+    def __init__(self, upstream: str) -> None:
+        host, port = upstream.removeprefix("https://").rsplit(":", 1)
+        self.upstream = (host, int(port))
+        self.read = 0
+        self.server: asyncio.base_events.Server | None = None
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return int(self.server.sockets[0].getsockname()[1])
+
+    async def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(*self.upstream)
+
+        async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter, count: bool) -> None:
+            try:
+                while chunk := await source.read(1 << 16):
+                    if count:
+                        self.read += len(chunk)
+                    sink.write(chunk)
+                    await sink.drain()
+            except (ConnectionError, OSError):
+                pass
+            finally:
+                sink.close()
+        await asyncio.gather(pipe(reader, up_writer, False), pipe(up_reader, writer, True))
+
+
+async def status_cost(cluster: LocalCluster, source: Path) -> tuple[float, int, int]:
+    """`reservoir status -o json` as the code in `source` (a checkout) has it, run against the cluster through a
+    CountingProxy: seconds, bytes read, exit code."""
+    proxy = CountingProxy(cluster.server)
+    port = await proxy.start()
+    config = yaml.safe_load(cluster.kubeconfig.read_text())
+    for entry in config["clusters"]:
+        entry["cluster"]["server"] = f"https://127.0.0.1:{port}"
+    kubeconfig = Path(f"/tmp/bench-scale-status-{os.getpid()}.kubeconfig")
+    kubeconfig.write_text(yaml.safe_dump(config))
+    kubeconfig.chmod(0o600)
+    began = time.monotonic()
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "reservoir", "status", "-o", "json", f"--kubeconfig={kubeconfig}", cwd=source,
+        env={**os.environ, "PYTHONPATH": str(source)}, stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE)
+    _, err = await process.communicate()
+    seconds = time.monotonic() - began
+    await proxy.close()
+    kubeconfig.unlink()
+    if process.returncode:
+        log(f"bench-scale: reservoir status ({source}) exit {process.returncode}: {err.decode()[-500:]}")
+    return seconds, proxy.read, process.returncode or 0
+
+
+async def status_side_by_side(cluster: LocalCluster, base: str | None) -> str:
+    """`reservoir status` of the working tree, and of the git rev `base` (a temporary worktree) when given."""
+    runs = [("this tree", REPO)]
+    worktree = Path(f"/tmp/bench-scale-base-{os.getpid()}")
+    if base:
+        await _sh("git", "-C", str(REPO), "worktree", "add", "--detach", str(worktree), base)
+        runs.insert(0, (base, worktree))
+    try:
+        parts = []
+        for label, source in runs:
+            seconds, read, code = await status_cost(cluster, source)
+            parts.append(f"{label} {seconds:.2f} s, {read / 2**20:.1f} MiB read" + (f" (exit {code})" if code else ""))
+        return "reservoir status -o json: " + "; ".join(parts)
+    finally:
+        if base:
+            await _sh("git", "-C", str(REPO), "worktree", "remove", "--force", str(worktree))
+
+
+async def _profile(pid: int, seconds: int) -> asyncio.subprocess.Process | None:
+    """With $BENCH_SCALE_PYSPY naming a py-spy binary: sample the agent over its idle window into
+    /tmp/bench-scale-idle.txt (collapsed stacks, one per line with its count), to find what the idle cpu is."""
+    spy = os.environ.get("BENCH_SCALE_PYSPY")
+    if not spy:
+        return None
+    return await asyncio.create_subprocess_exec(spy, "record", "-p", str(pid), "-d", str(seconds), "-r", "50",
+                                                "-f", "raw", "-o", "/tmp/bench-scale-idle.txt",
+                                                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+
+
 async def _async(value: int) -> int:
     return value
 
@@ -510,9 +607,11 @@ async def _sh(*args: str, stdin: str | None = None) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.scale.run")
     parser.add_argument("--nodes", type=int, default=1000, help="kwok nodes (default 1,000); 30 pods each")
+    parser.add_argument("--status-base", default=None, metavar="REV",
+                        help="also time `reservoir status` as git rev REV has it, beside this tree's")
     args = parser.parse_args(argv)
     began = time.monotonic()
-    report = asyncio.run(run(args.nodes))
+    report = asyncio.run(run(args.nodes, args.status_base))
     log(f"bench-scale: done in {time.monotonic() - began:.0f}s")
     print("\n".join(report), flush=True)
     return 0

@@ -16,6 +16,12 @@ from tests.e2e.kit import Kit
 _started: dict[str, LocalCluster] = {}
 
 
+def pytest_report_header() -> str:
+    """Which Kubernetes set the suite runs against (RESERVOIR_KUBERNETES, localcluster/binaries.py)."""
+    return (f"kubernetes: {binaries.versions()['KUBERNETES_VERSION']} "
+            f"({binaries.KUBERNETES_SET}={binaries.kubernetes_set()}), {binaries.bin_dir()}")
+
+
 def pytest_collection_modifyitems(items):
     for item in items:
         if "tests/e2e/" in str(item.fspath).replace(os.sep, "/"):
@@ -26,7 +32,9 @@ def pytest_collection_modifyitems(items):
 def cluster() -> Iterator[LocalCluster]:
     missing = binaries.missing()
     if missing:
-        message = f"control-plane binaries not built ({', '.join(missing)}): run `make cluster-bin`"
+        build = "make cluster-bin" if binaries.kubernetes_set() == "latest" else (
+            f"{binaries.KUBERNETES_SET}={binaries.kubernetes_set()} localcluster/build.sh")
+        message = f"control-plane binaries not built in {binaries.bin_dir()} ({', '.join(missing)}): run `{build}`"
         if REQUIRE_CLUSTER:
             pytest.fail(message)
         pytest.skip(message)

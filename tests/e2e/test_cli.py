@@ -52,7 +52,7 @@ async def test_kubectl_reservoir_status_yaml_through_the_plugin_mechanism(kit: K
         shown = await asyncio.to_thread(kubectl_reservoir, kit, "status", "-o", "yaml")
         assert shown.returncode == 0, shown.stderr
         document = yaml.safe_load(shown.stdout)
-        assert list(document) == ["locks", "starvingJobs", "windows", "guarantees", "skipped"]
+        assert list(document) == ["locks", "starvingJobs", "windows", "guarantees", "skipped", "plan"]
         ours = [entry for entry in document["locks"] if entry["node"] == name]
         assert len(ours) == 1, document["locks"]
         entry = ours[0]

@@ -31,6 +31,12 @@ def test_binaries_report_pinned_versions() -> None:
     assert pinned["KWOK_VERSION"] in out.stdout + out.stderr
 
 
+async def test_control_plane_serves_the_selected_kubernetes_version(kit: Kit) -> None:
+    """RESERVOIR_KUBERNETES=oldest (make e2e-oldest) really runs the suite against the oldest supported minor."""
+    served = await kit.raw("GET", "/version")
+    assert served["gitVersion"] == binaries.versions()["KUBERNETES_VERSION"], served
+
+
 async def test_scheduler_places_and_kwok_runs_pods(kit: Kit) -> None:
     await kit.create_node("harness-a", CPU4)
     await kit.create_node("harness-b", CPU4)

@@ -43,8 +43,13 @@ SETTINGS = {
     "volcano-crds": (("volcano-crds",), ("volcanoCRDs.enabled=true",)),
     "metrics-service": (("metrics-service",), ("metrics.service.enabled=true",)),
     "cert-manager": (("cert-manager",), ("certificates.mode=cert-manager",)),
-    "everything": (("volcano-crds", "metrics-service", "cert-manager"),
-                   ("volcanoCRDs.enabled=true", "metrics.service.enabled=true", "certificates.mode=cert-manager")),
+    "monitoring": (("metrics-service", "monitoring", "grafana-dashboard"),
+                   ("metrics.service.enabled=true", "metrics.serviceMonitor.enabled=true",
+                    "metrics.prometheusRule.enabled=true", "metrics.grafanaDashboard.enabled=true")),
+    "everything": (("volcano-crds", "metrics-service", "cert-manager", "monitoring", "grafana-dashboard"),
+                   ("volcanoCRDs.enabled=true", "metrics.service.enabled=true", "certificates.mode=cert-manager",
+                    "metrics.serviceMonitor.enabled=true", "metrics.prometheusRule.enabled=true",
+                    "metrics.grafanaDashboard.enabled=true")),
 }
 
 

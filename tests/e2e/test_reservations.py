@@ -250,7 +250,11 @@ async def test_pre_allocation_waits_for_a_full_node_to_drain(kit: Kit, running: 
         "template_spec": {"nodeName": "pa-1"}})
     waiting = await wait_phase(kit, f"pre-{tag}", "Waiting")
     assert waiting["status"]["nodeName"] == "pa-1"
-    assert await locked_nodes(kit, ["pa-1"]) == {"pa-1": reservation_owner_id(f"pre-{tag}")}
+    # the agent writes the Waiting status, then the drain lock (a few ms apart): wait for the lock, not a snapshot
+    drain = {"pa-1": reservation_owner_id(f"pre-{tag}")}
+    async def drain_locked() -> bool:
+        return await locked_nodes(kit, ["pa-1"]) == drain
+    await kit.wait_for(drain_locked, what="pa-1 locked for the preAllocation drain", timeout=10)
     # a newcomer cannot take the room the running pods free, then or after: 3 of the 4 cpu stay reserved
     await kit.create_pod("newcomer", {"cpu": "2"})
     await wait_phase(kit, f"pre-{tag}", "Available", timeout=40)

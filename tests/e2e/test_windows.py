@@ -54,9 +54,12 @@ async def test_window_reserves_nodes_for_reserve_pods(kit: Kit, agent_on: bool) 
     await configure(kit, window_config())
     agent = AgentProcess(kit.cluster)
     try:
+        # The agent starts once the fillers run: the window's lock is due at once, and an agent that sees the new
+        # nodes first would lock them before kube-scheduler places a filler (kube-scheduler 1.30 retries a pod
+        # only after its backoff; from 1.33 it takes pods out of backoff when it has nothing else to do).
+        await fill_and_queue(kit)
         if agent_on:
             agent.start()
-        await fill_and_queue(kit)
         owner = window_owner_id("ebook")
         if agent_on:
             async def both_locked() -> bool:

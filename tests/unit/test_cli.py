@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,8 @@ from aiohttp import web
 
 from agent.commands import render_status, render_table, status_document
 from agent.planner.model import Lock
+from agent.planner.plan import current_locks, plan
+from agent.published import published_document, render
 from certs.pki import make_ca
 from reservoir import cli
 from shared import keys
@@ -164,6 +167,28 @@ def snapshot() -> Any:
     return snap(nodes, pods)
 
 
+PLANNED = NOW - timedelta(seconds=20)
+
+
+def published(snapshot_: Any = None) -> dict[str, Any]:
+    """What the agent publishes for the snapshot's plan (made 20s before NOW), round-tripped through its JSON."""
+    result = plan(snapshot_ if snapshot_ is not None else snapshot(), CONFIG, PLANNED)
+    return json.loads(render(published_document(result, agent="agent-1", planned=PLANNED, config=CONFIG)))
+
+
+def status_args(snapshot_: Any = None) -> tuple[Any, Any, list[Skipped], Any]:
+    """render_status's inputs: the locks on the snapshot's nodes, the published plan, one skipped object, NOW."""
+    snapshot_ = snapshot_ if snapshot_ is not None else snapshot()
+    return current_locks(snapshot_), published(snapshot_), [SKIPPED], NOW
+
+
+def competing() -> Any:
+    """Two queues with a pending pod each: the plan scores them (QueueScoreOrder)."""
+    other = replace(pod("other", "8", age=timedelta(minutes=10)), annotations={keys.QUEUE_NAME: "other"})
+    base = snapshot()
+    return replace(base, pods=[*base.pods, other])
+
+
 def camel(key: str) -> bool:
     return re.fullmatch(r"[a-z][a-zA-Z0-9]*", key) is not None
 
@@ -189,39 +214,54 @@ def test_render_table_sizes_columns_from_their_content() -> None:
     assert render_table(["NODE", "REASON"], [], "(none)") == ["NODE   REASON", "(none)"]
 
 
+def test_render_table_escapes_what_a_tenant_could_use_to_fake_a_row_or_drive_the_terminal() -> None:
+    """Review finding L1: a job's name or reason is a tenant's text; a newline or an escape sequence in it is shown,
+    not obeyed."""
+    lines = render_table(["JOB", "REASON"], [["ns/Pod/a\nn9   ns/Pod/victim", "\x1b[2Jgone"], ["ns/Pod/b", "ok \u00e9"]])
+    assert len(lines) == 3
+    assert lines[1] == "ns/Pod/a\\nn9   ns/Pod/victim   \\x1b[2Jgone"
+    assert lines[2].endswith("ok \u00e9"), "printable non-ASCII is left as it is"
+
+
 def test_json_is_the_documented_shape_all_camel_case() -> None:
-    out = render_status(snapshot(), CONFIG, [SKIPPED], NOW, "json")
+    out = render_status(*status_args(), "json")
     document = json.loads(out)
-    assert list(document) == ["locks", "starvingJobs", "windows", "guarantees", "skipped"]
+    assert list(document) == ["locks", "starvingJobs", "windows", "guarantees", "skipped", "plan"]
     assert document["locks"] == [{
         "node": "n1", "owner": LOCK.owner, "kind": "job", "subject": "ns/Pod/big",
         "reason": "reserved for a starving job", "since": "2026-11-22T11:53:00Z", "age": "7m",
         "expires": "2026-11-22T13:00:00Z", "reserved": {"cpu": "4"}, "tasks": ["ns/big"], "exclusive": False,
         "unreadable": None}]
     assert [list(j) for j in document["starvingJobs"]] == [
-        ["subject", "owner", "queue", "priority", "minMember", "bound", "pending", "reason"]]
+        ["subject", "owner", "queue", "priority", "minMember", "bound", "pending", "reason", "starvingSince", "nodes"]]
+    # starving since its creation (10m ago) + the threshold (60s); 8 cpu fit on no 4-cpu node: the plan locks nothing
+    job = document["starvingJobs"][0]
+    assert (job["subject"], job["starvingSince"], job["nodes"]) == ("ns/Pod/big", "2026-11-22T11:51:00Z", [])
+    assert job["reason"].startswith("cannot reserve: fewer than the 1 tasks it needs fit"), job["reason"]
     assert document["skipped"] == [{"kind": "Queue", "name": "broken", "error": "spec.weight: not an integer"}]
+    assert document["plan"] == {"agent": "agent-1", "planned": "2026-11-22T11:59:40Z", "age": "20s",
+                                "warning": None, "omitted": {}}
     keys_seen = all_keys(document)
     assert keys_seen and all(camel(k) for k in keys_seen), [k for k in keys_seen if not camel(k)]
 
 
 def test_yaml_is_the_same_document_as_json() -> None:
-    as_yaml = yaml.safe_load(render_status(snapshot(), CONFIG, [SKIPPED], NOW, "yaml"))
-    assert as_yaml == json.loads(render_status(snapshot(), CONFIG, [SKIPPED], NOW, "json"))
-    assert as_yaml == status_document(snapshot(), CONFIG, [SKIPPED], NOW)
+    as_yaml = yaml.safe_load(render_status(*status_args(), "yaml"))
+    assert as_yaml == json.loads(render_status(*status_args(), "json"))
+    assert as_yaml == status_document(*status_args())
 
 
 def test_queues_json_and_yaml_are_camel_case() -> None:
-    queues = json.loads(render_status(snapshot(), CONFIG, [], NOW, "json", queues=True))
-    assert queues and [q["name"] for q in queues] == ["default"]
+    queues = json.loads(render_status(*status_args(competing()), "json", queues=True))
+    assert sorted(q["name"] for q in queues) == ["default", "other"]
     assert set(queues[0]) == {"name", "priority", "score", "priorityScore", "drfShare", "drfScore",
                               "proportionShare", "proportionScore", "allocated", "deserved"}
     assert all(camel(k) for k in all_keys(queues))
-    assert yaml.safe_load(render_status(snapshot(), CONFIG, [], NOW, "yaml", queues=True)) == queues
+    assert yaml.safe_load(render_status(*status_args(competing()), "yaml", queues=True)) == queues
 
 
 def test_table_and_wide() -> None:
-    table = render_status(snapshot(), CONFIG, [SKIPPED], NOW, "table").splitlines()
+    table = render_status(*status_args(), "table").splitlines()
     owner = "ns/Pod/big"
     assert table[:2] == [
         "NODE   KIND   OWNER        AGE   EXPIRES                REASON",
@@ -229,21 +269,22 @@ def test_table_and_wide() -> None:
     ]
     assert table[3].split() == ["STARVING", "JOB", "QUEUE", "PRIORITY", "BOUND", "REASON"]
     assert "(no windows configured)" in table and "(no queue guarantees)" in table
-    assert table[-2:] == ["SKIPPED OBJECT   ERROR", "Queue broken     spec.weight: not an integer"]
-    wide = render_status(snapshot(), CONFIG, [SKIPPED], NOW, "wide").splitlines()
+    assert table[-4:-2] == ["SKIPPED OBJECT   ERROR", "Queue broken     spec.weight: not an integer"]
+    wide = render_status(*status_args(), "wide").splitlines()
     assert wide[0].split() == ["NODE", "KIND", "OWNER", "AGE", "EXPIRES", "SINCE", "EXCLUSIVE", "RESERVED", "TASKS",
                                "REASON"]
     assert wide[1].split()[:9] == ["n1", "job", owner, "7m", "2026-11-22T13:00:00Z", "2026-11-22T11:53:00Z",
                                    "false", "cpu=4", "ns/big"]
-    assert wide[3].split()[:7] == ["STARVING", "JOB", "QUEUE", "PRIORITY", "BOUND", "PENDING", "OWNER"]
-    queues = render_status(snapshot(), CONFIG, [], NOW, "wide", queues=True).splitlines()
-    assert queues[1].split()[-2:] == ["ALLOCATED", "DESERVED"] and queues[2].startswith("default   ")
+    assert wide[3].split()[:8] == ["STARVING", "JOB", "QUEUE", "PRIORITY", "BOUND", "PENDING", "OWNER", "SINCE"]
+    assert table[-1] == wide[-1] == "plan published by agent-1 at 2026-11-22T11:59:40Z, 20s ago"
+    queues = render_status(*status_args(competing()), "wide", queues=True).splitlines()
+    assert queues[1].split()[-2:] == ["ALLOCATED", "DESERVED"] and queues[2].split()[0] in ("default", "other")
 
 
 def test_every_table_line_has_no_trailing_padding() -> None:
     for output in ("table", "wide"):
         for queues in (False, True):
-            text = render_status(snapshot(), CONFIG, [SKIPPED], NOW, output, queues=queues)
+            text = render_status(*status_args(), output, queues=queues)
             assert all(line == line.rstrip() for line in text.splitlines())
 
 
@@ -263,7 +304,10 @@ def test_status_flags_parse_as_kubectl_spells_them() -> None:
     args = cli.build_parser().parse_args(["status", "-n", "elsewhere", "--context", "ctx", "-o", "wide",
                                           "--kubeconfig", "/k"])
     assert (args.namespace, args.context, args.output, args.kubeconfig) == ("elsewhere", "ctx", "wide", "/k")
-    assert cli.build_parser().parse_args(["status"]).namespace == keys.NAMESPACE
+    default = cli.build_parser().parse_args(["status"])
+    assert (default.namespace, default.reservoir_namespace, default.why) == (None, keys.NAMESPACE, None)
+    why = cli.build_parser().parse_args(["status", "--why", "p", "-n", "team-a", "--reservoir-namespace", "rs"])
+    assert (why.why, why.namespace, why.reservoir_namespace) == ("p", "team-a", "rs")
     release = cli.build_parser().parse_args(["release", "--all", "--context", "ctx"])
     assert release.context == "ctx"
 

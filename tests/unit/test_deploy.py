@@ -4,6 +4,7 @@ pods. And the pure parts of agent/uninstall.py. (The Helm chart against kustomiz
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import tempfile
@@ -165,6 +166,87 @@ def test_the_webhook_replicas_have_a_disruption_budget_and_spread(default: list[
     assert webhook["spec"]["replicas"] > budgets["reservoir-webhook"]["maxUnavailable"]
     spread = webhook["spec"]["template"]["spec"]["topologySpreadConstraints"]
     assert {c["topologyKey"] for c in spread} == {"kubernetes.io/hostname", "topology.kubernetes.io/zone"}
+
+
+# --- metrics and alerts (issue 14): Services, ServiceMonitors, PrometheusRule, dashboard; kustomize and Helm ---
+
+MONITORING = ("metrics-service", "monitoring", "grafana-dashboard")
+MONITORING_VALUES = ("metrics.service.enabled=true", "metrics.serviceMonitor.enabled=true",
+                     "metrics.prometheusRule.enabled=true", "metrics.grafanaDashboard.enabled=true")
+
+
+def helm_template(*values: str) -> subprocess.CompletedProcess[str]:
+    if binaries.helm_missing():
+        message = f"helm not built ({binaries.helm()}): run `make cluster-bin`"
+        if REQUIRE_CLUSTER:
+            pytest.fail(message)
+        pytest.skip(message)
+    sets = [arg for value in values for arg in ("--set", value)]
+    return subprocess.run([str(binaries.helm()), "template", "reservoir", str(CHART), *sets], capture_output=True,
+                          text=True, check=False, timeout=120)
+
+
+def by_kind(docs: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
+    return {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
+
+
+def check_monitoring(docs: list[dict[str, Any]]) -> None:
+    """What both renders hold with every monitoring switch on: a metrics Service per program on the port its pods
+    declare, a ServiceMonitor selecting each, the rules, and the dashboard for Grafana's sidecar."""
+    services = by_kind(docs, "Service")
+    deployments = by_kind(docs, "Deployment")
+    monitors = by_kind(docs, "ServiceMonitor")
+    assert set(monitors) == {"reservoir-agent", "reservoir-webhook"}
+    for program, port, scheme in (("agent", "metrics", "http"), ("webhook", "https", "https")):
+        service = services[f"reservoir-{program}-metrics"]
+        pod = deployments[f"reservoir-{program}"]["spec"]["template"]
+        assert all(pod["metadata"]["labels"][k] == v for k, v in service["spec"]["selector"].items())
+        declared = {p["name"] for c in pod["spec"]["containers"] for p in c["ports"]}
+        assert [p["targetPort"] for p in service["spec"]["ports"]] == [port] and port in declared
+        monitor = monitors[f"reservoir-{program}"]["spec"]
+        labels = service["metadata"]["labels"]
+        assert all(labels.get(k) == v for k, v in monitor["selector"]["matchLabels"].items()), program
+        [endpoint] = monitor["endpoints"]
+        assert endpoint["port"] == port and endpoint.get("scheme", "http") == scheme
+    tls = monitors["reservoir-webhook"]["spec"]["endpoints"][0]["tlsConfig"]
+    assert tls["ca"]["secret"] == {"name": "reservoir-webhook-tls", "key": "ca.crt"}
+    assert tls["serverName"] == "reservoir-webhook.reservoir-system.svc"
+    [rule] = by_kind(docs, "PrometheusRule").values()
+    alerts = [r for g in rule["spec"]["groups"] for r in g["rules"]]
+    assert len(alerts) >= 5 and all({"summary", "description", "runbook"} <= set(r["annotations"]) for r in alerts)
+    dashboard = by_kind(docs, "ConfigMap")["reservoir-grafana-dashboard"]
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(dashboard["data"]["reservoir-dashboard.json"])["uid"] == "reservoir"
+
+
+def test_the_monitoring_components_render_services_monitors_rules_and_dashboard() -> None:
+    check_monitoring(kustomize(DEPLOY, MONITORING))
+
+
+def test_the_chart_renders_the_same_monitoring_behind_its_values() -> None:
+    done = helm_template(*MONITORING_VALUES)
+    assert done.returncode == 0, done.stderr
+    check_monitoring([d for d in yaml.safe_load_all(done.stdout) if d])
+
+
+def test_monitoring_is_off_by_default_and_a_service_monitor_needs_the_services() -> None:
+    default = helm_template()
+    assert default.returncode == 0, default.stderr
+    kinds = {d["kind"] for d in yaml.safe_load_all(default.stdout) if d}
+    assert not kinds & {"ServiceMonitor", "PrometheusRule"}
+    assert "reservoir-grafana-dashboard" not in default.stdout and "reservoir-agent-metrics" not in default.stdout
+    alone = helm_template("metrics.serviceMonitor.enabled=true")
+    assert alone.returncode != 0 and "needs metrics.service.enabled=true" in alone.stderr, alone.stderr
+
+
+def test_a_prometheus_selector_label_reaches_the_monitors_and_the_rules() -> None:
+    done = helm_template(*MONITORING_VALUES, "metrics.serviceMonitor.labels.release=kps",
+                         "metrics.prometheusRule.labels.release=kps")
+    assert done.returncode == 0, done.stderr
+    docs = [d for d in yaml.safe_load_all(done.stdout) if d]
+    labelled = [d for d in docs if d["kind"] in ("ServiceMonitor", "PrometheusRule")]
+    assert len(labelled) == 3 and all(d["metadata"]["labels"]["release"] == "kps" for d in labelled)
+    assert all("release" not in (d["metadata"].get("labels") or {}) for d in docs if d not in labelled)
 
 
 # --- agent/uninstall.py, the pure parts ---

@@ -363,3 +363,18 @@ def test_the_loop_waits_for_the_plans_next_moment_and_a_change_does_not_push_the
     me.last_plan = Plan(locks={}, wake_at=datetime.now(UTC) + timedelta(seconds=3))
     wait, cause = Agent.next_wait(me, last_resync=100.0, now=101.0)
     assert cause == "time" and 2.5 < wait <= 3.05
+
+
+def test_a_change_after_a_quiet_spell_is_planned_within_the_settle_and_a_stream_at_most_once_per_debounce() -> None:
+    """agent.controller.Agent.settle: a lone change (four locks to release, say) waits only SETTLE for the rest of its
+    burst, not the whole debounce; changes that keep coming start a plan at most once per debounce."""
+    from types import SimpleNamespace
+
+    from agent.controller import SETTLE, Agent
+    from shared.config import load_config
+
+    me = SimpleNamespace(config=load_config("debounce: 1s"))
+    assert Agent.settle(me, last_started=float("-inf"), now=50.0) == SETTLE
+    assert Agent.settle(me, last_started=40.0, now=50.0) == SETTLE
+    assert Agent.settle(me, last_started=49.7, now=50.0) == pytest.approx(0.7)
+    assert Agent.settle(me, last_started=50.0, now=50.0) == 1.0

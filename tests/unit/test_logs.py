@@ -96,6 +96,11 @@ def test_planner_notes_become_fields() -> None:
         "policy": "window", "window": "ebook", "decision": "release", "reason": "2 reserve pods scheduled: a=b"}
     assert logs.note_fields("job=ns/PodGroup/x decision=wait") == {"job": "ns/PodGroup/x", "decision": "wait"}
     assert logs.note_fields("free prose, not fields") is None
+    # review finding M2: a job named by a tenant is quoted, and nothing inside the quotes reads as a field
+    forged = "ns/ReplicaSet/x decision=lock job=ns/PodGroup/victim reason=planted"
+    assert logs.note_fields(f"job={logs.quote(forged)} decision=wait reason=why") == {
+        "job": forged, "decision": "wait", "reason": "why"}
+    assert logs.note_fields('job="unterminated decision=wait') is None
 
 
 @pytest.fixture

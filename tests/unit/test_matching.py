@@ -86,10 +86,22 @@ def test_well_formed_owners_match_as_before() -> None:
     job = {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "ju", "controller": True}
     assert owner_matches({"object": {"name": "p", "namespace": "ns"}}, pod(), "ns")
     assert not owner_matches({"object": {"name": "p", "namespace": "other"}}, pod(), "ns")
-    assert owner_matches({"controller": {"name": "j", "kind": "Job"}}, pod(ownerReferences=[job]), "ns")
+    assert owner_matches({"controller": {"name": "j", "kind": "Job", "namespace": "ns"}}, pod(ownerReferences=[job]),
+                         "ns")
+    # issue 18: a controller entry not confined to a namespace matches nothing (a forged ownerReference)
+    assert not owner_matches({"controller": {"name": "j", "kind": "Job"}}, pod(ownerReferences=[job]), "ns")
     assert owner_matches({"labelSelector": {"matchLabels": {"app": "train"}}}, pod(), "ns")
     assert reservation_matches([{"labelSelector": "bad"}, {"labelSelector": {"matchLabels": {"app": "train"}}}],
                                pod(), "ns"), "one malformed owner does not hide a good one"
+
+
+@pytest.mark.parametrize("selector", [{}, {"matchLabels": {}}, {"matchLabels": {}, "matchExpressions": []}])
+def test_an_empty_owner_selector_matches_no_pod(selector: dict[str, Any]) -> None:
+    """metav1 reads an empty selector as every pod; as an owner it would hand the Reservation to every pod of the
+    cluster, in every namespace (review finding M3), so it matches none, with or without other fields."""
+    assert label_selector_matches(selector, LABELS), "as a plain selector it still matches everything"
+    assert not owner_matches({"labelSelector": selector}, pod(), "ns")
+    assert not owner_matches({"object": {"namespace": "ns"}, "labelSelector": selector}, pod(), "ns")
 
 
 @pytest.mark.parametrize("target", [

@@ -72,8 +72,6 @@ TEMPLATE = {"spec": {"containers": [{"name": "c", "resources": {"requests": {"cp
 @pytest.mark.parametrize(("spec", "message"), [
     ({"owners": [], "template": TEMPLATE}, "spec.owners is empty"),
     ({"owners": [{}], "template": TEMPLATE}, "spec.owners[0] sets none of object, controller, labelSelector"),
-    ({"owners": [{"labelSelector": {}}], "template": TEMPLATE, "ttl": "1h", "expires": "2026-12-01T00:00:00Z"},
-     "mutually exclusive"),
     ({"owners": [{"labelSelector": {}}], "template": TEMPLATE, "ttl": "1 day"}, "spec.ttl: duration '1 day'"),
     ({"owners": [{"labelSelector": {}}], "template": TEMPLATE, "expires": "tomorrow"}, "spec.expires is 'tomorrow'"),
     ({"owners": [{"labelSelector": {}}], "template": {"spec": {"containers": [{"name": "c"}]}}}, "requests nothing"),

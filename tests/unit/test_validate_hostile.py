@@ -256,3 +256,41 @@ def test_a_resource_list_of_thousands_of_names_is_refused_without_reading_each()
     verdict = validate_queue(queue({"capability": many, "deserved": many, "guarantee": {"resource": many}}))
     assert not verdict.allowed and "spec.capability names 5000 resources: at most 128" in verdict.message
     assert validate_queue(queue({"capability": {f"example.com/r{i}": "1" for i in range(128)}})).allowed
+
+
+# --- the names a pod's job is known by (review finding M1) ---
+
+def named_pod(annotations: dict | None = None, refs: list | None = None) -> dict:
+    meta: dict = {"name": "p", "namespace": "n", "annotations": annotations or {}}
+    if refs is not None:
+        meta["ownerReferences"] = refs
+    return {"metadata": meta, **TEMPLATE}
+
+
+@pytest.mark.parametrize("group", ["x" * 254, "Big", "a b", "a/b", "", 'x" decision=lock', 7])
+def test_a_group_name_no_podgroup_can_have_is_refused(group: object) -> None:
+    verdict = validate_pod(named_pod({keys.GROUP_NAME: group}))
+    assert not verdict.allowed
+    assert f'metadata.annotations["{keys.GROUP_NAME}"]' in verdict.message and "DNS subdomain" in verdict.message
+    assert len(verdict.message) < 600, "the value is quoted short"
+
+
+@pytest.mark.parametrize("name", ["x" * 254, "a b", "a/b", "tab\there", "new\nline"])
+def test_a_controller_name_no_object_can_have_is_refused(name: str) -> None:
+    ref = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": name, "uid": "u", "controller": True}
+    verdict = validate_pod(named_pod(refs=[{"apiVersion": "v1", "kind": "X", "name": "fine", "uid": "v"}, ref]))
+    assert not verdict.allowed and "metadata.ownerReferences[1].name" in verdict.message
+
+
+def test_names_objects_can_have_are_let_in() -> None:
+    ref = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-7d9f", "uid": "u", "controller": True}
+    assert validate_pod(named_pod({keys.GROUP_NAME: "train.v2-" + "x" * 240}, [ref])).allowed
+    # a reference that is not the controller does not name the job: only the controller's is judged
+    other = {"apiVersion": "v1", "kind": "X", "name": "a b", "uid": "v"}
+    assert validate_pod(named_pod(refs=[other])).allowed
+
+
+def test_an_existing_bad_group_name_does_not_block_other_updates() -> None:
+    old = validate_pod(named_pod({keys.GROUP_NAME: "Bad"}))
+    new = validate_pod(named_pod({keys.GROUP_NAME: "Bad", "x": "y"}))
+    assert judge_update(new, old).allowed

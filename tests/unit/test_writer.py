@@ -181,6 +181,10 @@ class Planned:
     delete: bool = False
     final: bool = False
     conditions: tuple[dict[str, Any], ...] = ()
+    object_name: str = ""  # issue 18: the object of `name` (its key), of `api_version`
+    uid: str = ""
+    api_version: str = keys.RESERVATION_API_VERSION
+    left_alone: str = ""
 
     def status(self) -> dict[str, Any]:
         return {"phase": self.phase, "nodeName": self.node or None, "conditions": list(self.conditions),
@@ -211,7 +215,9 @@ def test_unplaced_reservation_clears_a_node_name_it_no_longer_has() -> None:
 
 
 def test_allocated_annotation_and_eviction_bodies() -> None:
-    assert allocated_annotation_patch("r1") == {"metadata": {"annotations": {keys.RESERVATION_ALLOCATED: "r1"}}}
+    # issue 18: Koordinator's key and form beside Reservoir's own
+    assert allocated_annotation_patch("r1", "r1", "u-1") == {"metadata": {"annotations": {
+        keys.RESERVATION_ALLOCATED: "r1", keys.KOORDINATOR_RESERVATION_ALLOCATED: '{"name":"r1","uid":"u-1"}'}}}
     assert eviction_body("ns", "p") == {"apiVersion": "policy/v1", "kind": "Eviction",
                                         "metadata": {"name": "p", "namespace": "ns"}}
 

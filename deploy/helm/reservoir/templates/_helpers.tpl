@@ -13,7 +13,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 
 {{/* Every object of one file in files/ (each a link to the deploy/ manifest it names, so kustomize and the chart
      read one text), Helm's labels added, `annotations` (a dict) merged into each object's. Arguments:
-     dict "root" $ "file" "files/x.yaml" "annotations" (dict ...) "kinds" (list ...: only these kinds; empty: all). */}}
+     dict "root" $ "file" "files/x.yaml" "annotations" (dict ...) "kinds" (list ...: only these kinds; empty: all)
+     "labels" (dict ...: more labels on each object, e.g. the one a Prometheus selects its rules by)
+     "validatingWebhooks" (list ...: webhooks appended to a ValidatingWebhookConfiguration's, as a component's
+     JSON patch adds them). */}}
 {{- define "reservoir.fromFile" -}}
 {{- $root := .root }}
 {{- $text := $root.Files.Get .file }}
@@ -23,9 +26,12 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- if hasKey $obj "Error" }}{{ fail (printf "%s: %s" $.file (get $obj "Error")) }}{{ end }}
 {{- if and $obj (or (not $.kinds) (has $obj.kind $.kinds)) }}
 {{- $meta := $obj.metadata }}
-{{- $_ := set $meta "labels" (merge (include "reservoir.labels" $root | fromYaml) ($meta.labels | default dict)) }}
+{{- $_ := set $meta "labels" (merge (include "reservoir.labels" $root | fromYaml) ($.labels | default dict) ($meta.labels | default dict)) }}
 {{- if $.annotations }}
 {{- $_ := set $meta "annotations" (merge (deepCopy $.annotations) ($meta.annotations | default dict)) }}
+{{- end }}
+{{- if and $.validatingWebhooks (eq $obj.kind "ValidatingWebhookConfiguration") }}
+{{- $_ := set $obj "webhooks" (concat $obj.webhooks $.validatingWebhooks) }}
 {{- end }}
 ---
 {{ toYaml $obj }}
