@@ -216,6 +216,10 @@ class AgentMetrics:
                                "config), time (a moment the last plan named: a threshold, an expiry, a window) or "
                                "resync (the resync period passed)", ["cause"],
                                registry=self.registry)
+        self.view_changes = Counter("reservoir_cache_view_changes_total",
+                                    "Watch events that changed what the planner reads (a view), by cache: the ones "
+                                    "that wake the reconcile loop (a node heartbeat changes none)", ["cache"],
+                                    registry=self.registry)
         self.reconcile_errors = Counter("reservoir_reconcile_errors_total", "Reconciles that raised an error (logged "
                                         "with its traceback; the next event or resync tries again)",
                                         registry=self.registry)
@@ -251,21 +255,31 @@ class Agent:
         self.changed = asyncio.Event()
         self.leading = False
         self.last_plan: Plan | None = None
-        poke, count = self._poke, count_skips(self.metrics.registry)
+        count = count_skips(self.metrics.registry)
+
+        def poke(cache: str) -> Callable[[str, Any], None]:
+            changes = self.metrics.view_changes.labels(cache)
+
+            def changed(kind: str, obj: Any) -> None:
+                changes.inc()
+                self._poke(kind, obj)
+            return changed
 
         def skip(record: Skipped) -> None:  # an unreadable object: skipped, counted, and told on the object itself
             count(record)
             self._skipped_event(record)
 
-        self.nodes = WatchCache.of(api, kinds.NODES, on_change=poke, on_skip=skip)
-        self.pods = WatchCache.of(api, kinds.PODS, on_change=poke, on_skip=skip)
-        self.podgroups = WatchCache.of(api, kinds.PODGROUPS, on_change=poke, on_skip=skip)
-        self.queues = WatchCache.of(api, kinds.QUEUES, on_change=poke, on_skip=skip)
-        self.priority_classes = WatchCache.of(api, kinds.PRIORITY_CLASSES, on_change=poke, on_skip=skip)
-        self.reservations = WatchCache.of(api, kinds.RESERVATIONS, on_change=poke, on_skip=skip)
+        def watched(kind: kinds.Watched) -> WatchCache[Any]:
+            return WatchCache.of(api, kind, on_change=poke(kind.name), on_skip=skip)
+
+        self.nodes = watched(kinds.NODES)
+        self.pods = watched(kinds.PODS)
+        self.podgroups = watched(kinds.PODGROUPS)
+        self.queues = watched(kinds.QUEUES)
+        self.priority_classes = watched(kinds.PRIORITY_CLASSES)
+        self.reservations = watched(kinds.RESERVATIONS)
         # issue 18: Koordinator's Reservations, followed only while `koordinator.reservations` is on
-        self.koordinator = SwitchedCache(WatchCache.of(api, kinds.KOORDINATOR_RESERVATIONS, on_change=poke,
-                                                       on_skip=skip))
+        self.koordinator = SwitchedCache(watched(kinds.KOORDINATOR_RESERVATIONS))
         self.configmaps = WatchCache.of(api, kinds.config_map(namespace), on_change=self._config_changed,
                                         on_skip=skip)
         self.caches = [self.nodes, self.pods, self.podgroups, self.queues, self.priority_classes, self.reservations,

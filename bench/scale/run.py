@@ -269,6 +269,15 @@ def wakeups(sample: dict[str, float], cause: str) -> float:
     return sample.get(f'reservoir_reconcile_wakeups_total{{cause="{cause}"}}', 0.0)
 
 
+def view_changes(before: dict[str, float], after: dict[str, float]) -> str:
+    """The watch events that changed a view, by cache, between two scrapes (reservoir_cache_view_changes_total): what
+    woke the loop; "none" when no cache changed."""
+    prefix = "reservoir_cache_view_changes_total{"
+    changed = {name.removeprefix(prefix).rstrip("}"): value - before.get(name, 0.0)
+               for name, value in after.items() if name.startswith(prefix)}
+    return ", ".join(f"{k} {v:.0f}" for k, v in sorted(changed.items()) if v) or "none"
+
+
 def reconcile_totals(sample: dict[str, float]) -> tuple[float, float]:
     return (sample.get("reservoir_reconcile_duration_seconds_count", 0.0),
             sample.get("reservoir_reconcile_duration_seconds_sum", 0.0))
@@ -396,7 +405,8 @@ async def run(nodes: int, status_base: str | None = None) -> list[str]:
             f"the fill included); webhook VmRSS {mib(webhook_rss):.0f} MiB",
             f"idle {t_after - t_before:.0f}s: agent cpu {cpu_after - cpu_before:.2f}s = {idle_cpu:.2f}% of a core; "
             f"wake-ups change {wakeups(after, 'change') - wakeups(before, 'change'):.0f}, "
-            f"resync {wakeups(after, 'resync') - wakeups(before, 'resync'):.0f}; {count:.0f} reconciles, "
+            f"resync {wakeups(after, 'resync') - wakeups(before, 'resync'):.0f} (views changed: "
+            f"{view_changes(before, after)}); {count:.0f} reconciles, "
             f"{plan_seconds:.2f}s in them; {watch.events - heartbeats_before} node events meanwhile, "
             f"{watch.view_changes - views_before} of them changing a NodeView "
             f"({watch.not_ready_changes - ready_before} its `ready`)",
@@ -424,7 +434,8 @@ async def run(nodes: int, status_base: str | None = None) -> list[str]:
         report.append(
             f"fresh agent idle {t_after - t_before:.0f}s: cpu {cpu_after - cpu_before:.2f}s = {fresh_idle:.2f}% of a "
             f"core; wake-ups change {wakeups(after, 'change') - wakeups(before, 'change'):.0f}, resync "
-            f"{wakeups(after, 'resync') - wakeups(before, 'resync'):.0f}; {watch.events - heartbeats_before} node "
+            f"{wakeups(after, 'resync') - wakeups(before, 'resync'):.0f} (views changed: "
+            f"{view_changes(before, after)}); {watch.events - heartbeats_before} node "
             f"events, {watch.view_changes - views_before} changing a NodeView "
             f"({watch.not_ready_changes - ready_before} its `ready`); "
             f"VmRSS {mib(proc_status(fresh_pid)['VmRSS']):.0f} MiB")
