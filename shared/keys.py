@@ -14,6 +14,15 @@ from functools import lru_cache
 
 DOMAIN = "reservoir.sh"
 
+# the names of PodGroups, Reservations, PriorityClasses (every CRD object's metadata.name): DNS subdomains
+MAX_DNS_SUBDOMAIN = 253
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def is_dns_subdomain(name: object) -> bool:
+    """A name such an object can have: lowercase letters, digits, '-' and '.', at most MAX_DNS_SUBDOMAIN characters."""
+    return isinstance(name, str) and 0 < len(name) <= MAX_DNS_SUBDOMAIN and bool(_DNS_SUBDOMAIN.fullmatch(name))
+
 # --- on nodes: the lock (the agent's only durable state) ---
 LOCK = f"{DOMAIN}/lock"  # taint key and label key; value = owner id
 LOCK_KIND = f"{DOMAIN}/lock-kind"  # label; value = LockKind

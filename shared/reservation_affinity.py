@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,9 +39,6 @@ MAX_AFFINITY_LENGTH = 4096  # a name is at most 253 characters; a selector of a 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 KNOWN_KEYS = frozenset(("name", "reservationSelector", REQUIRED, "tolerations"))
 HARD_EFFECTS = ("NoSchedule", "NoExecute")
-# a Reservation's name, as every object's metadata.name of a CRD is: a DNS subdomain
-_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-MAX_NAME = 253
 FORMS = ('a Reservation name, {"name": "<reservation>"}, {"reservationSelector": {"<label>": "<value>"}}, '
          f'{{"{REQUIRED}": {{"reservationSelectorTerms": [...]}}}} and/or {{"tolerations": [...]}}')
 
@@ -125,10 +121,10 @@ def _tolerations(value: Any, where: str) -> tuple[Mapping[str, Any], ...]:
 def _check_name(name: str, text: str) -> str:
     """A Reservation name (plain or JSON `name`): a DNS subdomain, so never a Koordinator key
     (`scheduling.koordinator.sh/<name>`) nor anything that could pass for one."""
-    if len(name) > MAX_NAME or not _NAME.fullmatch(name):
+    if not keys.is_dns_subdomain(name):
         raise ValueError(f"reservation affinity {_shown(text)}: the Reservation name {_shown(name)} is not one a "
                          f"Reservation can have: a DNS subdomain (lowercase letters, digits, '-' and '.', at most "
-                         f"{MAX_NAME} characters), without the API group")
+                         f"{keys.MAX_DNS_SUBDOMAIN} characters), without the API group")
     return name
 
 

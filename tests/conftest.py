@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import os
+from typing import NoReturn
 
 import pytest
 
 REQUIRE_CLUSTER = os.environ.get("RESERVOIR_REQUIRE_CLUSTER") == "1"
+
+
+def unavailable(message: str) -> NoReturn:
+    """A test's real part (a binary, the control plane, fixtures) is missing: a failure where the cluster is required
+    (CI), else a skip naming what to do."""
+    if REQUIRE_CLUSTER:
+        pytest.fail(message)
+    pytest.skip(message)
 
 
 @pytest.hookimpl(hookwrapper=True)

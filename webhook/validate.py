@@ -41,8 +41,7 @@ OWNER_FIELDS = ("object", "controller", "labelSelector")
 _STANDARD_RESOURCES = {"cpu", "memory", "ephemeral-storage", "pods", "storage"}
 MAX_RESOURCE_NAME = 253 + 1 + 63  # a DNS subdomain prefix, "/", a name
 MAX_RESOURCES = 128  # names in one ResourceList: a cluster has a handful of resources, extended ones included
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-MAX_DNS_SUBDOMAIN = 253
+MAX_DNS_SUBDOMAIN = keys.MAX_DNS_SUBDOMAIN
 PERCENTAGE_FIELDS = ("dimensions", "value")
 _PREFIXED_RESOURCE = re.compile(
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
@@ -246,8 +245,7 @@ def _validate_job_names(pod: Mapping[str, Any], annotations: Mapping[str, Any]) 
     decisions: a name no object can have is refused rather than carried."""
     problems: list[str] = []
     group = annotations.get(keys.GROUP_NAME)
-    if group is not None and not (isinstance(group, str) and 0 < len(group) <= MAX_DNS_SUBDOMAIN
-                                  and _DNS_SUBDOMAIN.match(group)):
+    if group is not None and not keys.is_dns_subdomain(group):
         problems.append(invalid(ANNOTATIONS.key(keys.GROUP_NAME), group,
                                 f"the name of a PodGroup: a DNS subdomain (lowercase letters, digits, '-' and '.', "
                                 f"at most {MAX_DNS_SUBDOMAIN} characters) such as my-job"))
@@ -386,8 +384,7 @@ def _validate_percentage_annotation(path: FieldPath, text: Any) -> list[str]:
 def _validate_priority_class_name(path: FieldPath, name: Any) -> list[str]:
     """Seed 001: a Queue's PriorityClass (`spec.priorityClassName`, or the annotation `reservoir.sh/priority-class` for
     Volcano's Queue schema), when set, is a name a PriorityClass can have: a DNS subdomain."""
-    if name is None or name == "" or (isinstance(name, str) and len(name) <= MAX_DNS_SUBDOMAIN
-                                      and _DNS_SUBDOMAIN.match(name)):
+    if name is None or name == "" or keys.is_dns_subdomain(name):
         return []
     return [invalid(path, name, "expected the name of a PriorityClass (lowercase letters, digits, '-' and '.', at most "
                                 f"{MAX_DNS_SUBDOMAIN} characters) such as high-priority")]

@@ -10,7 +10,7 @@ import pytest
 
 from localcluster import binaries
 from localcluster.cluster import ClusterError, LocalCluster
-from tests.conftest import REQUIRE_CLUSTER
+from tests.conftest import unavailable
 from tests.e2e.kit import Kit
 
 _started: dict[str, LocalCluster] = {}
@@ -35,9 +35,7 @@ def cluster() -> Iterator[LocalCluster]:
         build = "make cluster-bin" if binaries.kubernetes_set() == "latest" else (
             f"{binaries.KUBERNETES_SET}={binaries.kubernetes_set()} localcluster/build.sh")
         message = f"control-plane binaries not built in {binaries.bin_dir()} ({', '.join(missing)}): run `{build}`"
-        if REQUIRE_CLUSTER:
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable(message)
     local = LocalCluster(log=lambda line: print(line, file=sys.stderr))
     try:
         local.start()

@@ -39,7 +39,7 @@ from localcluster.cluster import LocalCluster
 from localcluster.webhook_process import CONFIG_NAME, WebhookProcess, configurations, register
 from shared import keys
 from shared.ownership import JobRef
-from tests.conftest import REQUIRE_CLUSTER
+from tests.conftest import unavailable
 from tests.e2e.kit import REPO, Kit, apply_setup
 from tests.e2e.scenarios import SETUP, STARVATION_CONFIG, configure, locked_nodes, spare_node
 
@@ -57,9 +57,7 @@ def _podman() -> str:
     podman = shutil.which("podman")
     if podman is None:
         message = "podman not installed (image/host.sh installs it)"
-        if REQUIRE_CLUSTER:
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable(message)
     return podman
 
 

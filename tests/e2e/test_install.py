@@ -26,7 +26,7 @@ import yaml
 
 from localcluster import binaries
 from localcluster.cluster import LocalCluster
-from tests.conftest import REQUIRE_CLUSTER
+from tests.conftest import unavailable
 from tests.e2e.kit import REPO, Kit, apply_setup
 from tests.e2e.scenarios import SETUP
 
@@ -57,9 +57,7 @@ SETTINGS = {
 def helm() -> Path:
     if binaries.helm_missing():
         message = f"helm not built ({binaries.helm()}): run `make cluster-bin`"
-        if REQUIRE_CLUSTER:
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable(message)
     return binaries.helm()
 
 

@@ -31,7 +31,7 @@ from localcluster.cluster import COMPLETE_AFTER, free_port
 from localcluster.webhook_process import WebhookProcess
 from shared import keys
 from shared.ownership import JobRef
-from tests.conftest import REQUIRE_CLUSTER
+from tests.conftest import unavailable
 from tests.e2e.kit import REPO, Kit, apply_setup, running_webhook
 from tests.e2e.scenarios import SETUP, STARVATION_CONFIG, configure, spare_node
 
@@ -47,9 +47,7 @@ PROMQL_WORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", 
 def promtool() -> Path:
     if binaries.promtool_missing():
         message = f"promtool not built ({binaries.promtool()}): run `make cluster-bin`"
-        if REQUIRE_CLUSTER:
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable(message)
     return binaries.promtool()
 
 

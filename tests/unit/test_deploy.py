@@ -18,7 +18,7 @@ import yaml
 from agent import uninstall
 from localcluster import binaries
 from shared import keys
-from tests.conftest import REQUIRE_CLUSTER
+from tests.conftest import unavailable
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
@@ -33,9 +33,7 @@ def kustomize(path: Path, components: tuple[str, ...] = ()) -> list[dict[str, An
     kubectl = binaries.bin_dir() / "kubectl"
     if not os.access(kubectl, os.X_OK):
         message = f"kubectl not built ({kubectl}): run `make cluster-bin`"
-        if REQUIRE_CLUSTER:
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable(message)
     with tempfile.TemporaryDirectory() as overlay:
         target = str(path)
         if components:
@@ -178,9 +176,7 @@ MONITORING_VALUES = ("metrics.service.enabled=true", "metrics.serviceMonitor.ena
 def helm_template(*values: str) -> subprocess.CompletedProcess[str]:
     if binaries.helm_missing():
         message = f"helm not built ({binaries.helm()}): run `make cluster-bin`"
-        if REQUIRE_CLUSTER:
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable(message)
     sets = [arg for value in values for arg in ("--set", value)]
     return subprocess.run([str(binaries.helm()), "template", "reservoir", str(CHART), *sets], capture_output=True,
                           text=True, check=False, timeout=120)
