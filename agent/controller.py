@@ -234,6 +234,13 @@ class AgentMetrics:
             self.evictions.labels(outcome)
         for how in ("handover", "ungate"):
             self.handover_wait.labels(how)
+        self.backfill_gate = Histogram("reservoir_backfill_gate_seconds", "Issue 17: from a pod's creation (when the "
+                                       "webhook gave it the backfill gate) to the agent lifting the gate, by outcome: "
+                                       "backfilled (narrowed to a locked node) or released (let go unchanged): the "
+                                       "delay the gate adds", ["outcome"], buckets=HANDOVER_BUCKETS,
+                                       registry=self.registry)
+        for outcome in ("backfilled", "released"):
+            self.backfill_gate.labels(outcome)
 
 
 class Agent:
@@ -248,7 +255,9 @@ class Agent:
         self.writer = Writer(api, on_failure=self.metrics.patch_errors.inc, fence=self.fence.stale,
                              on_fenced=self.metrics.fenced.inc, on_deferred=self.metrics.evictions_deferred.inc,
                              on_evicted=lambda outcome: self.metrics.evictions.labels(outcome).inc(),
-                             on_handover=lambda how, waited: self.metrics.handover_wait.labels(how).observe(waited))
+                             on_handover=lambda how, waited: self.metrics.handover_wait.labels(how).observe(waited),
+                             on_backfill_gate=lambda outcome, waited: self.metrics.backfill_gate.labels(
+                                 outcome).observe(waited))
         self.publisher = Publisher(self.writer, namespace)  # the last plan, for `reservoir status` (issue 14)
         self.config = self._protecting(ReservoirConfig())
         self._lead_task: asyncio.Task[None] | None = None

@@ -48,7 +48,7 @@ WEBHOOK_CONFIGURATIONS = (
 # What the agent writes on a node (agent/writer.py node_patch and its marks), and so what uninstall removes
 NODE_TAINTS = keys.LOCK_TAINT_KEYS
 NODE_LABELS = (keys.LOCK, keys.LOCK_KIND)
-NODE_ANNOTATIONS = (keys.LOCK_INFO, keys.LOCK_EXPIRED)
+NODE_ANNOTATIONS = (keys.LOCK_INFO, keys.LOCK_EXPIRED, keys.BACKFILL_GRANTS)
 GATE_PREFIX = f"{keys.DOMAIN}/"
 AGENT_DEPLOYMENT = "reservoir-agent"
 AGENT_POD_SELECTOR = "app.kubernetes.io/name=reservoir-agent"
@@ -285,7 +285,7 @@ async def _release_locks(api: client.ApiClient) -> list[str]:
             continue
         name = node["metadata"]["name"]
         # the same write as `reservoir release --all`: no lock, and the starvation cool-down record gone too
-        before, patched = await writer.set_lock(name, None, {keys.LOCK_EXPIRED: None})
+        before, patched = await writer.set_lock(name, None, dict.fromkeys(NODE_ANNOTATIONS[1:]))
         if patched:
             what = f"{before.kind.value} lock of {before.subject}" if before else "leftover lock keys"
             lines.append(f"{display('v1', 'nodes', name)} released ({what})")

@@ -9,7 +9,7 @@ starving test (agent.planner.starvation.is_starving over agent.planner.jobs.buil
 the published plan, never re-planned.
 
 The answer, in the order the checks are made (the first that applies), `reason` one of: `finished`, `deleting`,
-`bound`, `placeholder`, `other-scheduler`, `handover`, `gated`, `locked` (a lock it may use is held and its
+`bound`, `placeholder`, `other-scheduler`, `handover`, `backfill`, `gated`, `locked` (a lock it may use is held and its
 tolerations let it on), `untolerated` (such a lock is held but the pod lacks the toleration), `exempt` (BestEffort or
 a DaemonSet's: it may use every lock and needs none), `starving-no-lock`, `not-starving`, `not-planned`, `no-plan`.
 `covered` is true only for `locked`.
@@ -111,6 +111,10 @@ def explain(pod: Mapping[str, Any], *, podgroup: PodGroupView | None, queue: Que
         return done("handover", f"is an owner of Available Reservation{'s' if len(owned) > 1 else ''} "
                                 f"{_listed(owned)}, held by Reservoir's handover gate until the agent hands it "
                                 f"over: {step}.")
+    if view.backfill_gated:
+        return done("backfill", "is held on Reservoir's backfill gate (it opted in with reservoir.sh/backfill): the "
+                                "agent lifts it at its next plan, narrowed to a locked node it can use and leave in "
+                                "time (with that lock's toleration and activeDeadlineSeconds), or unchanged.")
     gates = _gates(pod)
     if gates:
         return done("gated", f"is held by scheduling gates {', '.join(gates)}: kube-scheduler does not try to place "

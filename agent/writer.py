@@ -7,6 +7,8 @@ and an async method of `Writer` that sends it through the client edge (`shared.k
 - lock tolerations a pending pod lacks (the plan's repairs): `repair_patch`, `Writer.repair`
 - a Reservation's placeholder pods (seed 003): `placeholder_pod`, `Writer.write_placeholders`
 - an owner's handover (seed 003): `narrow_patch` (node affinity and toleration), `ungate_patch`, `Writer.handover`
+- backfill (issue 17): a gated pod narrowed to a locked node with its toleration and `deadline_patch`, or let go
+  unchanged, `Writer.backfills`; the node's grants ride on the lock's patch (Plan.node_marks)
 - a Queue's `status.reservation` (seed 002): `queue_status_patch`, `Writer.write_queues`
 - `Guaranteed` evictions through the Eviction API: `eviction_body`, `Writer.evict`
 - a Reservation's status (seed 003): `reservation_status_patch`, the owner annotation `allocated_annotation_patch`,
@@ -46,11 +48,14 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from agent.planner.guarantee import ALWAYS_PROTECTED_NAMESPACES, never_evicted, protected_namespaces
 from agent.planner.model import (
+    Backfill,
+    BackfillPlan,
     Handover,
     Lock,
     Placeholder,
     Plan,
     QueueGuaranteeStatus,
+    Release,
     Repair,
     ReservationStatus,
     Snapshot,
@@ -75,8 +80,9 @@ from shared.kube import (
     send_json,
 )
 from shared.logs import decision, fields
+from shared.predicates import NODE_NAME_FIELD
 from shared.timestamps import parse_time, stamp
-from shared.tolerations import toleration_ops
+from shared.tolerations import lock_toleration, toleration_ops
 from shared.views import NodeView, PodView, QueueView, ReservationView
 
 log = logging.getLogger("reservoir.agent")
@@ -88,6 +94,9 @@ MAX_ATTEMPTS = 5
 # release of several locks within one or two round trips while staying far below the client's connection pool (100)
 # and the API server's default max-mutating-requests-inflight (200), whatever the cluster size.
 NODE_PATCHES_IN_FLIGHT = 16
+# issue 17: how long a backfill patch refused by the entitlement check (403) is tried again: the webhook's node cache
+# may not have the grant the same reconcile wrote to the node a moment before
+GRANT_SEEN = 3.0
 
 
 # --- bodies (pure) ---
@@ -178,9 +187,6 @@ def placeholder_pod(placeholder: Placeholder, image: str) -> dict[str, Any]:
     }
 
 
-NODE_NAME_FIELD = "metadata.name"
-
-
 def narrow_patch(pod: Mapping[str, Any], node: str, tolerate: Sequence[Mapping[str, str]]) -> list[Op]:
     """Seed 003 handover: the JSON Patch narrowing a gated pod's required node affinity to `node` (a matchFields
     `metadata.name In [node]` added to each term, or the one term when it has none: the additions Kubernetes allows
@@ -217,15 +223,24 @@ def narrow_patch(pod: Mapping[str, Any], node: str, tolerate: Sequence[Mapping[s
              "value": (pod.get("metadata") or {}).get("resourceVersion", "")}] + ops
 
 
-def ungate_patch(pod: Mapping[str, Any]) -> list[Op]:
-    """Seed 003: the JSON Patch removing Reservoir's handover gate (keys.HANDOVER_GATE) from a pod's schedulingGates,
-    tested in place; [] when the pod lacks it."""
+def ungate_patch(pod: Mapping[str, Any], name: str = keys.HANDOVER_GATE) -> list[Op]:
+    """Seed 003 (and issue 17's keys.BACKFILL_GATE): the JSON Patch removing Reservoir's gate `name` from a pod's
+    schedulingGates, tested in place; [] when the pod lacks it."""
     gates = (pod.get("spec") or {}).get("schedulingGates") or []
     for i, gate in enumerate(gates):
-        if isinstance(gate, Mapping) and gate.get("name") == keys.HANDOVER_GATE:
+        if isinstance(gate, Mapping) and gate.get("name") == name:
             path = f"/spec/schedulingGates/{i}"
             return [{"op": "test", "path": path, "value": dict(gate)}, {"op": "remove", "path": path}]
     return []
+
+
+def deadline_patch(pod: Mapping[str, Any], deadline: int) -> list[Op]:
+    """Issue 17: the JSON Patch giving a backfilled pod `spec.activeDeadlineSeconds` = `deadline` (Kubernetes lets it
+    be set, or lowered, on a running pod too); [] when the pod's own is as small already."""
+    have = (pod.get("spec") or {}).get("activeDeadlineSeconds")
+    if isinstance(have, int) and not isinstance(have, bool) and 0 < have <= deadline:
+        return []
+    return [add("/spec/activeDeadlineSeconds", deadline)]
 
 
 def queue_reservation(outcome: QueueGuaranteeStatus | None) -> dict[str, Any] | None:
@@ -422,7 +437,8 @@ class Writer:
                  on_failure: Callable[[], None] | None = None, *, fence: Fence | None = None,
                  on_fenced: Callable[[], None] | None = None, on_deferred: Callable[[int], None] | None = None,
                  clock: Callable[[], float] = time.monotonic, on_evicted: Callable[[str], None] | None = None,
-                 on_handover: Callable[[str, float], None] | None = None) -> None:
+                 on_handover: Callable[[str, float], None] | None = None,
+                 on_backfill_gate: Callable[[str, float], None] | None = None) -> None:
         self.api = api
         self.component = component
         self.on_failure = on_failure
@@ -431,6 +447,7 @@ class Writer:
         self.on_deferred = on_deferred
         self.on_evicted = on_evicted  # each eviction's outcome, one of EVICTION_OUTCOMES
         self.on_handover = on_handover  # each gate lifted: how (handover, ungate), seconds since the pod's creation
+        self.on_backfill_gate = on_backfill_gate  # each backfill gate lifted: outcome, seconds since the pod's creation
         self.node_patches = 0
         self.failpoint = _failpoint_from_env()
         self._failpoint_armed = self.failpoint is not None  # until it acts, `apply` writes one node at a time
@@ -485,9 +502,10 @@ class Writer:
         lost in the middle stops the writes there."""
         if dry_run:
             self.report_dry_run(result.locks, current)
-            if self.may_write("plan"):  # a dry run holds no pod back: every handover gate is lifted
+            if self.may_write("plan"):  # a dry run holds no pod back: every handover and backfill gate is lifted
                 gated = [p for p in snapshot.pods if p.handover_gated and not p.node_name]
                 await self.handovers([ungate(p, "dryRun") for p in gated])
+                await self.backfills(BackfillPlan(released=result.backfill.released))
             return
         if not self.may_write("plan"):
             return
@@ -500,6 +518,7 @@ class Writer:
             await self.write_placeholders(result.placeholders,
                                           [p for p in snapshot.pods if placeholder_of(p) is not None])
             await self.handovers(result.handovers)
+            await self.backfills(result.backfill)
             pods = {p.key: p for p in snapshot.pods} if any(g.evict for g in result.guarantees) else {}
             await self.write_queues(result.guarantees, snapshot.queues, pods=pods)
         except Fenced as err:
@@ -731,6 +750,78 @@ class Writer:
                                  max(0.0, (datetime.now(UTC) - created).total_seconds()))
         decision(log, "handover" if handover.node else "ungate", policy="reservation", pod=handover.key,
                  reservation=handover.reservation or None, node=handover.node or None, reason=handover.reason)
+
+    async def backfills(self, plan: BackfillPlan) -> None:
+        """Issue 17: each pod the plan lets onto a locked node (`backfill`), then each it lets go unchanged
+        (`release`); a pod that fails is logged and counted, never stops the others."""
+        if not (plan.placed or plan.released) or not self.may_write("backfill"):
+            return
+        items: list[Backfill | Release] = [*plan.placed, *plan.released]
+        for item in items:
+            try:
+                if isinstance(item, Release):
+                    await self.release(item)
+                else:
+                    await self.backfill(item)
+            except NotFound:
+                pass
+            except ApiException as err:
+                self._failed()
+                decision(log, "backfill-failed", level=logging.WARNING, pod=item.key, status=err.status,
+                         reason=err.reason)
+
+    async def backfill(self, chosen: Backfill) -> None:
+        """One pod let onto a locked node: read it (the very pod planned for, by uid, still gated), narrow its node
+        affinity to the node, add the lock's toleration and its deadline in one patch (tested against its
+        resourceVersion), lift the gate, and tell it in a `Backfilled` Event. The node's grant was written before
+        (Plan.node_marks); the entitlement check accepts the toleration because of it, once the webhook's node
+        cache has it: a refusal (403) meanwhile is tried again for up to GRANT_SEEN seconds."""
+        pod_view = chosen.pod
+        path = resource_path("v1", "pods", pod_view.name, pod_view.namespace)
+        pod = await get_json(self.api, path)
+        if (pod.get("metadata") or {}).get("uid") != pod_view.uid or not ungate_patch(pod, keys.BACKFILL_GATE):
+            return
+        ops = narrow_patch(pod, chosen.node, (lock_toleration(chosen.owner),))
+        more = deadline_patch(pod, chosen.deadline)
+        if more:
+            ops = (ops or [{"op": "test", "path": "/metadata/resourceVersion",
+                            "value": (pod.get("metadata") or {}).get("resourceVersion", "")}]) + more
+        if ops:
+            deadline = time.monotonic() + GRANT_SEEN
+            while True:
+                try:
+                    pod = await self._send("PATCH", path, ops, content_type=JSON_PATCH)
+                    break
+                except ApiException as err:
+                    if err.status != 403 or time.monotonic() >= deadline:
+                        raise
+                    await asyncio.sleep(0.2)
+        await self._send("PATCH", path, ungate_patch(pod, keys.BACKFILL_GATE), content_type=JSON_PATCH)
+        self._gate_lifted("backfilled", pod)
+        message = (f"backfills node {chosen.node} locked for {chosen.owner}: activeDeadlineSeconds {chosen.deadline}, "
+                   f"to end by {stamp(chosen.ends)} (the node is needed at {stamp(chosen.needed_by)})")
+        await self.event(pod_view.name, "Backfilled", message, kind="Pod", namespace=pod_view.namespace,
+                         uid=pod_view.uid)
+        decision(log, "backfill", policy="backfill", pod=pod_view.key, node=chosen.node, owner=chosen.owner,
+                 deadline=chosen.deadline, until=stamp(chosen.ends), reason=chosen.reason)
+
+    async def release(self, release: Release) -> None:
+        """One gated pod let go unchanged: its backfill gate lifted (the very pod planned for, by uid)."""
+        path = resource_path("v1", "pods", release.name, release.namespace)
+        pod = await get_json(self.api, path)
+        if (pod.get("metadata") or {}).get("uid") != release.uid:
+            return
+        ops = ungate_patch(pod, keys.BACKFILL_GATE)
+        if not ops:
+            return
+        await self._send("PATCH", path, ops, content_type=JSON_PATCH)
+        self._gate_lifted("released", pod)
+        decision(log, "backfill-release", policy="backfill", pod=release.key, reason=release.reason)
+
+    def _gate_lifted(self, outcome: str, pod: Mapping[str, Any]) -> None:
+        created = parse_time((pod.get("metadata") or {}).get("creationTimestamp"))
+        if self.on_backfill_gate is not None and created is not None:  # set by the API server, not by the tenant
+            self.on_backfill_gate(outcome, max(0.0, (datetime.now(UTC) - created).total_seconds()))
 
     async def evict(self, namespace: str, name: str) -> str:
         """Ask the Eviction API to evict a pod (PodDisruptionBudgets apply). Returns "evicted", "gone", or "blocked"

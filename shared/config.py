@@ -213,6 +213,31 @@ class KoordinatorConfig(_Model):
     reservations: bool = False
 
 
+class BackfillConfig(_Model):
+    """Issue 17, backfill (agent/planner/backfill.py): which pods may opt in, and the timings. Off until a namespace or
+    a queue is named: a pod opts in with the annotation `reservoir.sh/backfill: "true"` (on it or its PodGroup), and
+    only where `namespaces` or `queues` covers it ("*" covers all)."""
+
+    namespaces: list[str] = Field(default_factory=list)
+    queues: list[str] = Field(default_factory=list)
+    # added to a backfilled pod's runtime before it must end, beside the pod's own terminationGracePeriodSeconds (the
+    # kubelet may take that long to stop it once activeDeadlineSeconds passes): covers the time from the plan that
+    # grants the node to the pod's startTime (the gate lifted, kube-scheduler's bind, the kubelet's start)
+    margin: Duration = Field(timedelta(seconds=10))
+    # a pod held on the gate longer than this (the agent down, or its writes failing) is let go unchanged when the
+    # agent next plans: Reservoir never holds a pod back to wait for a backfill slot
+    max_gate_wait: Duration = Field(timedelta(minutes=2), alias="maxGateWait")
+
+    def covers(self, namespace: str, queue: str) -> bool:
+        """The switch: pods of this namespace or queue may opt in."""
+        return ("*" in self.namespaces or namespace in self.namespaces
+                or "*" in self.queues or queue in self.queues)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.namespaces or self.queues)
+
+
 class WebhookConfig(_Model):
     """DESIGN section 3, mutation 5: who may ignore every lock."""
 
@@ -237,6 +262,7 @@ class ReservoirConfig(_Model):
     guarantee: GuaranteeConfig = Field(default_factory=GuaranteeConfig)
     reservations: ReservationsConfig = Field(default_factory=ReservationsConfig)
     koordinator: KoordinatorConfig = Field(default_factory=KoordinatorConfig)
+    backfill: BackfillConfig = Field(default_factory=BackfillConfig)
     webhook: WebhookConfig = Field(default_factory=WebhookConfig)
 
     def protecting(self, namespace: str) -> ReservoirConfig:

@@ -10,6 +10,8 @@ A pod may use the lock of:
   window's `namespaces` and `queues` in the config when given;
 - every Reservation whose owners match it, while the Reservation is Available (seed 003: "Only owners may use the
   reserved resources"); naming a Reservation (the affinity annotations) never adds one.
+Issue 17: the one lock the agent let a pod backfill, on the node it pinned the pod to, while the agent's grant on that
+node names the pod's uid (shared.backfill; `backfill_grant`).
 And every lock when it is exempt: a BestEffort pod (no request or limit of any resource, shared.resources), or a pod
 of a DaemonSet that exists with the uid its ownerReference gives. A pod of a namespace the admin trusts
 (`webhook.trustedNamespaces`) may carry any lock toleration it brings, but is given nothing beyond the rules above.
@@ -35,6 +37,7 @@ from functools import cached_property
 from typing import Any
 
 from shared import keys
+from shared.backfill import Grant, pinned_to
 from shared.config import ReservoirConfig
 from shared.ownership import (
     job_of,
@@ -46,6 +49,7 @@ from shared.ownership import (
 )
 from shared.reservation_affinity import may_use
 from shared.resources import is_best_effort
+from shared.timestamps import stamp
 from shared.tolerations import (
     BYPASS_TOLERATION,
     EXCLUSIVE_BYPASS_TOLERATION,
@@ -67,6 +71,9 @@ class Grounds:
     reservations: Mapping[str, ReservationView] = field(default_factory=dict)
     daemonsets: Mapping[tuple[str, str], str] = field(default_factory=dict)  # (namespace, name) -> uid
     config: ReservoirConfig = field(default_factory=ReservoirConfig)
+    # issue 17: the agent's backfill grants by pod uid, with the node each is on (shared.backfill); the webhook's
+    # Lookup gives them from its node cache, the planner none (it plans backfill itself)
+    backfill_grants: Mapping[str, tuple[str, Grant]] = field(default_factory=dict)
 
     @cached_property
     def exclusive_owners(self) -> frozenset[str]:
@@ -195,8 +202,28 @@ def entitlement(pod: Mapping[str, Any], namespace: str, grounds: Grounds,
         if (reservation.phase in USABLE_PHASES and not reservation.unschedulable and not reservation.second_writer
                 and may_use(reservation, pod, namespace)):
             owners[reservation_owner_id(reservation.key)] = f"an owner of Reservation {reservation.key}"
+    granted = backfill_grant(pod, namespace, grounds)
+    if granted is not None:
+        node, grant = granted
+        owners.setdefault(grant.owner, f"it backfills node {node} until {stamp(grant.until)} (the agent's grant)")
     every, every_exclusive = exempt if exempt is not None else (None, False)
     return Entitlement(owners, every, trusted, grounds.exclusive_owners, every_exclusive)
+
+
+def backfill_grant(pod: Mapping[str, Any], namespace: str, grounds: Grounds) -> tuple[str, Grant] | None:
+    """Issue 17: the agent's grant for this pod (by its uid, which only the API server sets, and its name), with the
+    node it is on, when the pod is pinned to that node (shared.backfill.pinned_to); None else. What the pod says of
+    itself plays no part: the grant is on the node, which tenants cannot write."""
+    meta = pod.get("metadata") or {}
+    uid = meta.get("uid")
+    found = grounds.backfill_grants.get(uid) if isinstance(uid, str) and uid else None
+    if found is None:
+        return None
+    node, grant = found
+    spec = pod.get("spec")
+    if grant.pod != f"{namespace}/{meta.get('name')}" or not isinstance(spec, Mapping) or not pinned_to(spec, node):
+        return None
+    return found
 
 
 @dataclass(frozen=True)

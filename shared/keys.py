@@ -62,6 +62,16 @@ PLACEHOLDER_PRIORITY_CLASS = "reservoir-placeholder"  # deploy/priorityclass.yam
 # scheduling gate the webhook gives an owner of an Available Reservation at CREATE: the agent picks its Reservation,
 # narrows its node affinity to that node, frees the reserved resources under a brief lock, then lifts the gate
 HANDOVER_GATE = f"{DOMAIN}/reservation-handover"
+# backfill (issue 17, agent/planner/backfill.py): a pod (or its PodGroup) annotated "true" opts in; when the config's
+# `backfill` switch covers its namespace or queue and it declares a maximum runtime, the webhook holds it at CREATE with
+# the gate BACKFILL_GATE, and the agent lifts it within one resync: unchanged, or narrowed to one locked node with
+# that lock's toleration and activeDeadlineSeconds
+BACKFILL = f"{DOMAIN}/backfill"
+BACKFILL_GATE = f"{DOMAIN}/backfill-check"
+# node annotation, written by the agent only, before it lets a pod backfill the node: JSON {pod uid: {"pod":
+# "namespace/name", "owner": lock owner id, "until": RFC 3339}}. The entitlement check accepts the lock's toleration
+# on that pod because this record says so (shared.entitlement), never because of anything on the pod.
+BACKFILL_GRANTS = f"{DOMAIN}/backfill-grants"
 
 # --- Koordinator's pod-side and Reservation keys (issue 18; its apis/extension/reservation.go) ---
 KOORDINATOR_DOMAIN = "scheduling.koordinator.sh"

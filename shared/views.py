@@ -23,9 +23,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
+from types import MappingProxyType
 from typing import Any, TypeVar
 
 from shared import keys
+from shared.backfill import Grant, read_grants
 from shared.duration import parse_duration
 from shared.ownership import daemonset_node, is_daemonset_pod, job_identity
 from shared.predicates import NodeAffinity, Placement, required_node_affinity
@@ -34,6 +36,7 @@ from shared.timestamps import parse_time
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 TERMINAL = frozenset(("Succeeded", "Failed"))  # pod phases that hold nothing
+_NO_GRANTS: Mapping[str, Grant] = MappingProxyType({})  # shared by every node without backfill grants
 
 
 MAX_DEPTH = 64  # nesting of a kept raw subtree; Kubernetes objects nest about 20 deep at most (managedFields)
@@ -244,6 +247,8 @@ class NodeView:
     # kube-scheduler, which reads taints and not conditions, would place pods on it.
     ready: bool = True
     control_plane: bool = False  # labelled as a control-plane node (keys.CONTROL_PLANE_LABELS, any value)
+    # issue 17: the agent's backfill grants on this node, by pod uid (shared.backfill; keys.BACKFILL_GRANTS)
+    backfill_grants: Mapping[str, Grant] = field(default_factory=dict)
 
     @classmethod
     @_readable("Node")
@@ -260,16 +265,19 @@ class NodeView:
                         for c in _array(status.get("conditions"), "status.conditions"))
         ready = ready and not any(t.key in keys.NOT_READY_TAINTS for t in taints)
         labels = _strings(meta.get("labels"), "metadata.labels")
+        annotations = _strings(meta.get("annotations"), "metadata.annotations")
         return cls(
             name=_text(meta.get("name"), "metadata.name"),
             labels=labels,
-            annotations=_strings(meta.get("annotations"), "metadata.annotations"),
+            annotations=annotations,
             taints=taints,
             allocatable=_resources(status.get("allocatable"), "status.allocatable"),
             unschedulable=_flag(spec.get("unschedulable"), "spec.unschedulable"),
             created=_time(meta.get("creationTimestamp"), "metadata.creationTimestamp") or EPOCH,
             ready=ready,
             control_plane=any(label in labels for label in keys.CONTROL_PLANE_LABELS),
+            backfill_grants=(read_grants(annotations[keys.BACKFILL_GRANTS]) if keys.BACKFILL_GRANTS in annotations
+                             else _NO_GRANTS),
         )
 
     @property
@@ -352,6 +360,12 @@ class PodView:
     # among its gates is Reservoir's handover gate (keys.HANDOVER_GATE): an owner of a Reservation waiting for the
     # agent to hand it over (seed 003, reservations.handovers)
     handover_gated: bool = False
+    # issue 17: among its gates is Reservoir's backfill gate (keys.BACKFILL_GATE): held for the agent's backfill choice
+    backfill_gated: bool = False
+    # spec.terminationGracePeriodSeconds (Kubernetes' default 30): how long the kubelet may take to stop it
+    termination_grace: int = 30
+    # spec.activeDeadlineSeconds, None without one
+    active_deadline: int | None = None
     # kube-scheduler found no node for it since then (condition PodScheduled False, reason Unschedulable); None else
     unschedulable_since: datetime | None = None
 
@@ -399,6 +413,10 @@ class PodView:
             required_affinity=required_node_affinity(spec),
             gated=bool(gates := _array(spec.get("schedulingGates"), "spec.schedulingGates")),
             handover_gated=any(isinstance(g, Mapping) and g.get("name") == keys.HANDOVER_GATE for g in gates),
+            backfill_gated=any(isinstance(g, Mapping) and g.get("name") == keys.BACKFILL_GATE for g in gates),
+            termination_grace=max(0, _integer(spec.get("terminationGracePeriodSeconds"),
+                                              "spec.terminationGracePeriodSeconds", 30)),
+            active_deadline=_integer(spec.get("activeDeadlineSeconds"), "spec.activeDeadlineSeconds", 0) or None,
             unschedulable_since=_unschedulable_since(status),
         )
 

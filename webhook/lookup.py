@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from shared.backfill import Grant
 from shared.config import ReservoirConfig
 from shared.entitlement import Grounds
 from shared.resources import Resources
@@ -30,7 +31,12 @@ class Lookup:
     def grounds(self) -> Grounds:
         """What entitlement reads besides the pod (shared.entitlement)."""
         return Grounds(podgroups=self.podgroups, queues=self.queues, reservations=self.reservations,
-                       daemonsets=self.daemonsets, config=self.config)
+                       daemonsets=self.daemonsets, config=self.config, backfill_grants=self.backfill_grants)
+
+    @cached_property
+    def backfill_grants(self) -> dict[str, tuple[str, Grant]]:
+        """Issue 17: the agent's backfill grants on every node, by pod uid, with their node (shared.backfill)."""
+        return {uid: (name, grant) for name, node in self.nodes.items() for uid, grant in node.backfill_grants.items()}
 
     @cached_property
     def lock_of_node(self) -> dict[str, str]:

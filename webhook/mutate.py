@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shared import keys
+from shared.backfill import hold_refusal
 from shared.entitlement import Entitlement, entitlement
 from shared.jsonpatch import Op, add, pointer
 from shared.keys import LockKind, owner_kind
@@ -171,10 +172,10 @@ def required_reservations(annotations: Mapping[str, str], lookup: Lookup,
 
 
 def mutate_pod(pod: Mapping[str, Any], namespace: str, lookup: Lookup) -> Mutation:
-    """DESIGN section 3, mutating pod CREATE, steps 1-6 in order: 1 and 2 for every pod; then 3, 4 and 6 (the locks
-    the pod is entitled to, and the handover gate of a Reservation's owner), or 5 instead for a pod exempt from
-    locks. Seed 004 (step 1, and windows in step 3), seed 001 (step 2), seed 003 (Reservations in steps 3, 4 and 6),
-    seed 000 (BestEffort pods in step 5)."""
+    """DESIGN section 3, mutating pod CREATE, steps 1-7 in order: 1 and 2 for every pod; then 3, 4 and 6 (the locks
+    the pod is entitled to, and the handover gate of a Reservation's owner) or 7 (issue 17, the backfill gate), or 5
+    instead for a pod exempt from locks. Seed 004 (step 1, and windows in step 3), seed 001 (step 2), seed 003
+    (Reservations in steps 3, 4 and 6), seed 000 (BestEffort pods in step 5)."""
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
     annotations = dict(meta.get("annotations") or {})
@@ -218,7 +219,40 @@ def mutate_pod(pod: Mapping[str, Any], namespace: str, lookup: Lookup) -> Mutati
     gate_ops = handover_gate(spec, owners, lookup)  # 6
     if gate_ops:
         reasons.append("held for its Reservation's handover")
+    else:
+        gate_ops = backfill_gate(spec, annotations, podgroup, namespace, queue, lookup, warnings)  # 7
+        if gate_ops:
+            reasons.append("held for the agent's backfill choice")
     return Mutation(ops + gate_ops, warnings, reasons)
+
+
+def backfill_gate(spec: Mapping[str, Any], annotations: Mapping[str, str], podgroup: PodGroupView | None,
+                  namespace: str, queue: str, lookup: Lookup, warnings: list[str]) -> list[Op]:
+    """Step 7, issue 17: a pod backfill may hold (shared.backfill.hold_refusal: it opts in, the config's switch covers
+    it, it declares a maximum runtime) gets the scheduling gate keys.BACKFILL_GATE, which the agent lifts within one
+    resync (agent/planner/backfill.py); not a bound pod, not in a dry run. A pod that opts in but may not be held is
+    let in ungated, with a warning that says why."""
+    config = lookup.grounds.config
+    if spec.get("nodeName") or config.dry_run:
+        return []
+    why = hold_refusal(annotations, podgroup.annotations if podgroup is not None else {}, namespace=namespace,
+                       queue=queue, config=config.backfill)
+    if why is not None:
+        if why:
+            warnings.append(why)
+        return []
+    return _gate_ops(spec, keys.BACKFILL_GATE)
+
+
+def _gate_ops(spec: Mapping[str, Any], name: str) -> list[Op]:
+    """The JSON Patch adding the scheduling gate `name`, [] when the pod has it (a gate can only be given at
+    creation)."""
+    gates = spec.get("schedulingGates")
+    if isinstance(gates, list) and any(isinstance(g, Mapping) and g.get("name") == name for g in gates):
+        return []
+    gate = {"name": name}
+    return [add("/spec/schedulingGates/-", gate) if isinstance(gates, list) and gates
+            else add("/spec/schedulingGates", [gate])]
 
 
 def handover_gate(spec: Mapping[str, Any], owners: Sequence[str], lookup: Lookup) -> list[Op]:
@@ -231,12 +265,7 @@ def handover_gate(spec: Mapping[str, Any], owners: Sequence[str], lookup: Lookup
         return []
     if not any(owner_kind(owner) is LockKind.RESERVATION for owner in owners):
         return []
-    gates = spec.get("schedulingGates")
-    if isinstance(gates, list) and any(isinstance(g, Mapping) and g.get("name") == keys.HANDOVER_GATE for g in gates):
-        return []
-    gate = {"name": keys.HANDOVER_GATE}
-    return [add("/spec/schedulingGates/-", gate) if isinstance(gates, list) and gates
-            else add("/spec/schedulingGates", [gate])]
+    return _gate_ops(spec, keys.HANDOVER_GATE)
 
 
 def mutate_podgroup(podgroup: Mapping[str, Any], lookup: Lookup) -> Mutation:

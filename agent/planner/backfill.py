@@ -8,7 +8,8 @@ Reservation with preAllocation (seed 003) drains its node the same way. A pod wh
 as Slurm's backfill scheduler lets short jobs run ahead of a waiting big one.
 
 Needed-by time (`needed_by`), per locked node: the moment from which the lock's owner needs the node:
-- a window: its `start` (not `start - startReserveAgo`: the lead time exists only to drain the nodes);
+- a window: its `start` (not `start - startReserveAgo`: the lead time exists only to drain the nodes), or the earliest
+  moment one of its pending reserve pods fits on the node, when that comes first;
 - a starvation lock or a Waiting Reservation: the earliest moment one of the owner's tasks waiting on the node fits
   there, by the node's release curve (capacity.time_to_fit: pods with a maximum runtime ending, earliest first),
   beside what the owner's tasks that fit now take (`fits_now`); None (unknown) when each waiting task needs a pod
@@ -51,20 +52,31 @@ backfill at most a second, never the owner.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence, Set
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from fractions import Fraction
 from typing import NamedTuple
 
 from agent.planner.capacity import FOREVER, NodeState, schedulable, time_to_fit
-from agent.planner.model import Lock
+from agent.planner.model import NO_BACKFILL, Backfill, BackfillPlan, BackfillSlot, Lock, Release
+from agent.planner.reservations import pod_meta
+from agent.planner.reserve import maximum_runtime, pod_group
+from shared import keys
+from shared.backfill import Grant, grants_text, hold_refusal
+from shared.config import ReservoirConfig
+from shared.entitlement import Grounds, entitlement
 from shared.keys import LockKind
+from shared.ownership import pod_queue
 from shared.predicates import schedulable_on
 from shared.resources import EMPTY, PODS, Resources
 from shared.timestamps import stamp
-from shared.views import PodView
+from shared.views import NodeView, PodGroupView, PodView
 
 SECOND = timedelta(seconds=1)
+# gated pods decided in one plan, oldest first; the others wait for the next (which comes at once: the writes change
+# them). A plan weighs each candidate against every open node and every slot: this bounds what a flood of gated pods
+# (anyone may create pods) costs one plan, so it cannot stall the locks of everyone else.
+MAX_DECISIONS = 100
 _MICROS = 1_000_000
 
 
@@ -104,36 +116,25 @@ def needed_by(kind: LockKind, state: NodeState, *, now: datetime, waiting: Seque
               taken_now: Resources = EMPTY, start: datetime | None = None) -> datetime | None:
     """The needed-by time of one locked node (module docstring), or None when unknown.
 
-    - WINDOW: `start`, the window's start (None when not given);
+    - WINDOW: `start`, the window's start (None when not given), or sooner when one of the window's pending reserve
+      pods (`waiting`) fits on the node before it (a reserve pod binds on its window's node as soon as it fits);
     - JOB (seed 000) and RESERVATION (seed 003, a Waiting one): now + min over `waiting` (the owner's tasks on the
       node that do not fit now, `fits_now`) of time_to_fit(state, task, taken_now, now), `taken_now` being what the
       owner's tasks that fit now take; `now` when nothing waits (the owner takes its room now); None when every
       waiting task needs a pod without a maximum runtime to end first;
     - QUEUE (seed 002): None (its pods may come at any moment)."""
     if kind is LockKind.WINDOW:
-        return start
+        if start is None or not waiting:
+            return start
+        # a reserve pod already pending binds as soon as it fits, before the window opens: it is not kept waiting
+        soonest = min(time_to_fit(state, task, taken_now, now) for task in waiting)
+        return start if soonest == FOREVER else min(start, now + soonest)
     if kind not in (LockKind.JOB, LockKind.RESERVATION):
         return None
     if not waiting:
         return now
     soonest = min(time_to_fit(state, task, taken_now, now) for task in waiting)
     return None if soonest == FOREVER else now + soonest
-
-
-@dataclass(frozen=True)
-class BackfillSlot:
-    """One locked node as backfill sees it: the node's state, the lock's owner id and kind, what the owner's tasks
-    that fit now take there (kept from backfill, clause 7) and the node's needed-by time (None: unknown)."""
-
-    state: NodeState
-    owner: str
-    kind: LockKind
-    needed_by: datetime | None
-    taken_now: Resources = EMPTY
-
-    @property
-    def node(self) -> str:
-        return self.state.node.name
 
 
 def backfill_slot(lock: Lock, state: NodeState, *, now: datetime, tasks: Sequence[Resources] = (),
@@ -228,18 +229,8 @@ class Candidate:
     runtime: timedelta | None
     fits_unlocked: bool = False
     owns: Set[str] = frozenset()
-
-
-@dataclass(frozen=True)
-class Backfill:
-    """One pod let onto one locked node: it must end by `ends` (its deadline, with the margin), by `needed_by`."""
-
-    pod: PodView
-    node: str
-    owner: str
-    ends: datetime
-    needed_by: datetime
-    reason: str
+    # added to the margin for this pod: its terminationGracePeriodSeconds (the kubelet may take that long to stop it)
+    grace: timedelta = timedelta(0)
 
 
 @dataclass(frozen=True)
@@ -265,29 +256,32 @@ def slack(left: Resources, slot: BackfillSlot, requests: Resources) -> Fraction:
 
 
 def choose_backfills(candidates: Sequence[Candidate], slots: Sequence[BackfillSlot], *, now: datetime,
-                     margin: timedelta) -> Backfills:
+                     margin: timedelta, already: Mapping[str, Sequence[PodView]] | None = None) -> Backfills:
     """The backfills of one plan: the candidates oldest first (creation, then namespace/name), each onto the slot
-    the rule allows (backfill_verdict) where it leaves the least slack (best fit: `slack`, then the least time
-    between its end and the node's needed-by time, then the node's name), counting the room earlier candidates took
-    in this call. Deterministic: the same inputs give the same answer whatever their order."""
+    the rule allows (backfill_verdict, with `margin` plus the candidate's `grace`) where it leaves the least slack
+    (best fit: `slack`, then the least time between its end and the node's needed-by time, then the node's name),
+    counting the room earlier candidates took in this call and the pods of `already` (node -> pods granted in earlier
+    plans and not bound yet: the node's state does not count them). Deterministic: the same inputs give the same
+    answer whatever their order."""
     ordered = sorted(candidates, key=lambda c: (c.pod.created, c.pod.key))
     by_node = sorted(slots, key=lambda s: s.node)
-    taken: dict[str, list[PodView]] = {s.node: [] for s in by_node}
+    taken: dict[str, list[PodView]] = {s.node: list((already or {}).get(s.node, ())) for s in by_node}
     placed: list[Backfill] = []
     refused: dict[str, str] = {}
     for candidate in ordered:
         pod = candidate.pod
         best: tuple[tuple[Fraction, timedelta, str], BackfillSlot, Verdict] | None = None
         reasons: dict[str, str] = {}  # node -> why not there
+        pod_margin = margin + candidate.grace
         for slot in by_node:
             verdict = backfill_verdict(pod, runtime=candidate.runtime, fits_unlocked=candidate.fits_unlocked,
                                        is_owner=slot.owner in candidate.owns, slot=slot, backfilled=taken[slot.node],
-                                       now=now, margin=margin)
+                                       now=now, margin=pod_margin)
             if not verdict.allowed:
                 reasons[slot.node] = verdict.reason
                 continue
             assert candidate.runtime is not None and slot.needed_by is not None  # clauses 4 and 5
-            ends = now + held_for(candidate.runtime) + margin
+            ends = now + held_for(candidate.runtime) + pod_margin
             key = (slack(room(slot, taken[slot.node]) - pod.requests, slot, pod.requests), slot.needed_by - ends,
                    slot.node)
             if best is None or key < best[0]:
@@ -299,8 +293,9 @@ def choose_backfills(candidates: Sequence[Candidate], slots: Sequence[BackfillSl
         assert candidate.runtime is not None and slot.needed_by is not None
         taken[slot.node].append(pod)
         placed.append(Backfill(pod=pod, node=slot.node, owner=slot.owner,
-                               ends=now + held_for(candidate.runtime) + margin, needed_by=slot.needed_by,
-                               reason=verdict.reason))
+                               ends=now + held_for(candidate.runtime) + pod_margin, needed_by=slot.needed_by,
+                               reason=verdict.reason,
+                               deadline=deadline_seconds(candidate.runtime, pod.active_deadline)))
     return Backfills(placed=tuple(placed), refused=refused)
 
 
@@ -313,3 +308,166 @@ def refusal(reasons: Mapping[str, str]) -> str:
     if len(distinct) == 1:
         return distinct.pop()
     return "; ".join(f"{node}: {reason}" for node, reason in reasons.items())
+
+
+# --- one plan's backfill: the candidates, the slots, the gates lifted and the grants recorded ---
+
+
+def gated_pods(pods: Sequence[PodView]) -> list[PodView]:
+    """The pods held on the backfill gate and still waiting: not bound, not finished, not being deleted."""
+    return [p for p in pods if p.backfill_gated and not p.node_name and not p.is_terminal and not p.deleting]
+
+
+def plan_backfill(*, pods: Sequence[PodView], nodes: Mapping[str, NodeView], states: Mapping[str, NodeState],
+                  locks: Mapping[str, Lock], current: Mapping[str, Lock], config: ReservoirConfig, now: datetime,
+                  podgroups: Mapping[tuple[str, str], PodGroupView], grounds: Grounds,
+                  window_starts: Mapping[str, datetime], window_tasks: Mapping[str, Sequence[PodView]],
+                  waiting_reservations: Set[str]) -> BackfillPlan:
+    """One plan's backfill (module docstring). Every gated pod (the oldest MAX_DECISIONS of them) is decided now, never
+    held for a later slot: let onto a locked node when the rule allows one (choose_backfills), else let go unchanged,
+    with the reason. Slots are the
+    planned locks already on their nodes (`current`, same owner) of a starvation job (its tasks: Lock.tasks still
+    pending), a window (`window_starts` and `window_tasks`: owner id -> its start and its pending reserve pods) or a
+    Waiting Reservation (`waiting_reservations`: their owner ids; its task: the reserved amount). A pod gated longer
+    than `backfill.maxGateWait` is let go unchanged. Grants (shared.backfill) are kept while their pod lives and
+    added for each pod placed."""
+    gated = sorted(gated_pods(pods), key=lambda p: (p.created, p.key))
+    by_uid = {p.uid: p for p in pods if p.uid}
+    marks = grant_marks(nodes, by_uid, ())
+    if not gated:
+        return BackfillPlan(marks=marks) if marks else NO_BACKFILL
+    settings = config.backfill
+    released: list[Release] = []
+    notes: list[str] = []
+    candidates: list[Candidate] = []
+    if len(gated) > MAX_DECISIONS:
+        notes.append(f"decision=defer pods={len(gated) - MAX_DECISIONS} reason=more than {MAX_DECISIONS} pods on the "
+                     "backfill gate: the newest wait for the next plan")
+        gated = gated[:MAX_DECISIONS]
+
+    def release(pod: PodView, why: str) -> None:
+        released.append(Release(pod.namespace, pod.name, pod.uid, why))
+        notes.append(f"pod={pod.key} decision=release reason={why}")
+
+    for pod in gated:
+        group = pod_group(pod, podgroups)
+        why = hold_refusal(pod.annotations, group.annotations if group is not None else {}, namespace=pod.namespace,
+                           queue=pod_queue(pod, podgroups), config=settings)
+        if why is not None:
+            release(pod, why or f"it does not opt in ({keys.BACKFILL} is not \"true\" on it or its PodGroup)")
+        elif config.dry_run:
+            release(pod, "dryRun")
+        elif pod.handover_gated:
+            release(pod, "it is held for a Reservation's handover, which places it")
+        elif now - pod.created > settings.max_gate_wait:
+            release(pod, f"held on the gate {seconds(now - pod.created)}, over backfill.maxGateWait "
+                         f"{seconds(settings.max_gate_wait)}")
+        else:
+            rights = entitlement(pod_meta(pod), pod.namespace, grounds, best_effort=pod.best_effort)
+            owns = frozenset(lock.owner for lock in locks.values()) if rights.every_lock else frozenset(rights.owners)
+            candidates.append(Candidate(pod, maximum_runtime(pod, podgroups), owns=owns,
+                                        grace=pod.termination_grace * SECOND))
+    if not candidates:
+        return BackfillPlan(released=tuple(released), marks=marks, notes=tuple(notes))
+
+    candidates = open_fits(candidates, states, locks)
+    slots, already = backfill_slots(pods=pods, states=states, locks=locks, current=current, now=now,
+                                    by_uid=by_uid, window_starts=window_starts, window_tasks=window_tasks,
+                                    waiting_reservations=waiting_reservations)
+    chosen = choose_backfills(candidates, slots, now=now, margin=settings.margin, already=already)
+    placed_keys = {b.pod.key for b in chosen.placed}
+    for candidate in candidates:
+        if candidate.pod.key not in placed_keys:
+            release(candidate.pod, chosen.refused.get(candidate.pod.key, "no locked node to backfill"))
+    for b in chosen.placed:
+        notes.append(f"pod={b.pod.key} decision=backfill node={b.node} owner={b.owner} deadline={b.deadline}s "
+                     f"reason={b.reason}")
+    return BackfillPlan(placed=chosen.placed, released=tuple(released), marks=grant_marks(nodes, by_uid, chosen.placed),
+                        slots=tuple(slots), notes=tuple(notes))
+
+
+def open_fits(candidates: Sequence[Candidate], states: Mapping[str, NodeState],
+              locks: Mapping[str, Lock]) -> list[Candidate]:
+    """Clause 3's answer for each candidate, oldest first: it fits now on a node open to it (not locked in this plan,
+    or locked for an owner it may use), schedulable, kube-scheduler's filters letting it on (the lock aside), in the
+    idle room the candidates before it have not taken (first fit; their share of `pods` too)."""
+    used: dict[str, Resources] = {}
+    out = []
+    open_nodes = sorted(n for n, s in states.items() if schedulable(s.node))
+    for candidate in sorted(candidates, key=lambda c: (c.pod.created, c.pod.key)):
+        pod = candidate.pod
+        placement = pod.placement
+        fits = None
+        for name in open_nodes:
+            lock = locks.get(name)
+            if lock is not None and lock.owner not in candidate.owns:
+                continue
+            state = states[name]
+            taken = used.get(name, EMPTY)
+            if not (state.idle - taken).covers(pod.requests):
+                continue
+            if schedulable_on(placement, state.node, pods_on_node=len(state.pods) + taken[PODS], ignore_lock=True):
+                fits = name
+                break
+        if fits is not None:
+            used[fits] = used.get(fits, EMPTY) + pod.requests + Resources({PODS: 1})
+        out.append(replace(candidate, fits_unlocked=fits is not None))
+    return out
+
+
+def backfill_slots(*, pods: Sequence[PodView], states: Mapping[str, NodeState], locks: Mapping[str, Lock],
+                   current: Mapping[str, Lock], now: datetime, by_uid: Mapping[str, PodView],
+                   window_starts: Mapping[str, datetime], window_tasks: Mapping[str, Sequence[PodView]],
+                   waiting_reservations: Set[str]) -> tuple[list[BackfillSlot], dict[str, list[PodView]]]:
+    """The slots (plan_backfill) and, per slot's node, the pods granted there and not bound yet."""
+    by_key = {p.key: p for p in pods}
+    slots = []
+    already: dict[str, list[PodView]] = {}
+    for name, lock in sorted(locks.items()):
+        held = current.get(name)
+        state = states.get(name)
+        if held is None or held.owner != lock.owner or state is None:
+            continue  # not on the node yet: nothing to backfill under it
+        start = None
+        if lock.kind is LockKind.JOB:
+            tasks = [p.requests for k in lock.tasks if (p := by_key.get(k)) is not None and waiting_task(p)]
+        elif lock.kind is LockKind.WINDOW and lock.owner in window_starts:
+            start = window_starts[lock.owner]
+            tasks = [p.requests for p in window_tasks.get(lock.owner, ())]
+        elif lock.kind is LockKind.RESERVATION and lock.owner in waiting_reservations and not lock.tasks:
+            tasks = [lock.reserved]
+        else:
+            continue
+        slots.append(backfill_slot(lock, state, now=now, tasks=tasks, start=start))
+        # granted in an earlier plan, narrowed and let go, not bound yet (one still gated is a candidate again)
+        pending = [p for uid in state.node.backfill_grants if (p := by_uid.get(uid)) is not None
+                   and waiting_task(p) and not p.backfill_gated]
+        if pending:
+            already[name] = pending
+    return slots, already
+
+
+def waiting_task(pod: PodView) -> bool:
+    """An owner's task still to place: not bound, not finished, not being deleted."""
+    return not pod.node_name and not pod.is_terminal and not pod.deleting
+
+
+def grant_marks(nodes: Mapping[str, NodeView], by_uid: Mapping[str, PodView],
+                placed: Sequence[Backfill]) -> dict[str, dict[str, str | None]]:
+    """node -> {keys.BACKFILL_GRANTS: text or None} where the node's grants must change: a grant is kept while its
+    pod (by uid) exists and has not finished, unless the pod is placed anew (it was never let go: its old grant, on
+    this node or another, is replaced), and one is added for each pod `placed`."""
+    new: dict[str, list[Grant]] = {}
+    for b in placed:
+        new.setdefault(b.node, []).append(Grant(b.pod.uid, b.pod.key, b.owner, b.ends))
+    again = {b.pod.uid for b in placed}
+    marks: dict[str, dict[str, str | None]] = {}
+    for name in sorted(set(new) | {n for n, v in nodes.items() if v.backfill_grants}):
+        node = nodes.get(name)
+        have = node.backfill_grants if node is not None else {}
+        keep = [g for uid, g in have.items()
+                if uid not in again and (p := by_uid.get(uid)) is not None and not p.is_terminal]
+        want = {g.uid: g for g in keep + new.get(name, [])}
+        if want.keys() != have.keys() or any(have[u] != g for u, g in want.items()):
+            marks[name] = {keys.BACKFILL_GRANTS: grants_text(want.values())}
+    return marks

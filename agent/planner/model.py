@@ -365,3 +365,71 @@ class Plan:
     # id(pod view) -> (that view, it with its PodGroup's maximum runtime), handed to the next plan so the same view
     # is given the same object and its node's state is reused (reserve.with_group_runtimes)
     runtimes: Mapping[int, tuple[PodView, PodView]] = field(default_factory=dict, compare=False, repr=False)
+    # issue 17: the gated pods let onto locked nodes or let go, and every backfill slot (agent/planner/backfill.py)
+    backfill: BackfillPlan = field(default_factory=lambda: BackfillPlan())
+
+
+# --- backfill (issue 17, agent/planner/backfill.py) ---
+
+
+@dataclass(frozen=True)
+class BackfillSlot:
+    """One locked node as backfill sees it: the node's state, the lock's owner id and kind, what the owner's tasks
+    that fit now take there (kept from backfill, clause 7) and the node's needed-by time (None: unknown)."""
+
+    state: NodeState
+    owner: str
+    kind: LockKind
+    needed_by: datetime | None
+    taken_now: Resources = EMPTY
+
+    @property
+    def node(self) -> str:
+        return self.state.node.name
+
+
+@dataclass(frozen=True)
+class Backfill:
+    """One pod let onto one locked node: it must end by `ends` (its deadline, with the margin), by `needed_by`."""
+
+    pod: PodView
+    node: str
+    owner: str
+    ends: datetime
+    needed_by: datetime
+    reason: str
+    deadline: int = 0  # the activeDeadlineSeconds it is given (deadline_seconds)
+
+    @property
+    def key(self) -> str:
+        return self.pod.key
+
+
+@dataclass(frozen=True)
+class Release:
+    """A gated pod let go unchanged (its backfill gate lifted, nothing else): kube-scheduler places it as usual."""
+
+    namespace: str
+    name: str
+    uid: str
+    reason: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class BackfillPlan:
+    """backfill.plan_backfill's answer: the pods let onto locked nodes (each narrowed to its node, given the lock's
+    toleration and its deadline, then ungated), the gated pods let go unchanged, every slot (for the start estimates
+    and `reservoir status`) and one note per decision. The grants each node must carry go into Plan.node_marks."""
+
+    placed: tuple[Backfill, ...] = ()
+    released: tuple[Release, ...] = ()
+    marks: Mapping[str, Mapping[str, str | None]] = field(default_factory=dict)
+    slots: tuple[BackfillSlot, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+NO_BACKFILL = BackfillPlan()

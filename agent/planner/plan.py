@@ -11,18 +11,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 
+from agent.planner.backfill import plan_backfill, waiting_task
 from agent.planner.capacity import NodeState, control_plane, node_states, schedulable
 from agent.planner.guarantee import GUARANTEES, guaranteed_queues
 from agent.planner.jobs import build_jobs, usage_by_queue
-from agent.planner.model import Lock, Plan, Snapshot, lock_on
+from agent.planner.model import NO_BACKFILL, BackfillPlan, Lock, Plan, Snapshot, lock_on
 from agent.planner.ordering import score_queues
 from agent.planner.policy import PlanContext, Policy, Statuses, cap, earliest, tagged
 from agent.planner.repair import plan_repairs
 from agent.planner.reservations import RESERVATIONS
 from agent.planner.reserve import with_group_runtimes
 from agent.planner.starvation import STARVATION, lock_cooldowns
-from agent.planner.windows import WINDOWS
+from agent.planner.windows import WINDOWS, reserve_pods
 from shared.config import ReservoirConfig
+from shared.entitlement import Grounds
+from shared.keys import LockKind
+from shared.ownership import reservation_owner_id, window_owner_id
+from shared.views import PodView
 
 POLICIES: tuple[Policy, ...] = (RESERVATIONS, GUARANTEES, WINDOWS, STARVATION)
 
@@ -59,11 +64,46 @@ def plan(snapshot: Snapshot, config: ReservoirConfig, now: datetime,
     repairs = plan_repairs(jobs=context.jobs, pods=snapshot.pods, locks=locks, statuses=statuses.reservations,
                            reservations=snapshot.reservations, windows=config.windows, snapshot=snapshot,
                            config=config)
+    backfill = plan_backfill_of(context, locks, statuses)
+    notes += [f"policy=backfill {note}" for note in backfill.notes]
     return Plan(locks=locks, jobs=list(statuses.jobs), windows=list(statuses.windows), notes=notes,
                 queues=list(context.scores), guarantees=list(statuses.guarantees),
                 reservations=list(statuses.reservations), repairs=repairs, states=context.states,
                 placeholders=list(statuses.placeholders), handovers=list(statuses.handovers),
-                node_marks=context.cooldowns.marks, runtimes=context.runtimes, wake_at=wake_at)
+                node_marks=merged_marks(context.cooldowns.marks, backfill.marks), runtimes=context.runtimes,
+                wake_at=wake_at, backfill=backfill)
+
+
+def merged_marks(*marks: Mapping[str, Mapping[str, str | None]]) -> dict[str, dict[str, str | None]]:
+    """Plan.node_marks: node -> every annotation to write there, of each source (they write distinct keys)."""
+    out: dict[str, dict[str, str | None]] = {}
+    for source in marks:
+        for node, wanted in source.items():
+            out.setdefault(node, {}).update(wanted)
+    return out
+
+
+def plan_backfill_of(context: PlanContext, locks: Mapping[str, Lock], statuses: Statuses) -> BackfillPlan:
+    """Issue 17: backfill under this plan's locks (backfill.plan_backfill), from what the policies decided: the
+    windows' starts and their pending reserve pods, the Waiting Reservations."""
+    snapshot = context.snapshot
+    if not any(p.backfill_gated for p in snapshot.pods) and not any(
+            n.backfill_grants for n in snapshot.nodes.values()):
+        return NO_BACKFILL
+    window_starts = {window_owner_id(w.name): w.start for w in statuses.windows if w.active}
+    window_tasks: dict[str, list[PodView]] = {}
+    if any(lock.kind is LockKind.WINDOW for lock in locks.values()):
+        for reserve in reserve_pods(context):
+            if waiting_task(reserve.pod) and not reserve.pod.gated:
+                for owner in reserve.windows:
+                    window_tasks.setdefault(owner, []).append(reserve.pod)
+    waiting = {reservation_owner_id(r.name) for r in statuses.reservations if r.phase == "Waiting"}
+    grounds = Grounds(podgroups=snapshot.podgroups, queues=snapshot.queues, reservations=snapshot.reservations,
+                      config=context.config)
+    return plan_backfill(pods=snapshot.pods, nodes=snapshot.nodes, states=context.states, locks=locks,
+                         current=context.current, config=context.config, now=context.now,
+                         podgroups=snapshot.podgroups, grounds=grounds, window_starts=window_starts,
+                         window_tasks=window_tasks, waiting_reservations=waiting)
 
 
 def guard_locks(locks: Mapping[str, Lock], states: Mapping[str, NodeState]) -> tuple[dict[str, Lock], list[str]]:

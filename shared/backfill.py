@@ -1,0 +1,116 @@
+"""Backfill's rules shared by the webhook and the agent (issue 17; the planning is agent/planner/backfill.py).
+
+Who is held for backfill (`hold_refusal`): a pod that opts in (`reservoir.sh/backfill: "true"` on it or its
+PodGroup), of a namespace or queue the config's `backfill` switch covers, that declares a maximum runtime (its own
+`volcano.sh/maximum-runtime` or its PodGroup's). The webhook gates such a pod at CREATE; the planner asks again of
+every gated pod (anyone may write a gate on their pod), and lifts the gate unchanged from one it refuses.
+
+Grants: the agent's record, on a locked node, of the pods it let backfill that node.
+Written by the agent only, as the node annotation keys.BACKFILL_GRANTS, before it lifts a pod's gate with the lock's
+toleration; JSON `{pod uid: {"pod": "namespace/name", "owner": lock owner id, "until": RFC 3339}}`. Tenants cannot
+write nodes, and a pod's uid is the API server's, so a grant names one pod that exists and nothing on the pod can
+forge one: the entitlement check (shared.entitlement) accepts the lock's toleration on that pod, pinned to that node,
+because of this record. The agent drops a grant once its pod is gone or finished.
+
+Read total over any text (a hand edit must not stop the agent or the webhook): what is not JSON, not an object, or an
+entry of the wrong shape is skipped, never an error.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from shared import keys
+from shared.config import BackfillConfig
+from shared.duration import DurationError, parse_duration
+from shared.predicates import NODE_NAME_FIELD
+from shared.timestamps import parse_time, stamp
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """One pod let onto one locked node: its uid and "namespace/name", the lock's owner id, and the moment by which
+    it must have ended (its deadline, with the margin)."""
+
+    uid: str
+    pod: str
+    owner: str
+    until: datetime
+
+    def entry(self) -> dict[str, str]:
+        return {"pod": self.pod, "owner": self.owner, "until": stamp(self.until)}
+
+
+def read_grants(text: str | None) -> dict[str, Grant]:
+    """The grants an annotation holds, by pod uid; {} when absent or unreadable."""
+    if not text:
+        return {}
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    grants = {}
+    for uid, entry in data.items():
+        if not isinstance(entry, dict):
+            continue
+        pod, owner = entry.get("pod"), entry.get("owner")
+        try:
+            until = parse_time(entry.get("until")) if isinstance(entry.get("until"), str) else None
+        except ValueError:
+            until = None
+        if uid and isinstance(pod, str) and isinstance(owner, str) and until is not None and until.tzinfo:
+            grants[uid] = Grant(uid, pod, owner, until)
+    return grants
+
+
+def grants_text(grants: Iterable[Grant]) -> str | None:
+    """The annotation's value for these grants (sorted by uid, compact), None when there are none (the annotation
+    is removed)."""
+    entries = {g.uid: g.entry() for g in sorted(grants, key=lambda g: g.uid)}
+    return json.dumps(entries, sort_keys=True, separators=(",", ":")) if entries else None
+
+
+def pinned_to(spec: Mapping[str, Any], node: str) -> bool:
+    """The pod can be placed on `node` only: its required node affinity has terms, each with a matchFields
+    `metadata.name In [node]` (what the agent's narrowing adds, agent.writer.narrow_patch), and its nodeName is empty
+    or that node."""
+    if spec.get("nodeName") not in (None, "", node):
+        return False
+    affinity = spec.get("affinity")
+    node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, Mapping) else None
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") if isinstance(
+        node_affinity, Mapping) else None
+    terms = required.get("nodeSelectorTerms") if isinstance(required, Mapping) else None
+    if not isinstance(terms, list) or not terms:
+        return False
+    return all(isinstance(term, Mapping) and isinstance(term.get("matchFields"), list) and any(
+        isinstance(r, Mapping) and r.get("key") == NODE_NAME_FIELD and r.get("operator") == "In"
+        and r.get("values") == [node] for r in term["matchFields"]) for term in terms)
+
+
+def hold_refusal(annotations: Mapping[str, str], podgroup_annotations: Mapping[str, str], *, namespace: str,
+                 queue: str, config: BackfillConfig) -> str | None:
+    """Why the pod is not one backfill may hold (module docstring); "" when it does not opt in (nothing to say),
+    None when it is."""
+    if "true" not in (annotations.get(keys.BACKFILL), podgroup_annotations.get(keys.BACKFILL)):
+        return ""
+    if not config.covers(namespace, queue):
+        return (f"{keys.BACKFILL} is ignored: the config's backfill.namespaces and backfill.queues cover neither "
+                f"namespace {namespace} nor queue {queue}")
+    text = annotations.get(keys.MAXIMUM_RUNTIME) or podgroup_annotations.get(keys.MAXIMUM_RUNTIME)
+    if not text:
+        return (f"{keys.BACKFILL} is ignored: the pod declares no {keys.MAXIMUM_RUNTIME} (nor does its PodGroup), "
+                "and backfill lets only pods that say when they end onto locked nodes")
+    try:
+        runtime = parse_duration(text)
+    except DurationError as err:
+        return f"{keys.BACKFILL} is ignored: {keys.MAXIMUM_RUNTIME} {text[:40]!r} is not a duration ({err})"
+    if runtime.total_seconds() <= 0:
+        return f"{keys.BACKFILL} is ignored: {keys.MAXIMUM_RUNTIME} {text[:40]!r} is not positive"
+    return None

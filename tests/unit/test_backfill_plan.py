@@ -1,0 +1,293 @@
+"""Backfill through the whole plan (issue 17): the gated pods decided in one plan (let onto a locked node, or let go
+unchanged with the reason), the grants recorded on the node, the rules the webhook and the agent share
+(shared.backfill: who is held, grants read total, pinned to one node), the entitlement the grant gives and nothing
+else does, the webhook's gate, and the writer's deadline patch."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+from agent.planner.model import Lock, Plan
+from agent.planner.plan import plan
+from agent.writer import deadline_patch, narrow_patch
+from shared import keys
+from shared.backfill import Grant, grants_text, hold_refusal, pinned_to, read_grants
+from shared.config import BackfillConfig, load_config
+from shared.entitlement import Grounds, entitlement, unentitled
+from shared.tolerations import lock_toleration
+from shared.views import NodeView, PodView
+from tests.builders import NOW, node, pod, snap
+from webhook.lookup import Lookup
+from webhook.mutate import mutate_pod
+
+S = timedelta(seconds=1)
+CONFIG = load_config("""
+maxLockedNodePercent: 90
+starvation: {starvingJobTimeThreshold: 60s, reservedNodePercent: 100}
+backfill: {namespaces: [ns], margin: 5s}
+""")
+
+
+def gated(name: str, cpu: str = "1", *, runtime: str | None = "10s", opt_in: bool = True, age: timedelta = 2 * S,
+          grace: int = 0, ns: str = "ns", deadline: int | None = None) -> PodView:
+    """A pod the webhook held on the backfill gate (or, with opt_in False, one that wrote the gate itself)."""
+    annotations = {}
+    if runtime:
+        annotations[keys.MAXIMUM_RUNTIME] = runtime
+    if opt_in:
+        annotations[keys.BACKFILL] = "true"
+    spec: dict[str, Any] = {"schedulingGates": [{"name": keys.BACKFILL_GATE}], "terminationGracePeriodSeconds": grace,
+                            "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}]}
+    if deadline is not None:
+        spec["activeDeadlineSeconds"] = deadline
+    return PodView.from_obj({
+        "metadata": {"name": name, "namespace": ns, "uid": f"uid-{name}", "annotations": annotations,
+                     "creationTimestamp": (NOW - age).strftime("%Y-%m-%dT%H:%M:%SZ")},
+        "spec": spec, "status": {"phase": "Pending"}})
+
+
+def seed_000(extra: list[PodView], *, grants: dict[str, Grant] | None = None) -> tuple[list[NodeView], list[PodView],
+                                                                                        Lock]:
+    """Seed 000 at `Time2`, the lock already on the node: one 3-cpu node, pod-2 and pod-3 (1 cpu, 60 s runtimes,
+    started 50 s and 20 s ago) running, pod-4 (3 cpu) starving: 1 cpu idle now, pod-4 fits at +40 s."""
+    pods = [pod("pod-2", "1", node_name="n1", runtime="60s", started_ago=50 * S),
+            pod("pod-3", "1", node_name="n1", runtime="60s", started_ago=20 * S),
+            pod("pod-4", "3", age=timedelta(minutes=5))]
+    first = plan(snap([node("n1", cpu="3")], pods, spare=1), CONFIG, NOW)
+    lock = first.locks["n1"]
+    n1 = node("n1", cpu="3", lock=lock)
+    if grants:
+        raw = {"metadata": {"name": "n1", "annotations": {**n1.annotations, keys.BACKFILL_GRANTS: grants_text(
+            grants.values())}, "labels": dict(n1.labels), "creationTimestamp": "2026-11-21T12:00:00Z"},
+            "spec": {"taints": [{"key": keys.LOCK, "value": lock.owner, "effect": "NoSchedule"}]},
+            "status": {"allocatable": {"cpu": "3", "memory": "16Gi", "pods": "110"}}}
+        n1 = NodeView.from_obj(raw)
+    return [n1], pods + extra, lock
+
+
+def run(extra: list[PodView], config: Any = CONFIG, **kw: Any) -> tuple[Plan, Lock]:
+    nodes, pods, lock = seed_000(extra, **kw)
+    return plan(snap(nodes, pods, spare=1), config, NOW), lock
+
+
+def test_a_short_pod_backfills_the_draining_node_with_its_deadline_and_grant() -> None:
+    result, lock = run([gated("short", runtime="10s")])
+    (placed,) = result.backfill.placed
+    assert (placed.pod.key, placed.node, placed.owner, placed.deadline) == ("ns/short", "n1", lock.owner, 10)
+    assert placed.ends == NOW + 15 * S and placed.needed_by == NOW + 40 * S
+    grants = read_grants(result.node_marks["n1"][keys.BACKFILL_GRANTS])
+    assert grants == {"uid-short": Grant("uid-short", "ns/short", lock.owner, NOW + 15 * S)}
+    assert result.locks["n1"] == lock, "the lock stays: pod-4 still needs the node at +40 s"
+    assert any("decision=backfill node=n1" in n for n in result.notes)
+
+
+def test_every_gated_pod_is_decided_now_and_the_others_let_go_with_the_reason() -> None:
+    result, _ = run([gated("long", runtime="60s"), gated("forever", runtime=None), gated("no-opt-in", opt_in=False),
+                     gated("other-ns", ns="elsewhere"), gated("stale", age=3 * 60 * S)])
+    assert result.backfill.placed == ()
+    why = {r.key: r.reason for r in result.backfill.released}
+    assert "after n1 is needed" in why["ns/long"]
+    assert keys.MAXIMUM_RUNTIME in why["ns/forever"]
+    assert "does not opt in" in why["ns/no-opt-in"]
+    assert "cover neither namespace elsewhere" in why["elsewhere/other-ns"]
+    assert "maxGateWait" in why["ns/stale"]
+
+
+def test_the_pods_termination_grace_counts_in_its_margin() -> None:
+    """10 s + 5 s margin + 25 s grace ends at +40 s, when pod-4 fits; 26 s of grace is a second too many."""
+    assert run([gated("short", grace=25)])[0].backfill.placed
+    (released,) = run([gated("short", grace=26)])[0].backfill.released
+    assert "after n1 is needed" in released.reason
+
+
+def test_a_smaller_own_deadline_wins() -> None:
+    (placed,) = run([gated("short", deadline=4)])[0].backfill.placed
+    assert placed.deadline == 4
+
+
+def test_two_candidates_do_not_share_the_one_idle_cpu() -> None:
+    result, _ = run([gated("first", age=3 * S), gated("second", age=2 * S)])
+    assert [b.pod.key for b in result.backfill.placed] == ["ns/first"]
+    assert "does not fit the room" in result.backfill.released[0].reason
+
+
+def test_a_pod_granted_earlier_and_not_bound_yet_keeps_its_room() -> None:
+    """`first` was let go onto n1 in an earlier plan (its grant on the node, its gate lifted, not bound yet): the node's
+    state does not count it, the grant does."""
+    first = gated("first")
+    let_go = PodView.from_obj({"metadata": {"name": "first", "namespace": "ns", "uid": "uid-first",
+                                            "annotations": dict(first.annotations),
+                                            "creationTimestamp": "2026-11-22T11:59:58Z"},
+                               "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
+                               "status": {"phase": "Pending"}})
+    _, _, lock = seed_000([])
+    grant = Grant("uid-first", "ns/first", lock.owner, NOW + 15 * S)
+    result, _ = run([let_go, gated("second")], grants={"uid-first": grant})
+    assert result.backfill.placed == ()
+    assert "does not fit the room" in result.backfill.released[0].reason
+    assert "n1" not in result.node_marks, "the live grant stays as it is"
+
+
+def test_grants_of_pods_gone_or_finished_are_dropped() -> None:
+    _, _, lock = seed_000([])
+    gone = Grant("uid-gone", "ns/gone", lock.owner, NOW)
+    result, _ = run([], grants={"uid-gone": gone})
+    assert result.node_marks["n1"] == {keys.BACKFILL_GRANTS: None}
+
+
+def test_without_the_switch_nothing_is_held_or_backfilled() -> None:
+    config = load_config("maxLockedNodePercent: 90\nstarvation: {starvingJobTimeThreshold: 60s, "
+                         "reservedNodePercent: 100}")
+    result, _ = run([gated("short")], config=config)
+    assert result.backfill.placed == () and "cover neither" in result.backfill.released[0].reason
+
+
+def test_a_dry_run_lets_every_gated_pod_go() -> None:
+    config = CONFIG.model_copy(update={"dry_run": True})
+    result, _ = run([gated("short")], config=config)
+    assert [r.reason for r in result.backfill.released] == ["dryRun"]
+
+
+# --- the shared rules ---
+
+
+def test_hold_refusal() -> None:
+    on = BackfillConfig(namespaces=["ns"])
+    runtime = {keys.MAXIMUM_RUNTIME: "10s"}
+    assert hold_refusal({keys.BACKFILL: "true", **runtime}, {}, namespace="ns", queue="default", config=on) is None
+    assert hold_refusal(runtime, {keys.BACKFILL: "true"}, namespace="ns", queue="default", config=on) is None
+    assert hold_refusal({keys.BACKFILL: "true"}, runtime, namespace="ns", queue="default", config=on) is None
+    assert hold_refusal(runtime, {}, namespace="ns", queue="default", config=on) == ""
+    assert hold_refusal({keys.BACKFILL: "yes", **runtime}, {}, namespace="ns", queue="default", config=on) == ""
+    assert "cover neither" in hold_refusal({keys.BACKFILL: "true", **runtime}, {}, namespace="other", queue="q",
+                                           config=on)
+    by_queue = BackfillConfig(queues=["q"])
+    assert hold_refusal({keys.BACKFILL: "true", **runtime}, {}, namespace="x", queue="q", config=by_queue) is None
+    assert hold_refusal({keys.BACKFILL: "true", **runtime}, {}, namespace="x", queue="z",
+                        config=BackfillConfig(namespaces=["*"])) is None
+    assert "not a duration" in hold_refusal({keys.BACKFILL: "true", keys.MAXIMUM_RUNTIME: "soon"}, {},
+                                            namespace="ns", queue="q", config=on)
+    assert "not positive" in hold_refusal({keys.BACKFILL: "true", keys.MAXIMUM_RUNTIME: "0s"}, {},
+                                          namespace="ns", queue="q", config=on)
+
+
+def test_grants_read_total_over_any_text() -> None:
+    good = Grant("u1", "ns/a", "job-x", NOW)
+    assert read_grants(grants_text([good])) == {"u1": good}
+    for text in ("", "not json", "[1]", "[" * 100_000, json.dumps({"u1": "x"}),
+                 json.dumps({"u1": {"pod": "ns/a", "owner": "job-x", "until": "yesterday"}}),
+                 json.dumps({"u1": {"pod": 1, "owner": "job-x", "until": "2026-11-22T12:00:00Z"}})):
+        assert read_grants(text) == {}
+    assert grants_text([]) is None
+
+
+def test_pinned_to() -> None:
+    pinned = {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]}}}}
+    assert pinned_to(pinned, "n1") and not pinned_to(pinned, "n2")
+    assert not pinned_to({}, "n1")
+    two = {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]},
+        {"matchExpressions": [{"key": "zone", "operator": "Exists"}]}]}}}}
+    assert not pinned_to(two, "n1"), "a second term lets the pod elsewhere"
+    wide = {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1", "n2"]}]}]}}}}
+    assert not pinned_to(wide, "n1")
+    assert not pinned_to({**pinned, "nodeName": "n2"}, "n1")
+
+
+# --- entitlement: the grant, and only the grant ---
+
+
+def backfilled_pod(uid: str = "uid-short", name: str = "short", node_name: str = "n1", owner: str = "job-x") -> dict:
+    pod = {"metadata": {"name": name, "namespace": "ns", "uid": uid},
+           "spec": {"tolerations": [lock_toleration(owner)],
+                    "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}}
+    return json.loads(json.dumps(pod)) | {"spec": {**pod["spec"], **{"affinity": {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": [node_name]}]}]}}}}}}
+
+
+def test_the_agents_grant_lets_the_pod_carry_that_one_lock_toleration() -> None:
+    grant = Grant("uid-short", "ns/short", "job-x", NOW)
+    grounds = Grounds(backfill_grants={"uid-short": ("n1", grant)})
+    pod = backfilled_pod()
+    rights = entitlement(pod, "ns", grounds)
+    assert "job-x" in rights.owners and "backfills node n1" in rights.owners["job-x"]
+    assert unentitled(pod, "ns", rights, {"n1": "job-x"}) == []
+    # the same pod without the grant, another pod's uid, a pod pinned to another node, another lock's toleration
+    assert unentitled(pod, "ns", entitlement(pod, "ns", Grounds()), {})
+    other = backfilled_pod(uid="uid-other")
+    assert unentitled(other, "ns", entitlement(other, "ns", grounds), {})
+    elsewhere = backfilled_pod(node_name="n2")
+    assert unentitled(elsewhere, "ns", entitlement(elsewhere, "ns", grounds), {})
+    renamed = backfilled_pod(name="renamed")
+    assert unentitled(renamed, "ns", entitlement(renamed, "ns", grounds), {})
+    second = backfilled_pod(owner="job-y")
+    assert unentitled(second, "ns", entitlement(second, "ns", grounds), {})
+
+
+def test_the_webhooks_lookup_indexes_the_grants_on_its_nodes() -> None:
+    grant = Grant("uid-short", "ns/short", "job-x", NOW)
+    n1 = NodeView.from_obj({"metadata": {"name": "n1", "annotations": {keys.BACKFILL_GRANTS: grants_text([grant])}},
+                            "status": {"allocatable": {"cpu": "3"}}})
+    assert Lookup(nodes={"n1": n1}).grounds.backfill_grants == {"uid-short": ("n1", grant)}
+
+
+# --- the webhook's gate ---
+
+
+def new_pod(annotations: dict[str, str], **spec: Any) -> dict:
+    return {"metadata": {"name": "p", "namespace": "ns", "annotations": annotations},
+            "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}], **spec}}
+
+
+def test_the_webhook_gates_a_pod_that_opts_in_and_says_why_it_does_not() -> None:
+    lookup = Lookup(config=CONFIG)
+    wants = {keys.BACKFILL: "true", keys.MAXIMUM_RUNTIME: "10m"}
+    mutation = mutate_pod(new_pod(wants), "ns", lookup)
+    assert {"op": "add", "path": "/spec/schedulingGates", "value": [{"name": keys.BACKFILL_GATE}]} in mutation.patch
+    keeps = mutate_pod(new_pod(wants, schedulingGates=[{"name": "other"}]), "ns", lookup)
+    assert {"op": "add", "path": "/spec/schedulingGates/-", "value": {"name": keys.BACKFILL_GATE}} in keeps.patch
+    for given, namespace, warned in (({keys.BACKFILL: "true"}, "ns", keys.MAXIMUM_RUNTIME),
+                                           (wants, "elsewhere", "cover neither"),
+                                           ({keys.MAXIMUM_RUNTIME: "10m"}, "ns", None)):
+        mutation = mutate_pod(new_pod(given), namespace, lookup)
+        assert not any("schedulingGates" in op["path"] for op in mutation.patch)
+        assert (warned is None and not mutation.warnings) or any(warned in w for w in mutation.warnings)
+    assert not any("schedulingGates" in op["path"] for op in mutate_pod(new_pod(wants, nodeName="n1"), "ns",
+                                                                        lookup).patch)
+    dry = Lookup(config=CONFIG.model_copy(update={"dry_run": True}))
+    assert not any("schedulingGates" in op["path"] for op in mutate_pod(new_pod(wants), "ns", dry).patch)
+
+
+# --- the writer's patches ---
+
+
+def test_deadline_patch() -> None:
+    assert deadline_patch({"spec": {}}, 10) == [{"op": "add", "path": "/spec/activeDeadlineSeconds", "value": 10}]
+    assert deadline_patch({"spec": {"activeDeadlineSeconds": 5}}, 10) == []
+    assert deadline_patch({"spec": {"activeDeadlineSeconds": 50}}, 10)[0]["value"] == 10
+
+
+def test_the_narrowing_the_writer_makes_is_what_the_grant_accepts() -> None:
+    pod = {"metadata": {"resourceVersion": "7"}, "spec": {}}
+    ops = narrow_patch(pod, "n1", (lock_toleration("job-x"),))
+    spec: dict[str, Any] = {}
+    for op in ops[1:]:
+        assert op["op"] == "add"
+        if op["path"] == "/spec/affinity":
+            spec["affinity"] = op["value"]
+    assert pinned_to(spec, "n1")
+
+
+def test_a_flood_of_gated_pods_is_decided_a_bounded_batch_at_a_time() -> None:
+    from agent.planner.backfill import MAX_DECISIONS
+    flood = [gated(f"f{i:04d}", runtime="10m", age=(10 + i) * S) for i in range(MAX_DECISIONS + 20)]
+    result, _ = run(flood)
+    assert len(result.backfill.released) == MAX_DECISIONS
+    assert {r.name for r in result.backfill.released} == {f"f{i:04d}" for i in range(20, MAX_DECISIONS + 20)}, \
+        "the oldest first"
+    assert any("decision=defer pods=20" in n for n in result.notes)
