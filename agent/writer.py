@@ -94,8 +94,8 @@ MAX_ATTEMPTS = 5
 # release of several locks within one or two round trips while staying far below the client's connection pool (100)
 # and the API server's default max-mutating-requests-inflight (200), whatever the cluster size.
 NODE_PATCHES_IN_FLIGHT = 16
-# issue 17: how long a backfill patch refused by the entitlement check (403) is tried again: the webhook's node cache
-# may not have the grant the same reconcile wrote to the node a moment before
+# issue 17: how long the backfill patches of one batch refused by the entitlement check (403) are tried again, all
+# together: the webhook's node cache may not have the grants the same reconcile wrote to the nodes a moment before
 GRANT_SEEN = 3.0
 
 
@@ -448,6 +448,7 @@ class Writer:
         self.on_evicted = on_evicted  # each eviction's outcome, one of EVICTION_OUTCOMES
         self.on_handover = on_handover  # each gate lifted: how (handover, ungate), seconds since the pod's creation
         self.on_backfill_gate = on_backfill_gate  # each backfill gate lifted: outcome, seconds since the pod's creation
+        self._grant_seen_by = 0.0  # until when this batch's backfill patches refused with 403 are tried again
         self.node_patches = 0
         self.failpoint = _failpoint_from_env()
         self._failpoint_armed = self.failpoint is not None  # until it acts, `apply` writes one node at a time
@@ -757,6 +758,7 @@ class Writer:
         if not (plan.placed or plan.released) or not self.may_write("backfill"):
             return
         items: list[Backfill | Release] = [*plan.placed, *plan.released]
+        self._grant_seen_by = time.monotonic() + GRANT_SEEN  # one budget for the batch: refusals cannot stall it
         for item in items:
             try:
                 if isinstance(item, Release):
@@ -787,13 +789,12 @@ class Writer:
             ops = (ops or [{"op": "test", "path": "/metadata/resourceVersion",
                             "value": (pod.get("metadata") or {}).get("resourceVersion", "")}]) + more
         if ops:
-            deadline = time.monotonic() + GRANT_SEEN
             while True:
                 try:
                     pod = await self._send("PATCH", path, ops, content_type=JSON_PATCH)
                     break
                 except ApiException as err:
-                    if err.status != 403 or time.monotonic() >= deadline:
+                    if err.status != 403 or time.monotonic() >= self._grant_seen_by:
                         raise
                     await asyncio.sleep(0.2)
         await self._send("PATCH", path, ungate_patch(pod, keys.BACKFILL_GATE), content_type=JSON_PATCH)

@@ -11,7 +11,8 @@ A pod may use the lock of:
 - every Reservation whose owners match it, while the Reservation is Available (seed 003: "Only owners may use the
   reserved resources"); naming a Reservation (the affinity annotations) never adds one.
 Issue 17: the one lock the agent let a pod backfill, on the node it pinned the pod to, while the agent's grant on that
-node names the pod's uid (shared.backfill; `backfill_grant`).
+node names the pod's uid and the pod's activeDeadlineSeconds, counted from now, ends it by the grant's `until`
+(shared.backfill; `backfill_grant`).
 And every lock when it is exempt: a BestEffort pod (no request or limit of any resource, shared.resources), or a pod
 of a DaemonSet that exists with the uid its ownerReference gives. A pod of a namespace the admin trusts
 (`webhook.trustedNamespaces`) may carry any lock toleration it brings, but is given nothing beyond the rules above.
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from typing import Any
 
@@ -60,6 +62,7 @@ from shared.tolerations import (
 from shared.views import PodGroupView, QueueView, ReservationView
 
 USABLE_PHASES = ("Available",)
+MAX_GRANT_SECONDS = 10**9  # an activeDeadlineSeconds beyond any grant (31 years): refused before any arithmetic
 
 
 @dataclass(frozen=True)
@@ -222,6 +225,13 @@ def backfill_grant(pod: Mapping[str, Any], namespace: str, grounds: Grounds) -> 
     node, grant = found
     spec = pod.get("spec")
     if grant.pod != f"{namespace}/{meta.get('name')}" or not isinstance(spec, Mapping) or not pinned_to(spec, node):
+        return None
+    deadline = spec.get("activeDeadlineSeconds")
+    if not isinstance(deadline, int) or isinstance(deadline, bool) or not 0 < deadline <= MAX_GRANT_SECONDS:
+        return None  # the agent gives the toleration and the deadline in one patch: never one without the other
+    # the pod, bound at the earliest now, is ended by the kubelet by the grant's `until` (the clock is read only when a
+    # grant names the pod: the planner's grounds have none)
+    if datetime.now(UTC) + timedelta(seconds=deadline) > grant.until:
         return None
     return found
 

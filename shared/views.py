@@ -362,6 +362,7 @@ class PodView:
     handover_gated: bool = False
     # issue 17: among its gates is Reservoir's backfill gate (keys.BACKFILL_GATE): held for the agent's backfill choice
     backfill_gated: bool = False
+    other_gates: bool = False  # a gate that is not Reservoir's backfill gate (backfill lets only such a pod go)
     # spec.terminationGracePeriodSeconds (Kubernetes' default 30): how long the kubelet may take to stop it
     termination_grace: int = 30
     # spec.activeDeadlineSeconds, None without one
@@ -414,6 +415,7 @@ class PodView:
             gated=bool(gates := _array(spec.get("schedulingGates"), "spec.schedulingGates")),
             handover_gated=any(isinstance(g, Mapping) and g.get("name") == keys.HANDOVER_GATE for g in gates),
             backfill_gated=any(isinstance(g, Mapping) and g.get("name") == keys.BACKFILL_GATE for g in gates),
+            other_gates=any(not isinstance(g, Mapping) or g.get("name") != keys.BACKFILL_GATE for g in gates),
             termination_grace=max(0, _integer(spec.get("terminationGracePeriodSeconds"),
                                               "spec.terminationGracePeriodSeconds", 30)),
             active_deadline=_integer(spec.get("activeDeadlineSeconds"), "spec.activeDeadlineSeconds", 0) or None,

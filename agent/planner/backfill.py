@@ -77,6 +77,9 @@ SECOND = timedelta(seconds=1)
 # them). A plan weighs each candidate against every open node and every slot: this bounds what a flood of gated pods
 # (anyone may create pods) costs one plan, so it cannot stall the locks of everyone else.
 MAX_DECISIONS = 100
+# a pod's terminationGracePeriodSeconds as backfill counts it: any int64 is accepted by the API server, and one far
+# beyond any needed-by time only refuses the pod; capped so the time arithmetic never overflows (a year)
+MAX_GRACE_SECONDS = 365 * 24 * 3600
 _MICROS = 1_000_000
 
 
@@ -333,7 +336,7 @@ def plan_backfill(*, pods: Sequence[PodView], nodes: Mapping[str, NodeView], sta
     added for each pod placed."""
     gated = sorted(gated_pods(pods), key=lambda p: (p.created, p.key))
     by_uid = {p.uid: p for p in pods if p.uid}
-    marks = grant_marks(nodes, by_uid, ())
+    marks = grant_marks(nodes, by_uid, (), now)
     if not gated:
         return BackfillPlan(marks=marks) if marks else NO_BACKFILL
     settings = config.backfill
@@ -359,6 +362,9 @@ def plan_backfill(*, pods: Sequence[PodView], nodes: Mapping[str, NodeView], sta
             release(pod, "dryRun")
         elif pod.handover_gated:
             release(pod, "it is held for a Reservation's handover, which places it")
+        elif pod.other_gates:
+            release(pod, "it carries other scheduling gates: it could bind long after its slot, past its "
+                         "needed-by time")
         elif now - pod.created > settings.max_gate_wait:
             release(pod, f"held on the gate {seconds(now - pod.created)}, over backfill.maxGateWait "
                          f"{seconds(settings.max_gate_wait)}")
@@ -366,7 +372,7 @@ def plan_backfill(*, pods: Sequence[PodView], nodes: Mapping[str, NodeView], sta
             rights = entitlement(pod_meta(pod), pod.namespace, grounds, best_effort=pod.best_effort)
             owns = frozenset(lock.owner for lock in locks.values()) if rights.every_lock else frozenset(rights.owners)
             candidates.append(Candidate(pod, maximum_runtime(pod, podgroups), owns=owns,
-                                        grace=pod.termination_grace * SECOND))
+                                        grace=min(pod.termination_grace, MAX_GRACE_SECONDS) * SECOND))
     if not candidates:
         return BackfillPlan(released=tuple(released), marks=marks, notes=tuple(notes))
 
@@ -382,8 +388,8 @@ def plan_backfill(*, pods: Sequence[PodView], nodes: Mapping[str, NodeView], sta
     for b in chosen.placed:
         notes.append(f"pod={b.pod.key} decision=backfill node={b.node} owner={b.owner} deadline={b.deadline}s "
                      f"reason={b.reason}")
-    return BackfillPlan(placed=chosen.placed, released=tuple(released), marks=grant_marks(nodes, by_uid, chosen.placed),
-                        slots=tuple(slots), notes=tuple(notes))
+    return BackfillPlan(placed=chosen.placed, released=tuple(released),
+                        marks=grant_marks(nodes, by_uid, chosen.placed, now), slots=tuple(slots), notes=tuple(notes))
 
 
 def open_fits(candidates: Sequence[Candidate], states: Mapping[str, NodeState],
@@ -452,11 +458,13 @@ def waiting_task(pod: PodView) -> bool:
     return not pod.node_name and not pod.is_terminal and not pod.deleting
 
 
-def grant_marks(nodes: Mapping[str, NodeView], by_uid: Mapping[str, PodView],
-                placed: Sequence[Backfill]) -> dict[str, dict[str, str | None]]:
+def grant_marks(nodes: Mapping[str, NodeView], by_uid: Mapping[str, PodView], placed: Sequence[Backfill],
+                now: datetime) -> dict[str, dict[str, str | None]]:
     """node -> {keys.BACKFILL_GRANTS: text or None} where the node's grants must change: a grant is kept while its
-    pod (by uid) exists and has not finished, unless the pod is placed anew (it was never let go: its old grant, on
-    this node or another, is replaced), and one is added for each pod `placed`."""
+    pod (by uid) exists and has not finished, and, while the pod still carries its gate (its narrowing not finished,
+    or not seen yet), only until the grant's `until` (the pod-locks check accepts the toleration only with an
+    activeDeadlineSeconds ending by then: a tenant adding it to a pod let go unchanged gains no more than the slot);
+    one is replaced for each pod placed anew and added for each pod `placed`."""
     new: dict[str, list[Grant]] = {}
     for b in placed:
         new.setdefault(b.node, []).append(Grant(b.pod.uid, b.pod.key, b.owner, b.ends))
@@ -466,7 +474,8 @@ def grant_marks(nodes: Mapping[str, NodeView], by_uid: Mapping[str, PodView],
         node = nodes.get(name)
         have = node.backfill_grants if node is not None else {}
         keep = [g for uid, g in have.items()
-                if uid not in again and (p := by_uid.get(uid)) is not None and not p.is_terminal]
+                if uid not in again and (p := by_uid.get(uid)) is not None and not p.is_terminal
+                and (not p.backfill_gated or now <= g.until)]
         want = {g.uid: g for g in keep + new.get(name, [])}
         if want.keys() != have.keys() or any(have[u] != g for u, g in want.items()):
             marks[name] = {keys.BACKFILL_GRANTS: grants_text(want.values())}

@@ -19,7 +19,7 @@ from shared.ownership import JobRef
 from tests.e2e.kit import Kit, apply_setup, running_webhook
 from tests.e2e.scenarios import SETUP, STARVATION_CONFIG, configure, scheduled_at
 
-BACKFILL_CONFIG = STARVATION_CONFIG + "backfill: {namespaces: ['*'], margin: 2s}\n"
+BACKFILL_CONFIG = STARVATION_CONFIG + "backfill: {namespaces: ['*'], margin: 5s}\n"
 NODE = "bf-node"
 RUNNING = 40  # seconds the node's two running pods declare (and run): the big pod fits when they end
 

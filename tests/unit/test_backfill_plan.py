@@ -6,7 +6,8 @@ else does, the webhook's gate, and the writer's deadline patch."""
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from agent.planner.model import Lock, Plan
@@ -201,9 +202,11 @@ def test_pinned_to() -> None:
 # --- entitlement: the grant, and only the grant ---
 
 
-def backfilled_pod(uid: str = "uid-short", name: str = "short", node_name: str = "n1", owner: str = "job-x") -> dict:
+def backfilled_pod(uid: str = "uid-short", name: str = "short", node_name: str = "n1", owner: str = "job-x",
+                   deadline: int | None = 10) -> dict:
     pod = {"metadata": {"name": name, "namespace": "ns", "uid": uid},
            "spec": {"tolerations": [lock_toleration(owner)],
+                    **({"activeDeadlineSeconds": deadline} if deadline is not None else {}),
                     "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}}
     return json.loads(json.dumps(pod)) | {"spec": {**pod["spec"], **{"affinity": {"nodeAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchFields": [
@@ -211,7 +214,7 @@ def backfilled_pod(uid: str = "uid-short", name: str = "short", node_name: str =
 
 
 def test_the_agents_grant_lets_the_pod_carry_that_one_lock_toleration() -> None:
-    grant = Grant("uid-short", "ns/short", "job-x", NOW)
+    grant = Grant("uid-short", "ns/short", "job-x", datetime.now(UTC) + timedelta(hours=1))
     grounds = Grounds(backfill_grants={"uid-short": ("n1", grant)})
     pod = backfilled_pod()
     rights = entitlement(pod, "ns", grounds)
@@ -227,6 +230,40 @@ def test_the_agents_grant_lets_the_pod_carry_that_one_lock_toleration() -> None:
     assert unentitled(renamed, "ns", entitlement(renamed, "ns", grounds), {})
     second = backfilled_pod(owner="job-y")
     assert unentitled(second, "ns", entitlement(second, "ns", grounds), {})
+    undated = backfilled_pod(deadline=None)
+    assert unentitled(undated, "ns", entitlement(undated, "ns", grounds), {}), "the toleration comes with a deadline"
+    spent = Grounds(backfill_grants={"uid-short": ("n1", replace(grant, until=datetime.now(UTC) - S))})
+    assert unentitled(pod, "ns", entitlement(pod, "ns", spent), {}), "a grant whose time has passed gives nothing"
+    tight = Grounds(backfill_grants={"uid-short": ("n1", replace(grant, until=datetime.now(UTC) + 5 * S))})
+    assert unentitled(pod, "ns", entitlement(pod, "ns", tight), {}), "a deadline of 10 s would outlast the grant"
+    huge = backfilled_pod(deadline=2**62)
+    assert unentitled(huge, "ns", entitlement(huge, "ns", grounds), {})
+
+
+def test_a_grant_of_a_pod_still_gated_lasts_until_its_time_and_no_longer() -> None:
+    """A pod whose narrowing the agent did not finish (its gate still on: a failed patch, or the cache behind) keeps
+    its grant until the grant's `until`, then loses it; the pod-locks check never lets its toleration outlast it."""
+    _, _, lock = seed_000([])
+    live = Grant("uid-long", "ns/long", lock.owner, NOW + 15 * S)
+    result, _ = run([gated("long", runtime="60s")], grants={"uid-long": live})
+    assert result.backfill.released and "n1" not in result.node_marks
+    spent = Grant("uid-long", "ns/long", lock.owner, NOW - S)
+    result, _ = run([gated("long", runtime="60s")], grants={"uid-long": spent})
+    assert result.node_marks["n1"] == {keys.BACKFILL_GRANTS: None}
+
+
+def test_a_pod_with_other_gates_or_a_huge_grace_period_is_let_go_and_nothing_breaks() -> None:
+    other = gated("other")
+    other = PodView.from_obj({"metadata": {"name": "other", "namespace": "ns", "uid": "uid-other",
+                                           "annotations": dict(other.annotations),
+                                           "creationTimestamp": "2026-11-22T11:59:58Z"},
+                              "spec": {"schedulingGates": [{"name": keys.BACKFILL_GATE}, {"name": "mine"}],
+                                       "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
+                              "status": {"phase": "Pending"}})
+    result, _ = run([other, gated("huge", grace=2**62)])
+    why = {r.key: r.reason for r in result.backfill.released}
+    assert "other scheduling gates" in why["ns/other"]
+    assert "after n1 is needed" in why["ns/huge"]
 
 
 def test_the_webhooks_lookup_indexes_the_grants_on_its_nodes() -> None:
