@@ -38,7 +38,7 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -232,6 +232,13 @@ def ungate_patch(pod: Mapping[str, Any], name: str = keys.HANDOVER_GATE) -> list
             path = f"/spec/schedulingGates/{i}"
             return [{"op": "test", "path": path, "value": dict(gate)}, {"op": "remove", "path": path}]
     return []
+
+
+def since_created(pod: Mapping[str, Any]) -> float | None:
+    """Seconds since the pod's creationTimestamp (set by the API server, not by the tenant), None without one: what a
+    gate held it, once lifted (the handover and backfill histograms)."""
+    created = parse_time((pod.get("metadata") or {}).get("creationTimestamp"))
+    return None if created is None else max(0.0, (datetime.now(UTC) - created).total_seconds())
 
 
 def deadline_patch(pod: Mapping[str, Any], deadline: int) -> list[Op]:
@@ -722,14 +729,18 @@ class Writer:
         if handovers and not self.may_write("handovers"):
             return
         for handover in handovers:
-            try:
-                await self.handover(handover)
-            except NotFound:
-                pass
-            except ApiException as err:
-                self._failed()
-                decision(log, "handover-failed", level=logging.WARNING, pod=handover.key, status=err.status,
-                         reason=err.reason)
+            await self._pod_step("handover-failed", handover.key, self.handover(handover))
+
+    async def _pod_step(self, failed: str, key: str, step: Awaitable[None]) -> None:
+        """One pod's write of a batch: a pod gone meanwhile is skipped; any other API error is logged as `failed` and
+        counted, and never stops the batch."""
+        try:
+            await step
+        except NotFound:
+            pass
+        except ApiException as err:
+            self._failed()
+            decision(log, failed, level=logging.WARNING, pod=key, status=err.status, reason=err.reason)
 
     async def handover(self, handover: Handover) -> None:
         """One pod: read it (it must still be the pod planned for, by uid), narrow it when `handover.node` is set,
@@ -745,10 +756,9 @@ class Writer:
         ops = ungate_patch(pod)
         if ops:
             await self._send("PATCH", path, ops, content_type=JSON_PATCH)
-            created = parse_time((pod.get("metadata") or {}).get("creationTimestamp"))
-            if self.on_handover is not None and created is not None:  # set by the API server, not by the tenant
-                self.on_handover("handover" if handover.node else "ungate",
-                                 max(0.0, (datetime.now(UTC) - created).total_seconds()))
+            waited = since_created(pod)
+            if self.on_handover is not None and waited is not None:
+                self.on_handover("handover" if handover.node else "ungate", waited)
         decision(log, "handover" if handover.node else "ungate", policy="reservation", pod=handover.key,
                  reservation=handover.reservation or None, node=handover.node or None, reason=handover.reason)
 
@@ -760,17 +770,8 @@ class Writer:
         items: list[Backfill | Release] = [*plan.placed, *plan.released]
         self._grant_seen_by = time.monotonic() + GRANT_SEEN  # one budget for the batch: refusals cannot stall it
         for item in items:
-            try:
-                if isinstance(item, Release):
-                    await self.release(item)
-                else:
-                    await self.backfill(item)
-            except NotFound:
-                pass
-            except ApiException as err:
-                self._failed()
-                decision(log, "backfill-failed", level=logging.WARNING, pod=item.key, status=err.status,
-                         reason=err.reason)
+            await self._pod_step("backfill-failed", item.key,
+                                 self.release(item) if isinstance(item, Release) else self.backfill(item))
 
     async def backfill(self, chosen: Backfill) -> None:
         """One pod let onto a locked node: read it (the very pod planned for, by uid, still gated), narrow its node
@@ -820,9 +821,9 @@ class Writer:
         decision(log, "backfill-release", policy="backfill", pod=release.key, reason=release.reason)
 
     def _gate_lifted(self, outcome: str, pod: Mapping[str, Any]) -> None:
-        created = parse_time((pod.get("metadata") or {}).get("creationTimestamp"))
-        if self.on_backfill_gate is not None and created is not None:  # set by the API server, not by the tenant
-            self.on_backfill_gate(outcome, max(0.0, (datetime.now(UTC) - created).total_seconds()))
+        waited = since_created(pod)
+        if self.on_backfill_gate is not None and waited is not None:
+            self.on_backfill_gate(outcome, waited)
 
     async def evict(self, namespace: str, name: str) -> str:
         """Ask the Eviction API to evict a pod (PodDisruptionBudgets apply). Returns "evicted", "gone", or "blocked"
