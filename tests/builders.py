@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from aiohttp import web
 from kubernetes_asyncio import client
@@ -17,8 +17,20 @@ from shared.config import load_config
 from shared.timestamps import stamp
 from shared.views import NodeView, PodGroupView, PodView
 
-NOW = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 CONFIG = load_config("starvation: {starvingJobTimeThreshold: 60s, reservedNodePercent: 100}\nmaxLockedNodePercent: 90")
+# seed 004's own window: ebook nodes, 32 cpu / 64Gi from 03:00 to 04:00, locked 2 h before, until 10 reserve pods
+SEED_004_CONFIG = load_config("""
+maxLockedNodePercent: 90
+starvation: {enabled: false}
+windows:
+- name: ebook
+  nodeSelector: {business_type: ebook}
+  resources: {cpu: "32", memory: 64Gi}
+  cron: "0 3 - 4 * * *"
+  startReserveAgo: 2h
+  podNumToReserve: 10
+""")
 # a config.yaml of 10^9 values once its aliases are expanded: read without bounds it would never finish
 YAML_ALIAS_BOMB = "a: &a [1,1,1,1,1,1,1,1,1,1]\n" + "".join(
     f"a{i}: &a{i} [{','.join([f'*a{i - 1}' if i > 1 else '*a'] * 10)}]\n" for i in range(1, 9))

@@ -29,13 +29,12 @@ from agent.planner.plan import plan
 from agent.planner.reserve import maximum_runtime
 from agent.planner.windows import window_bounds
 from shared import keys
-from shared.config import load_config
 from shared.keys import LockKind
 from shared.ownership import window_owner_id
 from shared.resources import EMPTY, Resources
 from shared.timestamps import stamp
 from shared.views import NodeView, PodGroupView, PodView
-from tests.builders import NOW, node, pod, snap
+from tests.builders import NOW, SEED_004_CONFIG, node, pod, snap
 
 S = timedelta(seconds=1)
 GI = 1024**3
@@ -237,17 +236,6 @@ def test_refusal_names_each_node_only_when_they_differ() -> None:
 
 # --- seed 004: the window ---
 
-SEED_004 = load_config("""
-maxLockedNodePercent: 90
-starvation: {enabled: false}
-windows:
-- name: ebook
-  nodeSelector: {business_type: ebook}
-  resources: {cpu: "32", memory: 64Gi}
-  cron: "0 3 - 4 * * *"
-  startReserveAgo: 2h
-  podNumToReserve: 10
-""")
 
 
 def at(hour: int, minute: int = 0) -> datetime:
@@ -259,9 +247,10 @@ def test_seed_004_window_needed_by_is_its_start_not_the_lead_time() -> None:
     nowhere else may use one until 03:00, not across it."""
     nodes = [node(f"e{i}", cpu="8", labels={"business_type": "ebook"}) for i in range(4)]
     now = at(1, 30)
-    result = plan(snap(nodes, [], spare=1), SEED_004, now)  # 5 schedulable nodes: maxLockedNodePercent 90 locks 4
+    # 5 schedulable nodes: maxLockedNodePercent 90 locks 4
+    result = plan(snap(nodes, [], spare=1), SEED_004_CONFIG, now)
     assert set(result.locks) == {"e0", "e1", "e2", "e3"}
-    window = SEED_004.windows[0]
+    window = SEED_004_CONFIG.windows[0]
     start, _, active = window_bounds(window, now)
     assert active and start == at(3) and start - window.start_reserve_ago == at(1)
     states = node_states({n.name: n for n in nodes}, [])

@@ -18,7 +18,7 @@ from shared.ownership import window_owner_id
 from shared.timestamps import stamp
 from shared.tolerations import lock_toleration
 from shared.views import NodeView, PodGroupView, PodView
-from tests.builders import node, pod, snap
+from tests.builders import SEED_004_CONFIG, node, pod, snap
 
 
 def at(hour: int, minute: int = 0) -> datetime:
@@ -82,17 +82,6 @@ def test_window_releases_after_pod_num_to_reserve_reserve_pods() -> None:
 
 # --- seed 004's own configuration and story ---
 
-SEED = load_config("""
-maxLockedNodePercent: 90
-starvation: {enabled: false}
-windows:
-- name: ebook
-  nodeSelector: {business_type: ebook}
-  resources: {cpu: "32", memory: 64Gi}
-  startReserveAgo: 2h
-  podNumToReserve: 10
-  cron: "0 3 - 4 * * *"
-""")
 EBOOK = {"business_type": "ebook"}
 OWNER = window_owner_id("ebook")
 EBOOK_NODES = [f"e{i}" for i in range(1, 9)]  # 8 cpu and 16Gi each: four of them are the seed's 32 cpu and 64Gi
@@ -113,7 +102,7 @@ def reserve(name: str, *, on: str = "", bound_at: datetime | None = None, now: d
                started_ago=(now - bound_at) if bound_at is not None else None, age=timedelta(hours=3), base=now)
 
 
-def replan(result: Plan, pods: list[PodView], now: datetime, config: ReservoirConfig = SEED,
+def replan(result: Plan, pods: list[PodView], now: datetime, config: ReservoirConfig = SEED_004_CONFIG,
            groups: list[PodGroupView] = ()) -> Plan:
     """The next plan, on nodes carrying the locks `result` wanted (as the writer would have left them)."""
     return plan(snap(cluster(result.locks), pods, groups), config, now)
@@ -126,7 +115,7 @@ def window_nodes_of(result: Plan) -> set[str]:
 def test_one_reserve_pod_bound_at_0130_does_not_release_a_window_whose_pod_num_to_reserve_is_10() -> None:
     """Issue 11's example: one reserve pod bound at 01:30 released the 03:00-04:00 window (podNumToReserve 10),
     because one had started and none was pending."""
-    first = plan(snap(cluster(), []), SEED, at(1))
+    first = plan(snap(cluster(), []), SEED_004_CONFIG, at(1))
     assert window_nodes_of(first) == {"e1", "e2", "e3", "e4"}, "32 cpu and 64Gi: four 8-cpu 16Gi nodes"
     one = [reserve("r0", on="e1", bound_at=at(1, 30), now=at(1, 30))]
     result = replan(first, one, at(1, 30))
@@ -138,7 +127,7 @@ def test_seed_story_ten_reserve_pods_arriving_over_the_hour_keep_the_reservation
     """The seed's story: ten reserve tasks (4 cpu each) arrive in waves; the window keeps
     max(allocated + pending, 32 cpu / 64Gi) on its nodes until the tenth is scheduled there, then lets go for good."""
     names = [f"r{i}" for i in range(10)]
-    result = plan(snap(cluster(), []), SEED, at(1))
+    result = plan(snap(cluster(), []), SEED_004_CONFIG, at(1))
     assert len(window_nodes_of(result)) == 4
 
     def wave(now: datetime, bound: dict[str, str]) -> list[PodView]:
@@ -171,7 +160,8 @@ def test_seed_story_ten_reserve_pods_arriving_over_the_hour_keep_the_reservation
 def test_without_pod_num_to_reserve_the_window_holds_until_its_end() -> None:
     """The seed's count check never lets anyone in when podNumToReserve is not set: no early release, even with
     every reserve pod placed and none pending."""
-    config = SEED.model_copy(update={"windows": [SEED.windows[0].model_copy(update={"pod_num_to_reserve": None})]})
+    uncounted = SEED_004_CONFIG.windows[0].model_copy(update={"pod_num_to_reserve": None})
+    config = SEED_004_CONFIG.model_copy(update={"windows": [uncounted]})
     result = plan(snap(cluster(), []), config, at(1))
     placed = [reserve(f"r{i}", on=f"e{1 + i % 4}", bound_at=at(2), now=at(3, 30)) for i in range(8)]
     for now in (at(2, 30), at(3, 30), at(3, 59)):
@@ -182,7 +172,7 @@ def test_without_pod_num_to_reserve_the_window_holds_until_its_end() -> None:
 
 
 def test_the_window_keeps_max_of_allocated_plus_pending_and_resources_in_the_dimensions_it_reserves() -> None:
-    result = plan(snap(cluster(), []), SEED, at(1))
+    result = plan(snap(cluster(), []), SEED_004_CONFIG, at(1))
     # all ten pending at once: 40 cpu and 10Gi asked; max(40 cpu / 10Gi, 32 cpu / 64Gi) = 40 cpu / 64Gi: five nodes
     waiting = [reserve(f"r{i}", now=at(2)) for i in range(10)]
     assert len(window_nodes_of(replan(result, waiting, at(2)))) == 5
@@ -201,7 +191,7 @@ def test_reserve_pods_count_only_on_the_nodes_the_window_holds_within_its_range(
     """Issue 11: a reserve pod started on an unrelated node released another window. Ten reserve pods elsewhere (on
     another business's nodes, or on ebook nodes the window does not hold), or bound before the range, change
     nothing."""
-    result = plan(snap(cluster(), []), SEED, at(1))
+    result = plan(snap(cluster(), []), SEED_004_CONFIG, at(1))
     held = window_nodes_of(result)
     elsewhere = [reserve(f"v{i}", on=OTHER_NODES[i % 2], bound_at=at(2), now=at(2, 30)) for i in range(10)]
     unheld = [reserve(f"u{i}", on=f"e{5 + i % 4}", bound_at=at(2), now=at(2, 30), ns="tenant") for i in range(10)]
@@ -264,7 +254,7 @@ def test_pods_of_a_reserveable_podgroup_count_toward_the_window_without_the_webh
     they are reserve tasks. Ten of them scheduled on the window's nodes release it; pending, one is given the
     window's toleration by repair."""
     groups = [group("report", {keys.RESERVEABLE: "true"})]
-    result = plan(snap(cluster(), []), SEED, at(1))
+    result = plan(snap(cluster(), []), SEED_004_CONFIG, at(1))
     held = sorted(window_nodes_of(result))
     nine = [reserve(f"g{i}", on=held[i % 4], bound_at=at(2), now=at(2, 30), group="report", own_annotation=False)
             for i in range(9)]
@@ -322,13 +312,13 @@ def test_a_podgroups_maximum_runtime_does_not_defeat_the_node_state_cache() -> N
     pods = [pod("etl-0", "4", node_name="e1", group="etl", started_ago=timedelta(minutes=30), base=at(1, 30)),
             pod("plain", "4", node_name="e2", started_ago=timedelta(minutes=30), base=at(1, 30))]
     snapshot = snap(nodes, pods, [group("etl", {keys.MAXIMUM_RUNTIME: "1h"})])
-    first = plan(snapshot, SEED, at(1, 30))
-    second = plan(snapshot, SEED, at(1, 31), first.locks, previous=first)
+    first = plan(snapshot, SEED_004_CONFIG, at(1, 30))
+    second = plan(snapshot, SEED_004_CONFIG, at(1, 31), first.locks, previous=first)
     assert second.states["e1"] is first.states["e1"] and second.states["e2"] is first.states["e2"]
     assert second.states["e1"].pods[0] is first.states["e1"].pods[0]
     assert second.states["e1"].releases.ends == [at(2)]
     longer = replace(snapshot, podgroups={("ns", "etl"): group("etl", {keys.MAXIMUM_RUNTIME: "2h"})})
-    third = plan(longer, SEED, at(1, 32), second.locks, previous=second)
+    third = plan(longer, SEED_004_CONFIG, at(1, 32), second.locks, previous=second)
     assert third.states["e1"] is not second.states["e1"] and third.states["e1"].releases.ends == [at(3)]
     assert third.states["e2"] is second.states["e2"]
 
@@ -354,7 +344,7 @@ def test_pending_reserve_pods_that_can_never_run_on_the_windows_nodes_reserve_no
     reserve pods kube-scheduler will never place there: gated, asking for more than any of its nodes has, or whose
     required affinity, nodeSelector or taints keep them off its nodes. None of them counts; pods that could run
     there still do."""
-    result = plan(snap(cluster(), []), SEED, at(1))
+    result = plan(snap(cluster(), []), SEED_004_CONFIG, at(1))
     assert len(window_nodes_of(result)) == 4
     now = at(2)
     hostile = {
@@ -386,14 +376,14 @@ def test_a_pending_reserve_pod_must_tolerate_the_windows_nodes_taints() -> None:
     tolerating = [reserve_spec(f"t{i}", "4", {"tolerations": [{"key": "dedicated", "operator": "Equal",
                                                                "value": "ebook", "effect": "NoSchedule"}]}, now=now)
                   for i in range(10)]
-    assert len(window_nodes_of(plan(snap(nodes, plain), SEED, now))) == 4
-    assert len(window_nodes_of(plan(snap(nodes, tolerating), SEED, now))) == 5
+    assert len(window_nodes_of(plan(snap(nodes, plain), SEED_004_CONFIG, now))) == 4
+    assert len(window_nodes_of(plan(snap(nodes, tolerating), SEED_004_CONFIG, now))) == 5
 
 
 def test_pending_reserve_pods_count_only_up_to_the_pods_the_window_still_waits_for() -> None:
     """podNumToReserve 10 and nine scheduled on its nodes: the window is released by the tenth, so at most one more
     pending pod's request (the largest) counts: a tenant's twenty pending pods do not make it take every node."""
-    result = plan(snap(cluster(), []), SEED, at(1))
+    result = plan(snap(cluster(), []), SEED_004_CONFIG, at(1))
     held = sorted(window_nodes_of(result))
     nine = [reserve(f"s{i}", on=held[i % 4], bound_at=at(2), now=at(2, 30)) for i in range(9)]
     flood = [reserve(f"w{i}", now=at(2, 30)) for i in range(20)]
