@@ -121,16 +121,20 @@ def status_document(locks: Mapping[str, Lock], published: Mapping[str, Any] | No
     the nodes; starving jobs, windows and guarantees from the plan the agent published (agent.published), whose age
     `plan` says."""
     plan = published or {}
+    estimates = {e.get("owner"): e for e in plan.get("estimates") or () if isinstance(e, Mapping)}
     return {
         "locks": [{"node": lock.node, "owner": lock.owner, "kind": lock.kind.value, "subject": lock.subject,
                    "reason": lock.reason, "since": stamp(lock.since), "age": _age(lock.since, now),
                    "expires": stamp(lock.expires) if lock.expires else None,
+                   "start": _start(estimates.get(lock.owner)),
+                   "backfilled": (estimates.get(lock.owner) or {}).get("backfilled", 0),
                    "reserved": lock.reserved.to_quantities(), "tasks": list(lock.tasks),
                    "exclusive": lock.exclusive, "unreadable": lock.unreadable or None}
                   for lock in sorted(locks.values(), key=lambda lock: lock.node)],
         "starvingJobs": [{"subject": j["subject"], "owner": j["owner"], "queue": j["queue"], "priority": j["priority"],
                           "minMember": j["minMember"], "bound": j["bound"], "pending": j["pending"],
-                          "reason": j["reason"], "starvingSince": j.get("starvingSince"), "nodes": j.get("nodes", [])}
+                          "reason": j["reason"], "starvingSince": j.get("starvingSince"), "nodes": j.get("nodes", []),
+                          "start": _start(estimates.get(j["owner"]))}
                          for j in plan.get("jobs") or () if j.get("starving")],
         "windows": list(plan.get("windows") or ()),
         "guarantees": list(plan.get("guarantees") or ()),
@@ -138,6 +142,14 @@ def status_document(locks: Mapping[str, Lock], published: Mapping[str, Any] | No
                            + list(plan.get("skipped") or ())),
         "plan": {**freshness(published, now, where), "omitted": dict(plan.get("omitted") or {})},
     }
+
+
+def _start(estimate: Mapping[str, Any] | None) -> str | None:
+    """An owner's expected start as status shows it (issue 17): the time, the reason it is unknown, or None when the
+    owner does not wait on a lock."""
+    if not estimate:
+        return None
+    return str(estimate.get("start") or estimate.get("unknown") or "unknown")
 
 
 def _joined(values: Sequence[str]) -> str:
@@ -154,15 +166,17 @@ def status_tables(document: dict[str, Any], wide: bool = False) -> list[str]:
         return base + more if wide else base
 
     lines = render_table(
-        columns(["NODE", "KIND", "OWNER", "AGE", "EXPIRES"], ["SINCE", "EXCLUSIVE", "RESERVED", "TASKS"]) + ["REASON"],
-        (columns([lock["node"], lock["kind"], lock["subject"], lock["age"], lock["expires"] or "-"],
+        columns(["NODE", "KIND", "OWNER", "AGE", "EXPIRES", "START", "BACKFILLED"],
+                ["SINCE", "EXCLUSIVE", "RESERVED", "TASKS"]) + ["REASON"],
+        (columns([lock["node"], lock["kind"], lock["subject"], lock["age"], lock["expires"] or "-",
+                  lock["start"] or "-", str(lock["backfilled"])],
                  [lock["since"], str(lock["exclusive"]).lower(), _quantity_map(lock["reserved"]),
                   _joined(lock["tasks"])])
          + [lock["reason"] + (f" (unreadable: {lock['unreadable']})" if lock["unreadable"] else "")]
          for lock in document["locks"]), "(no locks)")
     lines += [""] + render_table(
-        columns(["STARVING JOB", "QUEUE", "PRIORITY", "BOUND"], ["PENDING", "OWNER", "SINCE"]) + ["REASON"],
-        (columns([j["subject"], j["queue"], str(j["priority"]), f"{j['bound']}/{j['minMember']}"],
+        columns(["STARVING JOB", "QUEUE", "PRIORITY", "BOUND", "START"], ["PENDING", "OWNER", "SINCE"]) + ["REASON"],
+        (columns([j["subject"], j["queue"], str(j["priority"]), f"{j['bound']}/{j['minMember']}", j["start"] or "-"],
                  [str(j["pending"]), j["owner"], j["starvingSince"] or "-"]) + [j["reason"]]
          for j in document["starvingJobs"]), "(none)")
     lines += [""] + render_table(

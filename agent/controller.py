@@ -37,6 +37,7 @@ from kubernetes_asyncio.leaderelection.resourcelock.leaselock import LeaseLock
 from prometheus_client import Counter, Gauge, Histogram
 
 from agent.gcpause import collector_paused
+from agent.planner.backfill import Estimated, EstimateError, estimate_errors
 from agent.planner.model import Plan, Snapshot, lock_on
 from agent.planner.plan import current_locks, plan
 from agent.published import Publisher
@@ -188,6 +189,7 @@ class FencedLeaseLock(LeaseLock):
 
 # seconds: a gated owner waits from its creation until its Reservation holds a node for it, up to the queue's wait
 HANDOVER_BUCKETS = (0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
+ESTIMATE_BUCKETS = (1, 2, 5, 10, 30, 60, 300, 900, 1800, 3600, 4 * 3600)
 
 
 class AgentMetrics:
@@ -241,6 +243,14 @@ class AgentMetrics:
                                        registry=self.registry)
         for outcome in ("backfilled", "released"):
             self.backfill_gate.labels(outcome)
+        self.estimate_error = Histogram(
+            "reservoir_start_estimate_error_seconds", "Issue 17: for each pod of a waiting owner (a starving job's "
+            "task, a window's reserve pod) once bound, how far its start was from the first start the agent estimated "
+            "for it (agent/planner/backfill.estimate_errors), by the owner's lock kind and side: late (it started "
+            "after the estimate) or early", ["kind", "side"], buckets=ESTIMATE_BUCKETS, registry=self.registry)
+        for kind in (LockKind.JOB, LockKind.WINDOW):
+            for side in ("late", "early"):
+                self.estimate_error.labels(kind.value, side)
 
 
 class Agent:
@@ -264,6 +274,7 @@ class Agent:
         self.changed = asyncio.Event()
         self.leading = False
         self.last_plan: Plan | None = None
+        self._estimated: dict[str, Estimated] = {}  # issue 17: the estimates' error metric (backfill.estimate_errors)
         count = count_skips(self.metrics.registry)
 
         def poke(cache: str) -> Callable[[str, Any], None]:
@@ -381,6 +392,13 @@ class Agent:
             await self.writer.event(target.name, pending.reason, pending.message, kind=target.kind,
                                     namespace=target.namespace, event_type="Warning", api_version=target.api_version,
                                     uid=target.uid)
+        errors: list[EstimateError] = []
+        if self._estimated or result.backfill.estimates:
+            self._estimated, errors = estimate_errors(self._estimated, result.backfill.estimates,
+                                                      {p.key: p for p in snapshot.pods}, now)
+        for error in errors:
+            self.metrics.estimate_error.labels(error.kind.value, "late" if error.seconds > 0 else "early").observe(
+                abs(error.seconds))
         self.writer.configure(self.config)
         await self.writer.write(result, snapshot, current, dry_run=self.config.dry_run)
         await self.publisher.publish(result, agent=self.identity, planned=now, config=self.config,

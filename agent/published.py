@@ -19,6 +19,9 @@ by every operator who asks. Instead the leading agent writes what it decided int
     guarantees    [{queue, policy, nodes, resource, reason, warning}]
     reservations  [{name, phase, node, reason, message, owners}]   owners: ["namespace/name"]
     handovers     [{pod, reservation, node, reason}]   gated Reservation owners the plan hands over or lets go
+    estimates     [{owner, kind, subject, start, unknown, nodes, backfilled}] issue 17: every owner waiting on its
+                  locks, its expected start (RFC 3339; null with `unknown` the reason) and how many pods backfill its
+                  nodes (agent/planner/backfill.start_estimates)
     queues        the QueueScoreOrder scores when queues competed (as `status --queues -o json` prints them)
     notes         the planner's decision lines not about one job
     skipped       [{kind, name, error}] objects the agent's caches cannot read
@@ -62,7 +65,7 @@ MAX_BYTES = 512 * 1024  # the document's JSON; a ConfigMap holds at most 1 MiB
 # the jobs without a lock that are not starving are at the end). The sections tenants can grow (their pods' jobs and
 # handovers, objects the caches skip) go before the ones only operators write (Queues, Reservations, the config's
 # guarantees and windows), so no number of tenant objects pushes those out.
-CUT_ORDER = ("notes", "handovers", "jobs", "skipped", "queues", "reservations", "guarantees", "windows")
+CUT_ORDER = ("notes", "handovers", "jobs", "estimates", "skipped", "queues", "reservations", "guarantees", "windows")
 # a string a tenant chose (a job named by a pod's group-name annotation or ownerReference, a reason quoting it) is
 # cut to this many characters, and a job carries at most MAX_JOB_NOTES notes: one pod cannot fill the document
 MAX_TEXT = 256
@@ -135,6 +138,9 @@ def published_document(result: Plan, *, agent: str, planned: datetime, config: R
                          for r in result.reservations],
         "handovers": [{"pod": h.key, "reservation": h.reservation or None, "node": h.node or None,
                        "reason": clip(h.reason)} for h in result.handovers],
+        "estimates": [{"owner": clip(e.owner), "kind": e.kind.value, "subject": clip(e.subject),
+                       "start": stamp(e.at) if e.at is not None else None, "unknown": clip(e.unknown) or None,
+                       "nodes": list(e.nodes), "backfilled": e.backfilled} for e in result.backfill.estimates],
         "queues": queue_document(result.queues),
         "notes": [clip(n) for n in other_notes],
         "skipped": [{"kind": s.kind, "name": clip(s.name), "error": clip(s.error)} for s in skipped],

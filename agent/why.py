@@ -48,6 +48,19 @@ def _published_job(published: Mapping[str, Any] | None, owner: str) -> Mapping[s
     return None
 
 
+def _expected(published: Mapping[str, Any] | None, owner: str, starts: list[str]) -> str:
+    """Issue 17: the owner's expected start from the published plan, as a clause ("" without one); appended to
+    `starts`."""
+    for estimate in (published or {}).get("estimates") or ():
+        if isinstance(estimate, Mapping) and estimate.get("owner") == owner:
+            start = str(estimate.get("start") or estimate.get("unknown") or "unknown")
+            starts.append(start)
+            count = estimate.get("backfilled") or 0
+            more = f"; {count} pod{'s' if count != 1 else ''} backfill its nodes meanwhile" if count else ""
+            return f"; expected start {start}{more}"
+    return ""
+
+
 def _listed(nodes: Sequence[str], most: int = 5) -> str:
     shown = ", ".join(nodes[:most])
     return shown + (f" and {len(nodes) - most} more" if len(nodes) > most else "")
@@ -58,7 +71,7 @@ def explain(pod: Mapping[str, Any], *, podgroup: PodGroupView | None, queue: Que
             published: Mapping[str, Any] | None, config: ReservoirConfig, now: datetime,
             where: str = "reservoir-system/reservoir-status") -> dict[str, Any]:
     """The answer for one pod (module docstring): `{pod, job, owner, queue, covered, reason, explanation, nodes,
-    tolerates, plan}`; `nodes`: the locked nodes it may use (or, for `bound`, its node); `tolerates`: whether its
+    tolerates, start, plan}`; `nodes`: the locked nodes it may use (or, for `bound`, its node); `tolerates`: whether its
     tolerations let it onto them (null when no lock is involved); `plan`: the published plan's age
     (agent.published.freshness)."""
     view = PodView.from_obj(pod)
@@ -70,7 +83,7 @@ def explain(pod: Mapping[str, Any], *, podgroup: PodGroupView | None, queue: Que
     plan = freshness(published, now, where)
     answer: dict[str, Any] = {"pod": view.key, "job": ref.full_name, "owner": ref.owner_id, "queue": queue_name or None,
                               "covered": False, "reason": "", "explanation": "", "nodes": [], "tolerates": None,
-                              "plan": plan}
+                              "start": None, "plan": plan}
 
     def done(reason: str, text: str, **more: Any) -> dict[str, Any]:
         stale = f" (Note: {plan['warning']}.)" if plan["warning"] and reason not in ("finished", "deleting") else ""
@@ -128,6 +141,7 @@ def explain(pod: Mapping[str, Any], *, podgroup: PodGroupView | None, queue: Que
             usable.setdefault(lock.owner, []).append(node)
     if usable:
         parts, all_tolerated, nodes = [], True, []
+        starts: list[str] = []
         for owner, owned in usable.items():
             exclusive = any(locks[n].exclusive for n in owned)
             tolerated = tolerates_lock(view.tolerations, owner) and (
@@ -139,11 +153,12 @@ def explain(pod: Mapping[str, Any], *, podgroup: PodGroupView | None, queue: Que
             parts.append(f"{rights.owners[owner]} holds a {lock.kind.value} lock on {len(owned)} node"
                          f"{'s' if len(owned) != 1 else ''} ({_listed(owned)}){tasks}: {lock.reason or 'no reason'}"
                          + ("" if tolerated else f"; the pod lacks the toleration of {owner} (the webhook gives it at "
-                                                 "creation, the agent's repair adds it to a pending pod)"))
+                                                 "creation, the agent's repair adds it to a pending pod)")
+                         + _expected(published, owner, starts))
         reason = "locked" if all_tolerated else "untolerated"
         text = "is covered by a lock: " if all_tolerated else "has a lock it may use but cannot use it yet: "
         return done(reason, text + "; ".join(parts) + ".", covered=all_tolerated, nodes=nodes,
-                    tolerates=all_tolerated)
+                    tolerates=all_tolerated, start=starts[0] if len(starts) == 1 else None)
     if rights.every_lock is not None:
         but = "" if rights.every_exclusive else " (but exclusive ones)"
         return done("exempt", f"is {rights.every_lock}: it may use every locked node{but} and no lock is held for it.")

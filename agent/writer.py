@@ -50,6 +50,7 @@ from agent.planner.guarantee import ALWAYS_PROTECTED_NAMESPACES, never_evicted, 
 from agent.planner.model import (
     Backfill,
     BackfillPlan,
+    EstimateMark,
     Handover,
     Lock,
     Placeholder,
@@ -527,6 +528,7 @@ class Writer:
                                           [p for p in snapshot.pods if placeholder_of(p) is not None])
             await self.handovers(result.handovers)
             await self.backfills(result.backfill)
+            await self.estimates(result.backfill.estimate_marks)
             pods = {p.key: p for p in snapshot.pods} if any(g.evict for g in result.guarantees) else {}
             await self.write_queues(result.guarantees, snapshot.queues, pods=pods)
         except Fenced as err:
@@ -731,9 +733,9 @@ class Writer:
         for handover in handovers:
             await self._pod_step("handover-failed", handover.key, self.handover(handover))
 
-    async def _pod_step(self, failed: str, key: str, step: Awaitable[None]) -> None:
-        """One pod's write of a batch: a pod gone meanwhile is skipped; any other API error is logged as `failed` and
-        counted, and never stops the batch."""
+    async def _pod_step(self, failed: str, key: str, step: Awaitable[Any]) -> None:
+        """One object's write of a batch (a pod's, a PodGroup's): one gone meanwhile is skipped; any other API error
+        is logged as `failed` and counted, and never stops the batch."""
         try:
             await step
         except NotFound:
@@ -806,6 +808,18 @@ class Writer:
                          uid=pod_view.uid)
         decision(log, "backfill", policy="backfill", pod=pod_view.key, node=chosen.node, owner=chosen.owner,
                  deadline=chosen.deadline, until=stamp(chosen.ends), reason=chosen.reason)
+
+    async def estimates(self, marks: Sequence[EstimateMark]) -> None:
+        """Issue 17: each owner's expected start written where backfill.estimate_marks says (a merge patch of the one
+        annotation keys.EXPECTED_START on a PodGroup or a pod); an object gone is skipped, an error logged."""
+        for mark in marks:
+            path = (resource_path(VOLCANO_API_VERSION, keys.PODGROUP_PLURAL, mark.name, mark.namespace)
+                    if mark.kind == "PodGroup" else resource_path("v1", "pods", mark.name, mark.namespace))
+            body = {"metadata": {"annotations": {keys.EXPECTED_START: mark.text}}}
+            await self._pod_step("estimate-failed", f"{mark.kind} {mark.namespace}/{mark.name}",
+                                 self._send("PATCH", path, body, content_type=MERGE_PATCH))
+            decision(log, "estimate", level=logging.DEBUG, object=f"{mark.kind} {mark.namespace}/{mark.name}",
+                     start=mark.text)
 
     async def release(self, release: Release) -> None:
         """One gated pod let go unchanged: its backfill gate lifted (the very pod planned for, by uid)."""

@@ -57,8 +57,17 @@ from datetime import datetime, timedelta
 from fractions import Fraction
 from typing import NamedTuple
 
-from agent.planner.capacity import FOREVER, NodeState, schedulable, time_to_fit
-from agent.planner.model import NO_BACKFILL, Backfill, BackfillPlan, BackfillSlot, Lock, Release
+from agent.planner.capacity import FOREVER, NodeState, pod_end, schedulable, time_to_fit
+from agent.planner.model import (
+    NO_BACKFILL,
+    Backfill,
+    BackfillPlan,
+    BackfillSlot,
+    EstimateMark,
+    Lock,
+    Release,
+    StartEstimate,
+)
 from agent.planner.reservations import pod_meta
 from agent.planner.reserve import maximum_runtime, pod_group
 from shared import keys
@@ -69,7 +78,7 @@ from shared.keys import LockKind
 from shared.ownership import pod_queue
 from shared.predicates import schedulable_on
 from shared.resources import EMPTY, PODS, Resources
-from shared.timestamps import stamp
+from shared.timestamps import parse_time, stamp
 from shared.views import NodeView, PodGroupView, PodView
 
 SECOND = timedelta(seconds=1)
@@ -322,23 +331,24 @@ def gated_pods(pods: Sequence[PodView]) -> list[PodView]:
 
 
 def plan_backfill(*, pods: Sequence[PodView], nodes: Mapping[str, NodeView], states: Mapping[str, NodeState],
-                  locks: Mapping[str, Lock], current: Mapping[str, Lock], config: ReservoirConfig, now: datetime,
+                  locks: Mapping[str, Lock], config: ReservoirConfig, now: datetime,
                   podgroups: Mapping[tuple[str, str], PodGroupView], grounds: Grounds,
-                  window_starts: Mapping[str, datetime], window_tasks: Mapping[str, Sequence[PodView]],
-                  waiting_reservations: Set[str]) -> BackfillPlan:
+                  slots: Sequence[BackfillSlot] = (), already: Mapping[str, Sequence[PodView]] | None = None
+                  ) -> BackfillPlan:
     """One plan's backfill (module docstring). Every gated pod (the oldest MAX_DECISIONS of them) is decided now, never
     held for a later slot: let onto a locked node when the rule allows one (choose_backfills), else let go unchanged,
-    with the reason. Slots are the
-    planned locks already on their nodes (`current`, same owner) of a starvation job (its tasks: Lock.tasks still
-    pending), a window (`window_starts` and `window_tasks`: owner id -> its start and its pending reserve pods) or a
-    Waiting Reservation (`waiting_reservations`: their owner ids; its task: the reserved amount). A pod gated longer
-    than `backfill.maxGateWait` is let go unchanged. Grants (shared.backfill) are kept while their pod lives and
-    added for each pod placed."""
+    with the reason. `slots` and `already` are backfill_slots' answer (the locks already on their nodes waiting for
+    capacity, and the pods granted there not bound yet); the start estimates come from the same slots. A pod gated
+    longer than `backfill.maxGateWait` is let go unchanged. Grants (shared.backfill) are kept while their pod lives
+    and added for each pod placed."""
+    estimates = start_estimates(slots, locks)
+    marks_of_estimates = estimate_marks(estimates, {p.key: p for p in pods}, podgroups, now)
     gated = sorted(gated_pods(pods), key=lambda p: (p.created, p.key))
     by_uid = {p.uid: p for p in pods if p.uid}
     marks = grant_marks(nodes, by_uid, (), now)
     if not gated:
-        return BackfillPlan(marks=marks) if marks else NO_BACKFILL
+        return (BackfillPlan(marks=marks, slots=tuple(slots), estimates=estimates, estimate_marks=marks_of_estimates)
+                if marks or estimates else NO_BACKFILL)
     settings = config.backfill
     released: list[Release] = []
     notes: list[str] = []
@@ -374,13 +384,11 @@ def plan_backfill(*, pods: Sequence[PodView], nodes: Mapping[str, NodeView], sta
             candidates.append(Candidate(pod, maximum_runtime(pod, podgroups), owns=owns,
                                         grace=min(pod.termination_grace, MAX_GRACE_SECONDS) * SECOND))
     if not candidates:
-        return BackfillPlan(released=tuple(released), marks=marks, notes=tuple(notes))
+        return BackfillPlan(released=tuple(released), marks=marks, slots=tuple(slots), notes=tuple(notes),
+                            estimates=estimates, estimate_marks=marks_of_estimates)
 
     candidates = open_fits(candidates, states, locks)
-    slots, already = backfill_slots(pods=pods, states=states, locks=locks, current=current, now=now,
-                                    by_uid=by_uid, window_starts=window_starts, window_tasks=window_tasks,
-                                    waiting_reservations=waiting_reservations)
-    chosen = choose_backfills(candidates, slots, now=now, margin=settings.margin, already=already)
+    chosen = choose_backfills(candidates, slots, now=now, margin=settings.margin, already=already or {})
     placed_keys = {b.pod.key for b in chosen.placed}
     for candidate in candidates:
         if candidate.pod.key not in placed_keys:
@@ -389,7 +397,8 @@ def plan_backfill(*, pods: Sequence[PodView], nodes: Mapping[str, NodeView], sta
         notes.append(f"pod={b.pod.key} decision=backfill node={b.node} owner={b.owner} deadline={b.deadline}s "
                      f"reason={b.reason}")
     return BackfillPlan(placed=chosen.placed, released=tuple(released),
-                        marks=grant_marks(nodes, by_uid, chosen.placed, now), slots=tuple(slots), notes=tuple(notes))
+                        marks=grant_marks(nodes, by_uid, chosen.placed, now), slots=tuple(slots), notes=tuple(notes),
+                        estimates=estimates, estimate_marks=marks_of_estimates)
 
 
 def open_fits(candidates: Sequence[Candidate], states: Mapping[str, NodeState],
@@ -425,7 +434,10 @@ def backfill_slots(*, pods: Sequence[PodView], states: Mapping[str, NodeState], 
                    current: Mapping[str, Lock], now: datetime, by_uid: Mapping[str, PodView],
                    window_starts: Mapping[str, datetime], window_tasks: Mapping[str, Sequence[PodView]],
                    waiting_reservations: Set[str]) -> tuple[list[BackfillSlot], dict[str, list[PodView]]]:
-    """The slots (plan_backfill) and, per slot's node, the pods granted there and not bound yet."""
+    """The slots (plan_backfill, start_estimates) and, per slot's node, the pods granted there and not bound yet.
+    Slots are the planned locks already on their nodes (`current`, same owner) of a starvation job (its tasks:
+    Lock.tasks still pending), a window (`window_starts` and `window_tasks`: owner id -> its start and its pending
+    reserve pods) or a Waiting Reservation (`waiting_reservations`: their owner ids; its task: the reserved amount)."""
     by_key = {p.key: p for p in pods}
     slots = []
     already: dict[str, list[PodView]] = {}
@@ -435,22 +447,150 @@ def backfill_slots(*, pods: Sequence[PodView], states: Mapping[str, NodeState], 
         if held is None or held.owner != lock.owner or state is None:
             continue  # not on the node yet: nothing to backfill under it
         start = None
+        task_pods: list[PodView] = []
         if lock.kind is LockKind.JOB:
-            tasks = [p.requests for k in lock.tasks if (p := by_key.get(k)) is not None and waiting_task(p)]
+            task_pods = [p for k in lock.tasks if (p := by_key.get(k)) is not None and waiting_task(p)]
+            tasks = [p.requests for p in task_pods]
         elif lock.kind is LockKind.WINDOW and lock.owner in window_starts:
             start = window_starts[lock.owner]
-            tasks = [p.requests for p in window_tasks.get(lock.owner, ())]
+            task_pods = list(window_tasks.get(lock.owner, ()))
+            tasks = [p.requests for p in task_pods]
         elif lock.kind is LockKind.RESERVATION and lock.owner in waiting_reservations and not lock.tasks:
             tasks = [lock.reserved]
         else:
             continue
-        slots.append(backfill_slot(lock, state, now=now, tasks=tasks, start=start))
+        live = [p for uid in state.node.backfill_grants if (p := by_uid.get(uid)) is not None and not p.is_terminal]
+        slots.append(replace(backfill_slot(lock, state, now=now, tasks=tasks, start=start), waiting=len(tasks),
+                             backfilled=len(live), tasks=tuple(p.key for p in task_pods)))
         # granted in an earlier plan, narrowed and let go, not bound yet (one still gated is a candidate again)
-        pending = [p for uid in state.node.backfill_grants if (p := by_uid.get(uid)) is not None
-                   and waiting_task(p) and not p.backfill_gated]
+        pending = [p for p in live if waiting_task(p) and not p.backfill_gated]
         if pending:
             already[name] = pending
     return slots, already
+
+
+def unknown_start(state: NodeState) -> str:
+    """Why a node's needed-by time is unknown, as published: the pods on it without a maximum runtime (one of them
+    must end first, and nothing says when)."""
+    count = sum(1 for p in state.pods if pod_end(p) is None)
+    return f"unknown: {count} pod{'' if count == 1 else 's'} without a maximum runtime on node {state.node.name}"
+
+
+def start_estimates(slots: Sequence[BackfillSlot], locks: Mapping[str, Lock]) -> tuple[StartEstimate, ...]:
+    """Issue 17, every waiting owner's expected start, from the slots: a starvation job or a Waiting Reservation with
+    a task pending on its locked nodes, and a window (its start, or sooner: needed_by). The owner starts when the
+    last of its locked nodes is ready for it (a gang's tasks bind together; a Reservation has one node): the latest
+    needed-by time over its slots; unknown (with the first such node's reason, unknown_start) when any is. Sorted by
+    owner.
+
+    Departure from the letter of issue 17: per owner, not per pod. A starvation job's pods are placed together by its
+    PodGroup (seed 000's minMember), so one time is what its user waits for."""
+    by_owner: dict[str, list[BackfillSlot]] = {}
+    for slot in slots:
+        if slot.waiting or slot.kind is LockKind.WINDOW:
+            by_owner.setdefault(slot.owner, []).append(slot)
+    out = []
+    for owner, own in sorted(by_owner.items()):
+        unknown = next((s for s in own if s.needed_by is None), None)
+        lock = locks[own[0].node]
+        at = None if unknown is not None else max(s.needed_by for s in own if s.needed_by is not None)
+        out.append(StartEstimate(owner=owner, kind=lock.kind, subject=lock.subject, at=at,
+                                 unknown=unknown_start(unknown.state) if unknown is not None else "",
+                                 nodes=tuple(sorted(s.node for s in own)),
+                                 backfilled=sum(s.backfilled for s in own),
+                                 tasks=tuple(sorted({k for s in own for k in s.tasks}))))
+    return tuple(out)
+
+
+# an estimate written (keys.EXPECTED_START) is rewritten only when it moves by this much or more: one that tracks `now`
+# (a pod running past its maximum runtime is counted as ending now) is not written again at every plan
+ESTIMATE_TOLERANCE = 5 * SECOND
+# an owner's pending pods that carry its estimate when it has no PodGroup, at most (the first, by key); the others
+# read it from `reservoir status`
+MAX_ESTIMATE_TARGETS = 20
+
+
+def _moved(have: str | None, want: str) -> bool:
+    """Whether the written estimate `have` must be replaced by `want`: another text, unless both are times less than
+    ESTIMATE_TOLERANCE apart."""
+    if have == want:
+        return False
+    try:  # a tenant may have written anything there: what is not a time with a zone is replaced
+        old, new = parse_time(have), parse_time(want)
+        return old is None or new is None or abs(old - new) >= ESTIMATE_TOLERANCE
+    except (ValueError, TypeError, OverflowError):
+        return True
+
+
+def estimate_marks(estimates: Sequence[StartEstimate], pods: Mapping[str, PodView],
+                   podgroups: Mapping[tuple[str, str], PodGroupView], now: datetime) -> tuple[EstimateMark, ...]:
+    """Where each owner's estimate is written (keys.EXPECTED_START), only where what is there must change (_moved): a
+    starvation job's or a window's pending pods (the first MAX_ESTIMATE_TARGETS of the estimate's tasks), each through
+    its PodGroup when it has one, else itself. A time is never written in the past (an estimate that says "now"). A
+    Reservation's is not written on it (the agent may only write its status): `reservoir status` gives it."""
+    marks: dict[tuple[str, str, str], EstimateMark] = {}
+    for estimate in estimates:
+        text = estimate.text if estimate.at is None else stamp(max(estimate.at, now))
+        for key in estimate.tasks[:MAX_ESTIMATE_TARGETS]:
+            pod = pods.get(key)
+            if pod is None:
+                continue
+            namespace, kind, name = pod.job
+            group = podgroups.get((namespace, name)) if kind == "PodGroup" else None
+            target = ("PodGroup", namespace, name) if group is not None else ("Pod", pod.namespace, pod.name)
+            have = (group if group is not None else pod).annotations.get(keys.EXPECTED_START)
+            if target not in marks and _moved(have, text):
+                marks[target] = EstimateMark(*target, text)
+    return tuple(marks[k] for k in sorted(marks))
+
+
+# a pod remembered for estimate_errors is forgotten when no estimate has named it for this long (its owner's lock
+# released without it binding): the memory stays bounded by the locks' tasks
+FORGET_ESTIMATE_AFTER = timedelta(hours=1)
+
+
+class Estimated(NamedTuple):
+    """estimate_errors' memory of one pending task: the first estimate made for it, its lock kind, when an estimate
+    last named it."""
+
+    at: datetime
+    kind: LockKind
+    seen: datetime
+
+
+class EstimateError(NamedTuple):
+    kind: LockKind
+    seconds: float  # bind - first estimate: positive when the pod started later than estimated
+
+
+def estimate_errors(remembered: Mapping[str, Estimated], estimates: Sequence[StartEstimate],
+                    pods: Mapping[str, PodView], now: datetime) -> tuple[dict[str, Estimated], list[EstimateError]]:
+    """Issue 17's metric of the estimates' error, as a fold over plans: each pending task of a known estimate is
+    remembered (by pod key) with the first estimate made for it; once it is bound, the error is its start
+    (status.startTime, the kubelet's; else now) minus that estimate, and it is forgotten, as it is once gone,
+    finished or deleted, or unnamed for FORGET_ESTIMATE_AFTER. The first estimate, not the last: one made as the
+    lock was taken says how far ahead the agent saw; the last one, made a resync before the bind, says little.
+    Memory only: an agent restarted forgets, and counts nothing for pods bound while it was down."""
+    kept: dict[str, Estimated] = {}
+    errors: list[EstimateError] = []
+    for key, memory in remembered.items():
+        pod = pods.get(key)
+        if pod is None or pod.is_terminal or pod.deleting:
+            continue
+        if pod.node_name:
+            errors.append(EstimateError(memory.kind, ((pod.started or now) - memory.at).total_seconds()))
+        elif now - memory.seen <= FORGET_ESTIMATE_AFTER:
+            kept[key] = memory
+    for estimate in estimates:
+        if estimate.at is None:
+            continue
+        for key in estimate.tasks:
+            pod = pods.get(key)
+            if pod is None or pod.node_name:
+                continue
+            first = kept.get(key)
+            kept[key] = Estimated(first.at if first is not None else estimate.at, estimate.kind, now)
+    return kept, errors
 
 
 def waiting_task(pod: PodView) -> bool:

@@ -382,10 +382,45 @@ class BackfillSlot:
     kind: LockKind
     needed_by: datetime | None
     taken_now: Resources = EMPTY
+    waiting: int = 0  # the owner's pending tasks on the node (a window's pending reserve pods there)
+    # the pods granted this node (shared.backfill grants) that live: bound or about to be
+    backfilled: int = 0
+    tasks: tuple[str, ...] = ()  # the keys of the owner's pending pods among them (none for a Reservation)
 
     @property
     def node(self) -> str:
         return self.state.node.name
+
+
+@dataclass(frozen=True)
+class EstimateMark:
+    """Issue 17: one object to carry an owner's expected start in keys.EXPECTED_START (backfill.estimate_marks): a
+    PodGroup or a Pod, by kind, namespace and name."""
+
+    kind: str
+    namespace: str
+    name: str
+    text: str
+
+
+@dataclass(frozen=True)
+class StartEstimate:
+    """Issue 17: when one owner waiting on its locks is expected to start (backfill.start_estimates): `at`, or None
+    with `unknown` saying why; its locked nodes and the pods backfilling them now."""
+
+    owner: str
+    kind: LockKind
+    subject: str
+    at: datetime | None
+    unknown: str
+    nodes: tuple[str, ...]
+    backfilled: int
+    tasks: tuple[str, ...] = ()  # the keys of its pending pods on those nodes (none for a Reservation)
+
+    @property
+    def text(self) -> str:
+        """As published (keys.EXPECTED_START): the RFC 3339 time, or the unknown reason."""
+        return stamp(self.at) if self.at is not None else self.unknown
 
 
 @dataclass(frozen=True)
@@ -430,6 +465,8 @@ class BackfillPlan:
     marks: Mapping[str, Mapping[str, str | None]] = field(default_factory=dict)
     slots: tuple[BackfillSlot, ...] = ()
     notes: tuple[str, ...] = ()
+    estimates: tuple[StartEstimate, ...] = ()  # every owner with a slot and a task waiting (start_estimates)
+    estimate_marks: tuple[EstimateMark, ...] = ()  # where the estimates are to be written (estimate_marks)
 
 
 NO_BACKFILL = BackfillPlan()

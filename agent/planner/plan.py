@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 
-from agent.planner.backfill import plan_backfill, waiting_task
+from agent.planner.backfill import backfill_slots, plan_backfill, waiting_task
 from agent.planner.capacity import NodeState, control_plane, node_states, schedulable
 from agent.planner.guarantee import GUARANTEES, guaranteed_queues
 from agent.planner.jobs import build_jobs, usage_by_queue
@@ -84,26 +84,31 @@ def merged_marks(*marks: Mapping[str, Mapping[str, str | None]]) -> dict[str, di
 
 
 def plan_backfill_of(context: PlanContext, locks: Mapping[str, Lock], statuses: Statuses) -> BackfillPlan:
-    """Issue 17: backfill under this plan's locks (backfill.plan_backfill), from what the policies decided: the
-    windows' starts and their pending reserve pods, the Waiting Reservations."""
+    """Issue 17: the slots under this plan's locks that wait for capacity (backfill.backfill_slots: the windows'
+    starts and their pending reserve pods, the Waiting Reservations, the starvation jobs' pending tasks), the start
+    estimates from them, and backfill under them (backfill.plan_backfill)."""
     snapshot = context.snapshot
-    if not any(p.backfill_gated for p in snapshot.pods) and not any(
+    waits = [lock for lock in locks.values() if lock.kind in (LockKind.JOB, LockKind.WINDOW, LockKind.RESERVATION)]
+    if not waits and not any(p.backfill_gated for p in snapshot.pods) and not any(
             n.backfill_grants for n in snapshot.nodes.values()):
         return NO_BACKFILL
     window_starts = {window_owner_id(w.name): w.start for w in statuses.windows if w.active}
     window_tasks: dict[str, list[PodView]] = {}
-    if any(lock.kind is LockKind.WINDOW for lock in locks.values()):
+    if any(lock.kind is LockKind.WINDOW for lock in waits):
         for reserve in reserve_pods(context):
             if waiting_task(reserve.pod) and not reserve.pod.gated:
                 for owner in reserve.windows:
                     window_tasks.setdefault(owner, []).append(reserve.pod)
     waiting = {reservation_owner_id(r.name) for r in statuses.reservations if r.phase == "Waiting"}
+    by_uid = {p.uid: p for p in snapshot.pods if p.uid}
+    slots, already = backfill_slots(pods=snapshot.pods, states=context.states, locks=locks, current=context.current,
+                                    now=context.now, by_uid=by_uid, window_starts=window_starts,
+                                    window_tasks=window_tasks, waiting_reservations=waiting)
     grounds = Grounds(podgroups=snapshot.podgroups, queues=snapshot.queues, reservations=snapshot.reservations,
                       config=context.config)
     return plan_backfill(pods=snapshot.pods, nodes=snapshot.nodes, states=context.states, locks=locks,
-                         current=context.current, config=context.config, now=context.now,
-                         podgroups=snapshot.podgroups, grounds=grounds, window_starts=window_starts,
-                         window_tasks=window_tasks, waiting_reservations=waiting)
+                         config=context.config, now=context.now, podgroups=snapshot.podgroups, grounds=grounds,
+                         slots=slots, already=already)
 
 
 def guard_locks(locks: Mapping[str, Lock], states: Mapping[str, NodeState]) -> tuple[dict[str, Lock], list[str]]:

@@ -29,11 +29,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import ssl
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -49,7 +51,7 @@ from shared import keys
 from shared.config import ReservoirConfig
 from shared.ownership import JobRef
 from shared.timestamps import parse_time
-from shared.views import NodeView
+from shared.views import NodeView, PodView
 
 REPO = Path(__file__).resolve().parents[2]
 NAMESPACE = "bench-scale"
@@ -231,6 +233,66 @@ class LockWatch:
         return {node: value for node, value in self.locks.items() if value in owners}
 
 
+class PodWatch:
+    """The bench namespace's pods as the agent views them (shared.views.PodView), from a list and then a watch
+    started before the idle windows: of the events since, which changed a view, which PodView fields and whose write
+    it was (the newest managedFields entry's manager and subresource), to name what wakes the agent's loop."""
+
+    def __init__(self) -> None:
+        self.views: dict[str, PodView] = {}
+        self.events = 0
+        self.changes: Counter[str] = Counter()  # "fields by manager" -> events
+
+    async def start(self, api: Api) -> asyncio.Task[None]:
+        path, token = f"/api/v1/namespaces/{NAMESPACE}/pods", ""
+        while True:
+            page = await api.call("GET", f"{path}?limit=2000{'&continue=' + token if token else ''}")
+            for obj in page.get("items") or []:
+                self.views[obj["metadata"]["name"]] = PodView.from_obj(obj)
+            token = page["metadata"].get("continue") or ""
+            if not token:
+                return asyncio.create_task(self._watch(api, path, page["metadata"]["resourceVersion"]))
+
+    async def _watch(self, api: Api, path: str, rv: str) -> None:
+        while True:
+            url = f"{api.server}{path}?watch=1&allowWatchBookmarks=true&timeoutSeconds=1800&resourceVersion={rv}"
+            async with api.session.get(url, timeout=aiohttp.ClientTimeout(total=None)) as response:
+                async for line in response.content:
+                    event = json.loads(line)
+                    obj = event["object"]
+                    if event["type"] == "ERROR":
+                        log(f"bench-scale: pod watch: {obj}")
+                        return
+                    rv = obj["metadata"].get("resourceVersion", rv)
+                    if event["type"] != "BOOKMARK":
+                        self.events += 1
+                        self._update(obj, event["type"])
+
+    def _update(self, obj: dict[str, Any], kind: str) -> None:
+        name = obj["metadata"]["name"]
+        view = None if kind == "DELETED" else PodView.from_obj(obj)
+        before = self.views.pop(name, None)
+        if view is not None:
+            self.views[name] = view
+        if before is None or view is None:
+            fields = "added" if view is not None else "deleted"
+        else:
+            fields = ",".join(f.name for f in dataclasses.fields(PodView)
+                              if getattr(before, f.name) != getattr(view, f.name))
+            if not fields:
+                return
+        entries = obj["metadata"].get("managedFields") or [{}]
+        newest = max(entries, key=lambda e: e.get("time") or "")
+        writer = newest.get("manager", "?") + (f"/{newest['subresource']}" if newest.get("subresource") else "")
+        self.changes[f"{fields} by {writer}"] += 1
+
+    def since(self, events: int, changes: Counter[str]) -> str:
+        """Events and view changes since a (events, changes) snapshot, the changes by fields and writer."""
+        delta = self.changes - changes
+        named = ", ".join(f"{k} {v}" for k, v in delta.most_common(4)) or "none"
+        return f"{self.events - events} pod events, {sum(delta.values())} changing a PodView ({named})"
+
+
 # --- the agent process: memory, cpu, metrics, log ---
 
 def proc_status(pid: int) -> dict[str, int]:
@@ -346,6 +408,7 @@ async def run(nodes: int, status_base: str | None = None) -> list[str]:
     fresh: AgentProcess | None = None
     api = Api(cluster)
     watch_task: asyncio.Task[None] | None = None
+    pod_watch_task: asyncio.Task[None] | None = None
     try:
         kubectl = cluster.kubectl
         await _sh(*kubectl, "apply", "-k", str(REPO / "deploy" / "crds"))
@@ -381,12 +444,15 @@ async def run(nodes: int, status_base: str | None = None) -> list[str]:
         if not agent.running():
             raise RuntimeError(f"agent exited:\n{agent.log_text()[-3000:]}")
 
+        pod_watch = PodWatch()
+        pod_watch_task = await pod_watch.start(api)
         # the long-running agent: steady memory and idle cpu
         assert agent.process is not None
         pid = agent.process.pid
         steady = proc_status(pid)
         before, cpu_before, t_before = await metrics(agent.metrics_port), cpu_seconds(pid), time.monotonic()
         heartbeats_before, views_before, ready_before = watch.events, watch.view_changes, watch.not_ready_changes
+        pods_before = pod_watch.events, Counter(pod_watch.changes)
         log(f"bench-scale: idle window {IDLE_SECONDS}s")
         profiler = await _profile(pid, IDLE_SECONDS)
         await asyncio.sleep(IDLE_SECONDS)
@@ -410,7 +476,7 @@ async def run(nodes: int, status_base: str | None = None) -> list[str]:
             f"{view_changes(before, after)}); {count:.0f} reconciles, "
             f"{plan_seconds:.2f}s in them; {watch.events - heartbeats_before} node events meanwhile, "
             f"{watch.view_changes - views_before} of them changing a NodeView "
-            f"({watch.not_ready_changes - ready_before} its `ready`)",
+            f"({watch.not_ready_changes - ready_before} its `ready`); {pod_watch.since(*pods_before)}",
         ]
         for line in report[-3:]:
             log(f"bench-scale: {line}")
@@ -428,6 +494,7 @@ async def run(nodes: int, status_base: str | None = None) -> list[str]:
         fresh_pid = fresh.process.pid if fresh.process else 0
         before, cpu_before, t_before = await metrics(port), cpu_seconds(fresh_pid), time.monotonic()
         heartbeats_before, views_before, ready_before = watch.events, watch.view_changes, watch.not_ready_changes
+        pods_before = pod_watch.events, Counter(pod_watch.changes)
         log(f"bench-scale: fresh agent idle window {IDLE_SECONDS}s")
         await asyncio.sleep(IDLE_SECONDS)
         after, cpu_after, t_after = await metrics(port), cpu_seconds(fresh_pid), time.monotonic()
@@ -438,7 +505,7 @@ async def run(nodes: int, status_base: str | None = None) -> list[str]:
             f"{wakeups(after, 'resync') - wakeups(before, 'resync'):.0f} (views changed: "
             f"{view_changes(before, after)}); {watch.events - heartbeats_before} node "
             f"events, {watch.view_changes - views_before} changing a NodeView "
-            f"({watch.not_ready_changes - ready_before} its `ready`); "
+            f"({watch.not_ready_changes - ready_before} its `ready`); {pod_watch.since(*pods_before)}; "
             f"VmRSS {mib(proc_status(fresh_pid)['VmRSS']):.0f} MiB")
         log(f"bench-scale: {report[-1]}")
 
@@ -497,8 +564,9 @@ async def run(nodes: int, status_base: str | None = None) -> list[str]:
                       f"lock {max(lags.values()):.2f} s after threshold")
         return report
     finally:
-        if watch_task is not None:
-            watch_task.cancel()
+        for task in (watch_task, pod_watch_task):
+            if task is not None:
+                task.cancel()
         await api.close()
         for process in (fresh, agent):
             if process is not None:

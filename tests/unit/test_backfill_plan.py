@@ -328,3 +328,118 @@ def test_a_flood_of_gated_pods_is_decided_a_bounded_batch_at_a_time() -> None:
     assert {r.name for r in result.backfill.released} == {f"f{i:04d}" for i in range(20, MAX_DECISIONS + 20)}, \
         "the oldest first"
     assert any("decision=defer pods=20" in n for n in result.notes)
+
+
+# --- start estimates (issue 17): every waiting owner's expected start, published with the plan ---
+
+
+def test_seed_000_pod_4_is_expected_to_start_when_pod_3_ends_with_or_without_backfill() -> None:
+    """Seed 000 at Time2: pod-3 (60 s, started 20 s ago) ends at +40 s, when pod-4's 3 cpu fit. A pod backfilled
+    meanwhile ends by then (with the margin), so the estimate is the same and the owner counts it."""
+    without, lock = run([])
+    (estimate,) = without.backfill.estimates
+    assert (estimate.owner, estimate.kind, estimate.at, estimate.unknown) == (lock.owner, lock.kind, NOW + 40 * S, "")
+    assert estimate.nodes == ("n1",) and estimate.backfilled == 0 and estimate.text == "2026-11-22T12:00:40Z"
+    placed, _ = run([gated("short", runtime="10s")])
+    assert placed.backfill.estimates[0].at == NOW + 40 * S
+    grant = Grant("uid-short", "ns/short", lock.owner, NOW + 15 * S)
+    short = replace(gated("short"), node_name="n1", backfill_gated=False, gated=False)
+    later, _ = run([short], grants={grant.uid: grant})
+    assert later.backfill.estimates[0].backfilled == 1 and later.backfill.estimates[0].at == NOW + 40 * S
+
+
+def test_an_estimate_is_unknown_where_a_pod_without_a_maximum_runtime_must_end_first() -> None:
+    pods = [pod("pod-2", "1", node_name="n1", started_ago=50 * S),
+            pod("pod-3", "1", node_name="n1", runtime="60s", started_ago=20 * S),
+            pod("pod-4", "3", age=timedelta(minutes=5))]
+    first = plan(snap([node("n1", cpu="3")], pods, spare=1), CONFIG, NOW)
+    result = plan(snap([node("n1", cpu="3", lock=first.locks["n1"])], pods, spare=1), CONFIG, NOW)
+    (estimate,) = result.backfill.estimates
+    assert estimate.at is None and estimate.text == "unknown: 1 pod without a maximum runtime on node n1"
+
+
+def test_the_estimate_is_published_and_status_shows_it_with_the_backfill_count() -> None:
+    from agent.commands import status_document, status_tables
+    from agent.planner.plan import current_locks
+    from agent.published import published_document
+
+    nodes, pods, lock = seed_000([])
+    snapshot = snap(nodes, pods, spare=1)
+    document = json.loads(json.dumps(published_document(plan(snapshot, CONFIG, NOW), agent="a", planned=NOW,
+                                                         config=CONFIG)))
+    assert document["estimates"] == [{"owner": lock.owner, "kind": "job", "subject": lock.subject,
+                                      "start": "2026-11-22T12:00:40Z", "unknown": None, "nodes": ["n1"],
+                                      "backfilled": 0}]
+    status = status_document(current_locks(snapshot), document, [], NOW)
+    assert status["locks"][0]["start"] == "2026-11-22T12:00:40Z" and status["locks"][0]["backfilled"] == 0
+    assert status["starvingJobs"][0]["start"] == "2026-11-22T12:00:40Z"
+    table = status_tables(status)
+    assert table[0].split()[5:7] == ["START", "BACKFILLED"] and table[1].split()[5:7] == ["2026-11-22T12:00:40Z", "0"]
+
+
+def test_why_gives_the_owners_expected_start() -> None:
+    from agent.planner.plan import current_locks
+    from agent.published import published_document
+    from agent.why import explain
+
+    nodes, pods, lock = seed_000([])
+    snapshot = snap(nodes, pods, spare=1)
+    document = json.loads(json.dumps(published_document(plan(snapshot, CONFIG, NOW), agent="a", planned=NOW,
+                                                         config=CONFIG)))
+    pod_4 = {"metadata": {"name": "pod-4", "namespace": "ns", "uid": "uid-pod-4",
+                          "creationTimestamp": "2026-11-22T11:55:00Z"},
+             "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "3"}}}],
+                      "tolerations": [lock_toleration(lock.owner)]},
+             "status": {"phase": "Pending"}}
+    answer = explain(pod_4, podgroup=None, queue=None, reservations={}, locks=current_locks(snapshot),
+                     published=document, config=CONFIG, now=NOW)
+    assert (answer["reason"], answer["start"]) == ("locked", "2026-11-22T12:00:40Z")
+    assert "; expected start 2026-11-22T12:00:40Z." in answer["explanation"], answer["explanation"]
+
+
+def test_the_estimate_is_written_on_the_owners_pending_pod_once_and_again_only_when_it_moves() -> None:
+    from agent.planner.backfill import ESTIMATE_TOLERANCE, estimate_marks
+
+    result, _ = run([])
+    (mark,) = result.backfill.estimate_marks
+    assert (mark.kind, mark.namespace, mark.name, mark.text) == ("Pod", "ns", "pod-4", "2026-11-22T12:00:40Z")
+    (estimate,) = result.backfill.estimates
+    nodes, pods, _ = seed_000([])
+    by_key = {p.key: p for p in pods}
+
+    def written(text: str) -> dict[str, PodView]:
+        return {**by_key, "ns/pod-4": replace(by_key["ns/pod-4"], annotations={keys.EXPECTED_START: text})}
+
+    assert estimate_marks([estimate], written(mark.text), {}, NOW) == ()
+    near = (NOW + 40 * S + ESTIMATE_TOLERANCE - S).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert estimate_marks([estimate], written(near), {}, NOW) == ()
+    far = (NOW + 40 * S + ESTIMATE_TOLERANCE).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert estimate_marks([estimate], written(far), {}, NOW) == (mark,)
+    for junk in ("soon", "2026-11-22T12:00:40", "9" * 5000, ""):  # a tenant's text is replaced, never an error
+        assert estimate_marks([estimate], written(junk), {}, NOW) == (mark,)
+    # never a time in the past: an estimate that says "now"
+    assert estimate_marks([estimate], by_key, {}, NOW + 60 * S)[0].text == "2026-11-22T12:01:00Z"
+
+
+def test_the_estimate_error_is_the_bind_against_the_first_estimate_once_and_memory_stays_bounded() -> None:
+    from agent.planner.backfill import FORGET_ESTIMATE_AFTER, EstimateError, estimate_errors
+
+    result, lock = run([])
+    (estimate,) = result.backfill.estimates
+    _, pods, _ = seed_000([])
+    by_key = {p.key: p for p in pods}
+    remembered, errors = estimate_errors({}, [estimate], by_key, NOW)
+    assert errors == [] and remembered["ns/pod-4"].at == NOW + 40 * S
+    later = replace(estimate, at=NOW + 50 * S)  # a later plan moves it: the first estimate is kept
+    remembered, errors = estimate_errors(remembered, [later], by_key, NOW + 10 * S)
+    assert errors == [] and remembered["ns/pod-4"].at == NOW + 40 * S
+    bound = {**by_key, "ns/pod-4": replace(by_key["ns/pod-4"], node_name="n1", started=NOW + 43 * S)}
+    remembered, errors = estimate_errors(remembered, [], bound, NOW + 44 * S)
+    assert errors == [EstimateError(lock.kind, 3.0)] and remembered == {}
+    remembered, errors = estimate_errors({}, [estimate], by_key, NOW)
+    assert estimate_errors(remembered, [], {}, NOW + S) == ({}, []), "a pod gone is forgotten, not counted"
+    kept, _ = estimate_errors(remembered, [], by_key, NOW + FORGET_ESTIMATE_AFTER)
+    assert kept == remembered
+    assert estimate_errors(remembered, [], by_key, NOW + FORGET_ESTIMATE_AFTER + S) == ({}, [])
+    unknown = replace(estimate, at=None, unknown="unknown: 1 pod without a maximum runtime on node n1")
+    assert estimate_errors({}, [unknown], by_key, NOW) == ({}, [])

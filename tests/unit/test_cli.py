@@ -230,10 +230,11 @@ def test_json_is_the_documented_shape_all_camel_case() -> None:
     assert document["locks"] == [{
         "node": "n1", "owner": LOCK.owner, "kind": "job", "subject": "ns/Pod/big",
         "reason": "reserved for a starving job", "since": "2026-11-22T11:53:00Z", "age": "7m",
-        "expires": "2026-11-22T13:00:00Z", "reserved": {"cpu": "4"}, "tasks": ["ns/big"], "exclusive": False,
-        "unreadable": None}]
+        "expires": "2026-11-22T13:00:00Z", "start": None, "backfilled": 0, "reserved": {"cpu": "4"},
+        "tasks": ["ns/big"], "exclusive": False, "unreadable": None}]
     assert [list(j) for j in document["starvingJobs"]] == [
-        ["subject", "owner", "queue", "priority", "minMember", "bound", "pending", "reason", "starvingSince", "nodes"]]
+        ["subject", "owner", "queue", "priority", "minMember", "bound", "pending", "reason", "starvingSince", "nodes",
+         "start"]]
     # starving since its creation (10m ago) + the threshold (60s); 8 cpu fit on no 4-cpu node: the plan locks nothing
     job = document["starvingJobs"][0]
     assert (job["subject"], job["starvingSince"], job["nodes"]) == ("ns/Pod/big", "2026-11-22T11:51:00Z", [])
@@ -264,18 +265,19 @@ def test_table_and_wide() -> None:
     table = render_status(*status_args(), "table").splitlines()
     owner = "ns/Pod/big"
     assert table[:2] == [
-        "NODE   KIND   OWNER        AGE   EXPIRES                REASON",
-        f"n1     job    {owner}   7m    2026-11-22T13:00:00Z   reserved for a starving job",
+        "NODE   KIND   OWNER        AGE   EXPIRES                START   BACKFILLED   REASON",
+        f"n1     job    {owner}   7m    2026-11-22T13:00:00Z   -       0            reserved for a starving job",
     ]
-    assert table[3].split() == ["STARVING", "JOB", "QUEUE", "PRIORITY", "BOUND", "REASON"]
+    assert table[3].split() == ["STARVING", "JOB", "QUEUE", "PRIORITY", "BOUND", "START", "REASON"]
     assert "(no windows configured)" in table and "(no queue guarantees)" in table
     assert table[-4:-2] == ["SKIPPED OBJECT   ERROR", "Queue broken     spec.weight: not an integer"]
     wide = render_status(*status_args(), "wide").splitlines()
-    assert wide[0].split() == ["NODE", "KIND", "OWNER", "AGE", "EXPIRES", "SINCE", "EXCLUSIVE", "RESERVED", "TASKS",
-                               "REASON"]
-    assert wide[1].split()[:9] == ["n1", "job", owner, "7m", "2026-11-22T13:00:00Z", "2026-11-22T11:53:00Z",
-                                   "false", "cpu=4", "ns/big"]
-    assert wide[3].split()[:8] == ["STARVING", "JOB", "QUEUE", "PRIORITY", "BOUND", "PENDING", "OWNER", "SINCE"]
+    assert wide[0].split() == ["NODE", "KIND", "OWNER", "AGE", "EXPIRES", "START", "BACKFILLED", "SINCE", "EXCLUSIVE",
+                               "RESERVED", "TASKS", "REASON"]
+    assert wide[1].split()[:11] == ["n1", "job", owner, "7m", "2026-11-22T13:00:00Z", "-", "0",
+                                    "2026-11-22T11:53:00Z", "false", "cpu=4", "ns/big"]
+    assert wide[3].split()[:9] == ["STARVING", "JOB", "QUEUE", "PRIORITY", "BOUND", "START", "PENDING", "OWNER",
+                                   "SINCE"]
     assert table[-1] == wide[-1] == "plan published by agent-1 at 2026-11-22T11:59:40Z, 20s ago"
     queues = render_status(*status_args(competing()), "wide", queues=True).splitlines()
     assert queues[1].split()[-2:] == ["ALLOCATED", "DESERVED"] and queues[2].split()[0] in ("default", "other")

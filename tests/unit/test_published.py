@@ -56,7 +56,7 @@ def test_the_document_of_a_plan() -> None:
     skipped = Skipped(cache="queues", kind="Queue", name="broken", uid="u", resource_version="1", error="bad")
     doc = document(skipped=[skipped])
     assert list(doc) == ["format", "agent", "planned", "dryRun", "config", "jobs", "windows", "guarantees",
-                         "reservations", "handovers", "queues", "notes", "skipped", "omitted"]
+                         "reservations", "handovers", "estimates", "queues", "notes", "skipped", "omitted"]
     assert (doc["format"], doc["agent"], doc["planned"], doc["dryRun"]) == (1, "agent-1", "2026-11-22T12:00:00Z", False)
     assert doc["config"] == {
         "resyncPeriod": "30s",
@@ -76,6 +76,7 @@ def test_the_document_of_a_plan() -> None:
     assert not late["starving"] and late["starvingSince"] is None and late["reason"] == "waiting 30s of 60s threshold"
     assert doc["skipped"] == [{"kind": "Queue", "name": "broken", "error": "bad"}]
     assert doc["omitted"] == {} and doc["queues"] == []  # one queue: nothing competed
+    assert doc["estimates"] == []  # big's lock is planned, not on its node yet: nothing waits on it
     assert json.loads(render(doc)) == doc
 
 
