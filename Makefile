@@ -73,6 +73,13 @@ bench-planner-compare: $(STAMP)
 bench-scale: $(STAMP) cluster-bin
 	$(PY) -m bench.scale.run $(if $(NODES),--nodes $(NODES)) $(if $(STATUS_BASE),--status-base $(STATUS_BASE))
 
+.PHONY: bench-backfill
+## bench-backfill: seed 000's starvation locks on 200 kwok nodes with a stream of short pods, backfill off and then on,
+## side by side; last line `backfill: locked idle cpu-s OFF -> ON (-X%), owner delay +D s, backfilled B pods` (about
+## 10 minutes)
+bench-backfill: $(STAMP) cluster-bin
+	$(PY) -m bench.backfill.run
+
 .PHONY: bench-handover
 ## bench-handover: seed 003's handover lock against kube-scheduler's nominatedNodeName (KEP-5278) on the local control
 ## plane, strangers of lower, equal and higher priority; last line `handover: lock W/W/W of N owners (lower/equal/higher

@@ -66,6 +66,7 @@ from agent.planner.model import (
     EstimateMark,
     Lock,
     Release,
+    ReservationStatus,
     StartEstimate,
 )
 from agent.planner.reservations import pod_meta
@@ -75,11 +76,11 @@ from shared.backfill import Grant, grants_text, hold_refusal
 from shared.config import ReservoirConfig
 from shared.entitlement import Grounds, entitlement
 from shared.keys import LockKind
-from shared.ownership import pod_queue
+from shared.ownership import pod_queue, reservation_owner_id
 from shared.predicates import schedulable_on
 from shared.resources import EMPTY, PODS, Resources
 from shared.timestamps import parse_time, stamp
-from shared.views import NodeView, PodGroupView, PodView
+from shared.views import NodeView, PodGroupView, PodView, ReservationView
 
 SECOND = timedelta(seconds=1)
 # gated pods decided in one plan, oldest first; the others wait for the next (which comes at once: the writes change
@@ -542,6 +543,32 @@ def estimate_marks(estimates: Sequence[StartEstimate], pods: Mapping[str, PodVie
             if target not in marks and _moved(have, text):
                 marks[target] = EstimateMark(*target, text)
     return tuple(marks[k] for k in sorted(marks))
+
+
+EXPECTED = "; expected start "  # how a Waiting Reservation's Ready message ends with its estimate
+
+
+def with_expected_starts(statuses: Sequence[ReservationStatus], estimates: Sequence[StartEstimate],
+                         reservations: Mapping[str, ReservationView]) -> list[ReservationStatus]:
+    """Issue 17: each Waiting Reservation's status with its owner's estimate at the end of its Ready condition's
+    message (`...; expected start <time or unknown: ...>`), the time written there kept while the new one is within
+    ESTIMATE_TOLERANCE of it (_moved: a status rewritten at every plan would wake every plan again)."""
+    by_owner = {e.owner: e for e in estimates if e.kind is LockKind.RESERVATION}
+    out = []
+    for status in statuses:
+        estimate = by_owner.get(reservation_owner_id(status.name)) if status.phase == "Waiting" else None
+        view = reservations.get(status.name)
+        if estimate is None or view is None:
+            out.append(status)
+            continue
+        written = next((str(c.get("message") or "") for c in view.status.get("conditions") or ()
+                        if isinstance(c, Mapping) and c.get("type") == "Ready"), "")
+        have = written.rpartition(EXPECTED)[2] if EXPECTED in written else None
+        text = have if have is not None and not _moved(have, estimate.text) else estimate.text
+        message = f"{status.message}{EXPECTED}{text}"
+        conditions = tuple({**c, "message": message} if c.get("type") == "Ready" else c for c in status.conditions)
+        out.append(replace(status, message=message, conditions=conditions))
+    return out
 
 
 # a pod remembered for estimate_errors is forgotten when no estimate has named it for this long (its owner's lock

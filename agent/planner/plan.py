@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 
-from agent.planner.backfill import backfill_slots, plan_backfill, waiting_task
+from agent.planner.backfill import backfill_slots, plan_backfill, waiting_task, with_expected_starts
 from agent.planner.capacity import NodeState, control_plane, node_states, schedulable
 from agent.planner.guarantee import GUARANTEES, guaranteed_queues
 from agent.planner.jobs import build_jobs, usage_by_queue
@@ -66,9 +66,10 @@ def plan(snapshot: Snapshot, config: ReservoirConfig, now: datetime,
                            config=config)
     backfill = plan_backfill_of(context, locks, statuses)
     notes += [f"policy=backfill {note}" for note in backfill.notes]
+    reservations = with_expected_starts(statuses.reservations, backfill.estimates, snapshot.reservations)
     return Plan(locks=locks, jobs=list(statuses.jobs), windows=list(statuses.windows), notes=notes,
                 queues=list(context.scores), guarantees=list(statuses.guarantees),
-                reservations=list(statuses.reservations), repairs=repairs, states=context.states,
+                reservations=reservations, repairs=repairs, states=context.states,
                 placeholders=list(statuses.placeholders), handovers=list(statuses.handovers),
                 node_marks=merged_marks(context.cooldowns.marks, backfill.marks), runtimes=context.runtimes,
                 wake_at=wake_at, backfill=backfill)

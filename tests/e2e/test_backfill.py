@@ -11,6 +11,7 @@ import json
 import time
 import urllib.request
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -18,8 +19,8 @@ from localcluster.agent_process import AgentProcess
 from localcluster.cluster import COMPLETE_AFTER, free_port
 from shared import keys
 from shared.backfill import pinned_to, read_grants
-from shared.ownership import JobRef
-from shared.timestamps import parse_time
+from shared.ownership import JobRef, window_owner_id
+from shared.timestamps import parse_time, stamp
 from tests.e2e.kit import Kit, apply_setup, running_webhook
 from tests.e2e.scenarios import SETUP, STARVATION_CONFIG, configure, scheduled_at
 
@@ -46,17 +47,20 @@ async def running(kit: Kit) -> AsyncIterator[AgentProcess]:
         await kit.raw("DELETE", f"/apis/coordination.k8s.io/v1/namespaces/{keys.NAMESPACE}/leases/reservoir-agent")
 
 
-def opting_in(runtime: str, runs: str) -> dict[str, str]:
-    return {keys.BACKFILL: "true", keys.MAXIMUM_RUNTIME: runtime, COMPLETE_AFTER: runs}
+def opting_in(runtime: str, runs: str | None) -> dict[str, str]:
+    """A pod's annotations that opt into backfill with a declared runtime; it runs `runs` on kwok, or, without, until
+    its activeDeadlineSeconds ends it (localcluster's pod-deadline stage, as the kubelet) or forever."""
+    return {keys.BACKFILL: "true", keys.MAXIMUM_RUNTIME: runtime, **({COMPLETE_AFTER: runs} if runs else {})}
 
 
-async def webhook_gates(kit: Kit) -> None:
-    """Wait until the webhook's caches have the config: a dry-run pod that opts in comes back gated."""
+async def webhook_gating(kit: Kit, gating: bool) -> None:
+    """Wait until the webhook's caches have the config: a dry-run pod that opts in comes back gated, or not."""
     async def probe() -> bool:
         body = kit.pod_body("probe", {"cpu": "1"}, annotations=opting_in("10s", "5s"))
         made = await kit.raw("POST", f"/api/v1/namespaces/{kit.namespace}/pods?dryRun=All", body=body)
-        return any(g["name"] == keys.BACKFILL_GATE for g in made["spec"].get("schedulingGates") or [])
-    await kit.wait_for(probe, what="the webhook holding pods that opt into backfill", timeout=20)
+        return gating == any(g["name"] == keys.BACKFILL_GATE for g in made["spec"].get("schedulingGates") or [])
+    await kit.wait_for(probe, what=f"the webhook {'' if gating else 'no longer '}holding pods that opt into "
+                                   "backfill", timeout=20)
 
 
 async def test_seed_000_a_short_pod_backfills_the_draining_node_and_the_big_pod_still_binds(
@@ -66,7 +70,7 @@ async def test_seed_000_a_short_pod_backfills_the_draining_node_and_the_big_pod_
     for i in (2, 3):  # seed 000 at Time2: pod-1 done, pod-2 and pod-3 running with their runtimes declared
         await kit.create_pod(f"pod-{i}", {"cpu": "1"}, extra_spec={"nodeName": NODE},
                              annotations={keys.MAXIMUM_RUNTIME: f"{RUNNING}s", COMPLETE_AFTER: f"{RUNNING}s"})
-    await webhook_gates(kit)
+    await webhook_gating(kit, True)
     await kit.create_pod("pod-4", {"cpu": "3"})
     owner = JobRef(kit.namespace, "Pod", "pod-4").owner_id
 
@@ -130,7 +134,9 @@ def scrape(port: int) -> str:
 
 # --- seed 000's story twice in one test, backfill off and then on, compared (issue 17) ---
 
-STREAM = (0, 8, 16, 24)  # seconds after the lock: short pods (1 cpu, 10 s declared, 8 s run) arriving meanwhile
+# seconds after the lock: short pods arriving meanwhile, 1 cpu, declaring 10 s and running until their deadline ends
+# them (no complete-after: each would run forever; localcluster's pod-deadline stage ends it as the kubelet would)
+STREAM = (0, 8, 16, 24)
 
 
 class Story:
@@ -162,7 +168,7 @@ async def seed_000_story(kit: Kit, prefix: str) -> Story:
     last = time.monotonic()
     while await lock_held():
         if due is not None and time.monotonic() - began >= due:
-            await kit.create_pod(f"{prefix}-short-{due}", {"cpu": "1"}, annotations=opting_in("10s", "8s"))
+            await kit.create_pod(f"{prefix}-short-{due}", {"cpu": "1"}, annotations=opting_in("10s", None))
             due = next(stream, None)
         pods = await kit.raw("GET", f"/api/v1/namespaces/{kit.namespace}/pods?fieldSelector=spec.nodeName={node}")
         running = [p for p in pods["items"] if p["status"].get("phase") not in ("Succeeded", "Failed")]
@@ -195,12 +201,7 @@ async def test_seed_000_with_backfill_off_and_on_idle_locked_cpu_falls_and_pod_4
         kit: Kit, running: AgentProcess) -> None:
     await kit.create_node("spare", {"cpu": "100m", "memory": "1Gi"})  # one node alone locks nothing (90%)
     await configure(kit, STARVATION_CONFIG)  # backfill off: no namespace opts in
-
-    async def not_gating() -> bool:
-        body = kit.pod_body("probe", {"cpu": "1"}, annotations=opting_in("10s", "5s"))
-        made = await kit.raw("POST", f"/api/v1/namespaces/{kit.namespace}/pods?dryRun=All", body=body)
-        return not made["spec"].get("schedulingGates")
-    await kit.wait_for(not_gating, what="the webhook no longer holding pods for backfill", timeout=20)
+    await webhook_gating(kit, False)
     off = await seed_000_story(kit, "off")
     assert off.backfilled == [], [p["metadata"]["name"] for p in off.backfilled]
     # the first run's node and pods go (its stream is still pending; its node, free again, would take the second's)
@@ -208,13 +209,126 @@ async def test_seed_000_with_backfill_off_and_on_idle_locked_cpu_falls_and_pod_4
     await kit.raw("DELETE", "/api/v1/nodes/off-node")
 
     await configure(kit, BACKFILL_CONFIG)
-    await webhook_gates(kit)
+    await webhook_gating(kit, True)
     on = await seed_000_story(kit, "on")
     assert on.backfilled, "no short pod backfilled the draining node"
-    for pod in on.backfilled:  # every backfilled pod carries the deadline that ends it in time
+    for pod in on.backfilled:  # every backfilled pod carries the deadline that ends it in time, and was ended by it
         assert pod["spec"].get("activeDeadlineSeconds") == 10, pod["spec"]
+        ended = (await kit.read_pod(pod["metadata"]["name"]))["status"]
+        assert (ended.get("phase"), ended.get("reason")) == ("Failed", "DeadlineExceeded"), ended
+        finished = parse_time(ended["containerStatuses"][0]["state"]["terminated"]["finishedAt"])
+        ran = (finished - parse_time(ended["startTime"])).total_seconds()  # type: ignore[operator]
+        assert 10 <= ran <= 12, ran
     print(f"\nseed 000 backfill off -> on: locked idle cpu-s {off.idle_cpu_seconds:.1f} -> {on.idle_cpu_seconds:.1f}, "
           f"pod-4 bound {off.pod_4_delay:+.1f}s -> {on.pod_4_delay:+.1f}s after it could fit, "
           f"backfilled {len(on.backfilled)} pods")
     assert on.pod_4_delay <= off.pod_4_delay + RESYNC_SECONDS, (off.pod_4_delay, on.pod_4_delay)
     assert on.idle_cpu_seconds < off.idle_cpu_seconds - 5, (off.idle_cpu_seconds, on.idle_cpu_seconds)
+
+
+# --- seed 004's window twice in one test, backfill off and then on, its lead scaled to a minute (issue 17) ---
+
+
+class WindowStory:
+    """One run of seed 004's window on its own node: the lock's idle cpu-seconds, the reserve pod's bind after the
+    window opened, the pods that backfilled the node, and the plan's published estimate of the window's start."""
+
+    def __init__(self, start: datetime) -> None:
+        self.start = start
+        self.idle_cpu_seconds = 0.0
+        self.locked_seconds = 0.0  # the lead varies with the moment the run begins: idle is compared per locked second
+        self.reserve_delay = 0.0
+        self.backfilled: dict[str, dict] = {}
+        self.estimate: str | None = None
+
+
+def window_story_config(name: str, start: datetime, backfill: bool) -> str:
+    """Seed 004's window (the seed's startReserveAgo 2h scaled to 2m: its lock is due at once) opening at `start`,
+    on the nodes labelled business=<name>; one reserve pod ends it (podNumToReserve 1)."""
+    return f"""
+starvation: {{enabled: false}}
+maxLockedNodePercent: 90
+resyncPeriod: {RESYNC_SECONDS}s
+debounce: 200ms
+windows:
+- name: {name}
+  nodeSelector: {{business: {name}}}
+  resources: {{cpu: "4"}}
+  schedule: "{start.minute} {start.hour} * * *"
+  duration: 10m
+  startReserveAgo: 2m
+  podNumToReserve: 1
+""" + ("backfill: {namespaces: ['*'], margin: 5s}\n" if backfill else "")
+
+
+async def window_story(kit: Kit, name: str, backfill: bool) -> WindowStory:
+    # the window opens at a minute's start 45 to 105 s from now: the lead the short pods can use
+    start = (datetime.now(UTC) + timedelta(seconds=105)).replace(second=0, microsecond=0)
+    story = WindowStory(start)
+    node = f"{name}-node"
+    await kit.create_node(node, {"cpu": "4", "memory": "16Gi"}, labels={"business": name})
+    await configure(kit, window_story_config(name, start, backfill))
+    owner = window_owner_id(name)
+
+    async def lock_held() -> bool:
+        return any(t["key"] == keys.LOCK and t.get("value") == owner
+                   for t in (await kit.read_node(node))["spec"].get("taints") or [])
+    await kit.wait_for(lock_held, what=f"{node} locked for window {name}", timeout=30)
+    await webhook_gating(kit, backfill)
+    began = time.monotonic()
+    await kit.create_pod(f"{name}-long", {"cpu": "1"}, annotations=opting_in("5m", "8s"))  # would cross the start
+    last, next_short, reserve_created = time.monotonic(), 0.0, False
+    while await lock_held():
+        now = datetime.now(UTC)
+        if not reserve_created and now >= start:
+            await kit.create_pod(f"{name}-reserve", {"cpu": "4"}, annotations={keys.RESERVEABLE: "true"},
+                                 extra_spec={"nodeSelector": {"business": name}})
+            reserve_created = True
+        elif not reserve_created and time.monotonic() >= next_short and (start - now).total_seconds() > 16:
+            await kit.create_pod(f"{name}-short-{now:%H%M%S}", {"cpu": "1"}, annotations=opting_in("10s", "8s"))
+            next_short = time.monotonic() + 10
+        if backfill and story.estimate is None and not reserve_created:
+            published = await kit.raw("GET", f"/api/v1/namespaces/{keys.NAMESPACE}/configmaps/{keys.STATUS_CONFIGMAP}")
+            document = json.loads(((published or {}).get("data") or {}).get(keys.STATUS_KEY) or "{}")
+            story.estimate = next((e["start"] for e in document.get("estimates") or () if e["owner"] == owner), None)
+        pods = await kit.raw("GET", f"/api/v1/namespaces/{kit.namespace}/pods?fieldSelector=spec.nodeName={node}")
+        running = [p for p in pods["items"] if p["status"].get("phase") not in ("Succeeded", "Failed")]
+        moment = time.monotonic()
+        story.idle_cpu_seconds += max(0.0, 4 - sum(cpu(p) for p in running)) * (moment - last)
+        last = moment
+        story.backfilled.update({p["metadata"]["name"]: p for p in running if "short" in p["metadata"]["name"]
+                                 or "long" in p["metadata"]["name"]})
+        if now > start + timedelta(seconds=60):
+            raise AssertionError(f"{node} still locked a minute after window {name} opened")
+        await asyncio.sleep(0.5)
+    story.locked_seconds = time.monotonic() - began
+    reserve = await kit.wait_pod(f"{name}-reserve", lambda p: scheduled_at(p) is not None, "bound", timeout=30)
+    assert reserve["spec"]["nodeName"] == node
+    story.reserve_delay = (scheduled_at(reserve) or 0) - start.timestamp()
+    long = await kit.read_pod(f"{name}-long")
+    assert not long["spec"].get("nodeName"), f"a pod whose runtime crosses the window's start: {long['spec']}"
+    return story
+
+
+async def test_seed_004_with_backfill_off_and_on_short_pods_use_the_lead_and_the_reserve_pod_is_not_later(
+        kit: Kit, running: AgentProcess) -> None:
+    await kit.create_node("spare", {"cpu": "100m", "memory": "1Gi"})  # one node alone locks nothing (90%)
+    off = await window_story(kit, "wof", backfill=False)
+    assert off.backfilled == {}, list(off.backfilled)
+    await kit.raw("DELETE", f"/api/v1/namespaces/{kit.namespace}/pods")
+    await kit.raw("DELETE", "/api/v1/nodes/wof-node")
+    on = await window_story(kit, "won", backfill=True)
+    assert on.backfilled, "no short pod used the window's lead"
+    for name, pod in on.backfilled.items():  # each with its deadline, gone before the window opened
+        assert pod["spec"].get("activeDeadlineSeconds") == 10, pod["spec"]
+        ended = await kit.read_pod(name)
+        finished = parse_time(ended["status"]["containerStatuses"][0]["state"]["terminated"]["finishedAt"])
+        assert finished is not None and finished <= on.start, (name, finished, on.start)
+    assert on.estimate == stamp(on.start), (on.estimate, on.start)  # the window's start, published while it waits
+    off_rate, on_rate = off.idle_cpu_seconds / off.locked_seconds, on.idle_cpu_seconds / on.locked_seconds
+    print(f"\nseed 004 backfill off -> on: locked idle cpu-s {off.idle_cpu_seconds:.1f} in {off.locked_seconds:.0f}s "
+          f"-> {on.idle_cpu_seconds:.1f} in {on.locked_seconds:.0f}s ({off_rate:.2f} -> {on_rate:.2f} idle cpu), "
+          f"reserve pod bound {off.reserve_delay:+.1f}s -> {on.reserve_delay:+.1f}s after the window opened, "
+          f"backfilled {len(on.backfilled)} pods")
+    assert on.reserve_delay <= off.reserve_delay + RESYNC_SECONDS, (off.reserve_delay, on.reserve_delay)
+    assert on_rate < off_rate - 0.5, (off_rate, on_rate)

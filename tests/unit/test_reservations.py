@@ -497,3 +497,35 @@ def test_a_claimed_owner_edited_while_gated_to_exclude_the_node_is_let_go_and_th
     assert "affinity" not in cluster.pods["ns/o"]["spec"]
     cluster.reconcile(bind=False)
     assert cluster.last.locks == {} and list(cluster.placeholders().values()) == [{"cpu": "3"}]
+
+
+def test_a_waiting_reservation_says_when_it_is_expected_to_start_in_its_ready_message() -> None:
+    """Issue 17: pre-allocation on a full 4-cpu node whose four 1-cpu pods declare 60 s and started 10, 20, 30 and 40 s
+    ago (ending at +50, +40, +30, +20 s): its 3 cpu are free when the third of them ends, 40 s from now. Its Ready message ends with that time, written
+    once: a later plan whose estimate moved less than the tolerance keeps the text (no status write at every plan)."""
+    running = []
+    for i in range(4):
+        raw = pod_obj(f"run-{i}", "1", node_name="n1")
+        raw["metadata"]["annotations"] = {keys.MAXIMUM_RUNTIME: "60s"}
+        raw["status"]["startTime"] = stamp(NOW - timedelta(seconds=10 * (i + 1)))
+        running.append(raw)
+    cluster = Cluster.of(node_obj("n1"), pods=tuple(running),
+                         reservations=(reservation("pre", "3", preAllocation=True),))
+    cluster.reconcile()
+    assert cluster.status("pre").phase == "Waiting" and "n1" in cluster.last.locks
+    cluster.reconcile()  # the lock is on the node now: its slot, and the estimate
+    ready = next(c for c in cluster.status("pre").conditions if c["type"] == "Ready")
+    assert ready["message"].endswith("; expected start 2026-11-22T12:00:40Z"), ready["message"]
+    assert cluster.status("pre").message == ready["message"]
+    (estimate,) = cluster.last.backfill.estimates
+    assert estimate.at == NOW + timedelta(seconds=40)
+    cluster.pods["ns/run-1"]["status"]["startTime"] = stamp(NOW - timedelta(seconds=23))  # it now ends at +37 s:
+    cluster.reconcile()  # 3 s sooner than written, within the tolerance: the written text stays
+    assert cluster.last.backfill.estimates[0].at == NOW + timedelta(seconds=37)
+    ready = next(c for c in cluster.status("pre").conditions if c["type"] == "Ready")
+    assert ready["message"].endswith("; expected start 2026-11-22T12:00:40Z"), ready["message"]
+    assert ready["message"].count("expected start") == 1
+    cluster.pods["ns/run-1"]["status"]["startTime"] = stamp(NOW - timedelta(seconds=30))  # +30: 10 s sooner
+    cluster.reconcile()
+    ready = next(c for c in cluster.status("pre").conditions if c["type"] == "Ready")
+    assert ready["message"].endswith("; expected start 2026-11-22T12:00:30Z"), ready["message"]
