@@ -3,8 +3,9 @@ control plane (issue 17).
 
 Each phase (OFF, then ON; the same seeded random draws) on its own NODES kwok nodes of 8 cpu, with the webhook and
 the agent running as `make up` runs them:
-- fill: every node full with eight 1-cpu pods pre-bound to it, each declaring a maximum runtime drawn from
-  FILL_RUNTIMES and running exactly that (kwok's complete-after);
+- fill: every node full with eight 1-cpu pods pre-bound to it; on DRAINING of the nodes each declares a maximum
+  runtime drawn from FILL_RUNTIMES and runs exactly that (kwok's complete-after), on the others they declare none and
+  run on (a busy cluster: the stream finds room only where pods end);
 - owners: LOCKS pods of 8 cpu (each its own job) fit nowhere; past starvingJobTimeThreshold each gets a starvation
   lock on the node that drains soonest;
 - stream: for STREAM_SECONDS, a 1-cpu pod every STREAM_EVERY seconds, declaring a runtime drawn from
@@ -14,7 +15,9 @@ the agent running as `make up` runs them:
 Measured per phase, sampling every second until every owner is bound: locked-idle cpu-seconds (over the nodes
 carrying a lock taint, allocatable cpu minus the requests of the pods running there), each owner's delay (its bind
 after the moment its node's fill pods had all ended: what backfill must never add to), the stream pods' wait
-(creation to bind, those bound), and the pods backfilled (bound with an activeDeadlineSeconds).
+(creation to bind, those bound), and the pods backfilled (bound with an activeDeadlineSeconds). At the end, the
+delay the gate added (the agent's reservoir_backfill_gate_seconds): to the pods let go unchanged, and to those
+backfilled.
 
 Last line: `backfill: locked idle cpu-s OFF -> ON (-X%), owner delay +D s, backfilled B pods`, D the mean owner
 delay ON minus OFF. A benchmark: it reports numbers, it asserts nothing.
@@ -31,18 +34,20 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
 import yaml
 
 from bench.scale.run import Api, _not_ready, _sh, create_all, log, wait_until
 from localcluster import binaries
 from localcluster.agent_process import AgentProcess
-from localcluster.cluster import COMPLETE_AFTER, LocalCluster, kwok_node
+from localcluster.cluster import COMPLETE_AFTER, LocalCluster, free_port, kwok_node
 from localcluster.process import REPO
 from localcluster.webhook_process import WebhookProcess
 from shared import keys
 from shared.timestamps import parse_time
 
 NODES = 200
+DRAINING = 24
 NODE_CPU = 8
 LOCKS = 8
 FILL_RUNTIMES = (40, 60, 80, 100, 120)  # seconds, declared and run
@@ -60,7 +65,7 @@ maxLockedNodePercent: 50
 resyncPeriod: 5s
 starvation:
   starvingJobTimeThreshold: {THRESHOLD_SECONDS}s
-  reservedNodePercent: 10
+  reservedNodePercent: {LOCKS * 100 // NODES}
 """
     return text + (f"backfill: {{namespaces: [{namespace}], margin: 5s}}\n" if backfill else "")
 
@@ -129,10 +134,13 @@ async def phase(api: Api, kubectl: list[str], name: str, backfill: bool) -> Phas
                      NODES, f"{name} nodes")
     await wait_until(lambda: _not_ready(api, NODES), f"{name} nodes Ready",
                      timeout=300)
-    runtimes = {(n, j): rng.choice(FILL_RUNTIMES) for n in nodes for j in range(NODE_CPU)}
+    runtimes = {(n, j): rng.choice(FILL_RUNTIMES) for n in nodes[:DRAINING] for j in range(NODE_CPU)}
+
+    def declared(n: str, j: int) -> dict[str, str]:
+        runtime = runtimes.get((n, j))
+        return {keys.MAXIMUM_RUNTIME: f"{runtime}s", COMPLETE_AFTER: f"{runtime}s"} if runtime else {}
     await create_all(api, f"/api/v1/namespaces/{namespace}/pods", (
-        pod(f"fill-{n}-{j}", namespace, "1", node=n, annotations={
-            keys.MAXIMUM_RUNTIME: f"{runtimes[(n, j)]}s", COMPLETE_AFTER: f"{runtimes[(n, j)]}s"})
+        pod(f"fill-{n}-{j}", namespace, "1", node=n, annotations=declared(n, j))
         for n in nodes for j in range(NODE_CPU)), NODES * NODE_CPU, f"{name} fill")
     await wait_until(lambda: api.count(f"/api/v1/namespaces/{namespace}/pods?fieldSelector=status.phase!=Running"),
                      f"{name} fill Running", timeout=300)
@@ -196,6 +204,24 @@ async def phase(api: Api, kubectl: list[str], name: str, backfill: bool) -> Phas
     return result
 
 
+async def gate_delay(port: int) -> str:
+    """The delay the backfill gate added (the agent's reservoir_backfill_gate_seconds): from creation to the gate
+    lifted, for the pods let go unchanged (placed as usual) and for those backfilled."""
+    async with aiohttp.ClientSession() as session, session.get(f"http://127.0.0.1:{port}/metrics") as response:
+        text = await response.text()
+    values = {}
+    for line in text.splitlines():
+        if line.startswith("reservoir_backfill_gate_seconds_"):
+            name, _, value = line.rpartition(" ")
+            values[name] = float(value)
+    parts = []
+    for outcome in ("released", "backfilled"):
+        count = values.get(f'reservoir_backfill_gate_seconds_count{{outcome="{outcome}"}}', 0.0)
+        total = values.get(f'reservoir_backfill_gate_seconds_sum{{outcome="{outcome}"}}', 0.0)
+        parts.append(f"{outcome} {count:.0f} pods, mean {total / count if count else 0:.2f}s")
+    return "gate (creation to the gate lifted): " + "; ".join(parts)
+
+
 def describe(p: Phase) -> str:
     delays = p.owner_delays or [0.0]
     waits = p.waits or [0.0]
@@ -209,7 +235,7 @@ async def run() -> list[str]:
     cluster = LocalCluster(bin_dir=binaries.ensure_built(), log=log)
     cluster.start()
     webhook = WebhookProcess(cluster)
-    agent = AgentProcess(cluster, identity="agent-0")
+    agent = AgentProcess(cluster, identity="agent-0", metrics_port=free_port())
     api = Api(cluster)
     try:
         kubectl = cluster.kubectl
@@ -224,12 +250,14 @@ async def run() -> list[str]:
         log(f"bench-backfill: {describe(off)}")
         on = await phase(api, kubectl, "on", backfill=True)
         log(f"bench-backfill: {describe(on)}")
+        gate = await gate_delay(agent.metrics_port)
+        log(f"bench-backfill: {gate}")
         if not agent.running():
             raise RuntimeError(f"agent exited:\n{agent.log_text()[-3000:]}")
         base = off.idle_cpu_seconds
         change = (on.idle_cpu_seconds - base) / base * 100 if base else 0.0
         delay = statistics.mean(on.owner_delays or [0.0]) - statistics.mean(off.owner_delays or [0.0])
-        return [describe(off), describe(on),
+        return [describe(off), describe(on), gate,
                 f"backfill: locked idle cpu-s {base:.0f} -> {on.idle_cpu_seconds:.0f} ({change:+.0f}%), "
                 f"owner delay {delay:+.1f} s, backfilled {on.backfilled} pods"]
     finally:
