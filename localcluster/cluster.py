@@ -55,6 +55,9 @@ def kwok_node(name: str, allocatable: dict[str, str], labels: dict[str, str] | N
     }
 
 
+PARKED_RETRY_SECONDS = 20  # the suite's retry of parked pods on kube-scheduler before 1.32 (scheduler_version_flags)
+
+
 def scheduler_version_flags(version: str) -> list[str]:
     """kube-scheduler flags that differ by Kubernetes minor (README "Supported Kubernetes versions").
 
@@ -64,8 +67,13 @@ def scheduler_version_flags(version: str) -> list[str]:
     On those versions the suite shortens that retry to 20 s (a deprecated flag 1.30 still has), so the same stories
     finish in test time; the default retry, not a feature gate, is what a 1.30 cluster runs with.
     """
-    minor = int(version.removeprefix("v1.").split(".")[0])
-    return ["--pod-max-in-unschedulable-pods-duration=20s"] if minor < 32 else []
+    return [f"--pod-max-in-unschedulable-pods-duration={PARKED_RETRY_SECONDS}s"] if parks_pods(version) else []
+
+
+def parks_pods(version: str) -> bool:
+    """Whether kube-scheduler `version` keeps a pod parked as unschedulable until its periodic retry when a node frees
+    up by pods finishing (before 1.32, scheduler_version_flags)."""
+    return int(version.removeprefix("v1.").split(".")[0]) < 32
 
 
 class ClusterError(RuntimeError):

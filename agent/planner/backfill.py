@@ -528,7 +528,8 @@ def estimate_marks(estimates: Sequence[StartEstimate], pods: Mapping[str, PodVie
     """Where each owner's estimate is written (keys.EXPECTED_START), only where what is there must change (_moved): a
     starvation job's or a window's pending pods (the first MAX_ESTIMATE_TARGETS of the estimate's tasks), each through
     its PodGroup when it has one, else itself. A time is never written in the past (an estimate that says "now"). A
-    Reservation's is not written on it (the agent may only write its status): `reservoir status` gives it."""
+    Reservation's goes at the end of its Ready message instead (with_expected_starts: the agent writes only its
+    status)."""
     marks: dict[tuple[str, str, str], EstimateMark] = {}
     for estimate in estimates:
         text = estimate.text if estimate.at is None else stamp(max(estimate.at, now))

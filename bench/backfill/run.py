@@ -37,11 +37,10 @@ from typing import Any
 import aiohttp
 import yaml
 
-from bench.scale.run import Api, _not_ready, _sh, create_all, log, wait_until
+from bench.scale.run import Api, _not_ready, _sh, create_all, install, log, wait_until
 from localcluster import binaries
 from localcluster.agent_process import AgentProcess
 from localcluster.cluster import COMPLETE_AFTER, LocalCluster, free_port, kwok_node
-from localcluster.process import REPO
 from localcluster.webhook_process import WebhookProcess
 from shared import keys
 from shared.timestamps import parse_time
@@ -239,10 +238,7 @@ async def run() -> list[str]:
     api = Api(cluster)
     try:
         kubectl = cluster.kubectl
-        await _sh(*kubectl, "apply", "-k", str(REPO / "deploy" / "crds"))
-        await _sh(*kubectl, "wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
-        for manifest in ("namespace.yaml", "webhook-rbac.yaml", "agent-rbac.yaml", "configmap.yaml"):
-            await _sh(*kubectl, "apply", "-f", str(REPO / "deploy" / manifest))
+        await install(kubectl)
         webhook.start()
         webhook.register(kubectl)
         agent.start()

@@ -178,6 +178,25 @@ def pod_body(name: str, requests: dict[str, str], node: str | None = None,
 
 # --- lock taints, as a node watch sees them ---
 
+async def watch_events(api: Api, path: str, rv: str, on_event: Callable[[dict[str, Any], str], None]) -> None:
+    """Watch `path` from resourceVersion `rv` for good (a watch that times out is started again where it was), calling
+    `on_event(object, type)` for each ADDED, MODIFIED or DELETED. An ERROR event (a 410 Gone on a long run) is logged
+    and the watch started again from the collection's current resourceVersion: what changed in between is missed."""
+    while True:
+        url = f"{api.server}{path}?watch=1&allowWatchBookmarks=true&timeoutSeconds=1800&resourceVersion={rv}"
+        async with api.session.get(url, timeout=aiohttp.ClientTimeout(total=None)) as response:
+            async for line in response.content:
+                event = json.loads(line)
+                obj = event["object"]
+                if event["type"] == "ERROR":
+                    log(f"bench-scale: watch of {path}: {obj}; watching again from now")
+                    rv = (await api.call("GET", f"{path}?limit=1"))["metadata"]["resourceVersion"]
+                    break
+                rv = obj["metadata"].get("resourceVersion", rv)
+                if event["type"] != "BOOKMARK":
+                    on_event(obj, event["type"])
+
+
 class LockWatch:
     """Every node's Reservoir lock taint value, updated from a watch; `seen[(node, value)]` when it appeared,
     `gone[(node, value)]` when it went (wall clock of the event's arrival)."""
@@ -193,20 +212,11 @@ class LockWatch:
 
     async def run(self, api: Api) -> None:
         rv = (await api.call("GET", "/api/v1/nodes?limit=1"))["metadata"]["resourceVersion"]
-        while True:
-            path = f"/api/v1/nodes?watch=1&allowWatchBookmarks=true&timeoutSeconds=1800&resourceVersion={rv}"
-            async with api.session.get(api.server + path, timeout=aiohttp.ClientTimeout(total=None)) as response:
-                async for line in response.content:
-                    event = json.loads(line)
-                    obj = event["object"]
-                    if event["type"] == "ERROR":
-                        log(f"bench-scale: node watch: {obj}")
-                        continue
-                    rv = obj["metadata"].get("resourceVersion", rv)
-                    if event["type"] == "BOOKMARK":
-                        continue
-                    self.events += 1
-                    self._update(obj["metadata"]["name"], None if event["type"] == "DELETED" else obj)
+
+        def on_event(obj: dict[str, Any], kind: str) -> None:
+            self.events += 1
+            self._update(obj["metadata"]["name"], None if kind == "DELETED" else obj)
+        await watch_events(api, "/api/v1/nodes", rv, on_event)
 
     def _update(self, name: str, node: dict[str, Any] | None) -> None:
         now = time.time()
@@ -251,22 +261,11 @@ class PodWatch:
                 self.views[obj["metadata"]["name"]] = PodView.from_obj(obj)
             token = page["metadata"].get("continue") or ""
             if not token:
-                return asyncio.create_task(self._watch(api, path, page["metadata"]["resourceVersion"]))
+                return asyncio.create_task(watch_events(api, path, page["metadata"]["resourceVersion"], self._event))
 
-    async def _watch(self, api: Api, path: str, rv: str) -> None:
-        while True:
-            url = f"{api.server}{path}?watch=1&allowWatchBookmarks=true&timeoutSeconds=1800&resourceVersion={rv}"
-            async with api.session.get(url, timeout=aiohttp.ClientTimeout(total=None)) as response:
-                async for line in response.content:
-                    event = json.loads(line)
-                    obj = event["object"]
-                    if event["type"] == "ERROR":
-                        log(f"bench-scale: pod watch: {obj}")
-                        return
-                    rv = obj["metadata"].get("resourceVersion", rv)
-                    if event["type"] != "BOOKMARK":
-                        self.events += 1
-                        self._update(obj, event["type"])
+    def _event(self, obj: dict[str, Any], kind: str) -> None:
+        self.events += 1
+        self._update(obj, kind)
 
     def _update(self, obj: dict[str, Any], kind: str) -> None:
         name = obj["metadata"]["name"]
@@ -411,10 +410,7 @@ async def run(nodes: int, status_base: str | None = None) -> list[str]:
     pod_watch_task: asyncio.Task[None] | None = None
     try:
         kubectl = cluster.kubectl
-        await _sh(*kubectl, "apply", "-k", str(REPO / "deploy" / "crds"))
-        await _sh(*kubectl, "wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
-        for manifest in ("namespace.yaml", "webhook-rbac.yaml", "agent-rbac.yaml", "configmap.yaml"):
-            await _sh(*kubectl, "apply", "-f", str(REPO / "deploy" / manifest))
+        await install(kubectl)
         configmap = {"apiVersion": "v1", "kind": "ConfigMap",
                      "metadata": {"name": keys.CONFIGMAP_NAME, "namespace": keys.NAMESPACE},
                      "data": {keys.CONFIG_KEY: CONFIG}}
@@ -674,6 +670,15 @@ async def _not_ready(api: Api, nodes: int) -> int:
                 if c.get("type") == "Ready" and c.get("status") == "True" and not any(
                     t.get("key") == "node.kubernetes.io/not-ready" for t in n["spec"].get("taints") or []))
     return nodes - ready
+
+
+async def install(kubectl: list[str]) -> None:
+    """What `make up` applies before the programs start: the CRDs (Established), the namespace, both RBACs and the
+    default config."""
+    await _sh(*kubectl, "apply", "-k", str(REPO / "deploy" / "crds"))
+    await _sh(*kubectl, "wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+    for manifest in ("namespace.yaml", "webhook-rbac.yaml", "agent-rbac.yaml", "configmap.yaml"):
+        await _sh(*kubectl, "apply", "-f", str(REPO / "deploy" / manifest))
 
 
 async def _sh(*args: str, stdin: str | None = None) -> None:

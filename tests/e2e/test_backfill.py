@@ -15,8 +15,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from localcluster import binaries
 from localcluster.agent_process import AgentProcess
-from localcluster.cluster import COMPLETE_AFTER, free_port
+from localcluster.cluster import COMPLETE_AFTER, PARKED_RETRY_SECONDS, free_port, parks_pods
 from shared import keys
 from shared.backfill import pinned_to, read_grants
 from shared.ownership import JobRef, window_owner_id
@@ -114,9 +115,11 @@ async def test_seed_000_a_short_pod_backfills_the_draining_node_and_the_big_pod_
     big = await kit.wait_for(bound_big, what="pod-4 bound once the node drained", timeout=RUNNING + 30)
     assert big["spec"]["nodeName"] == NODE
     assert (scheduled_at(big) or 0) > (scheduled_at(pod) or 0)
-    # the start the agent estimated for pod-4 (when pod-2 and pod-3 end) and wrote on it: within a resync of its bind
+    # the start the agent estimated for pod-4 (when pod-2 and pod-3 end) and wrote on it: within a resync of its bind;
+    # kube-scheduler before 1.32 binds it only at its next retry of parked pods (localcluster.cluster.parks_pods)
     expected = parse_time(big["metadata"]["annotations"][keys.EXPECTED_START])
-    assert expected is not None and abs(expected.timestamp() - (scheduled_at(big) or 0)) <= RESYNC_SECONDS, (
+    slack = RESYNC_SECONDS + (PARKED_RETRY_SECONDS if parks_pods(binaries.versions()["KUBERNETES_VERSION"]) else 0)
+    assert expected is not None and abs(expected.timestamp() - (scheduled_at(big) or 0)) <= slack, (
         big["metadata"]["annotations"][keys.EXPECTED_START], big["status"])
 
     async def error_counted() -> str | None:  # the estimate's error, once pod-4 is bound (one observation)
