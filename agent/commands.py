@@ -17,7 +17,7 @@ from kubernetes_asyncio import client
 
 from agent.planner.model import Lock, Snapshot
 from agent.planner.plan import current_locks
-from agent.published import StatusError, freshness, parse_published
+from agent.published import StatusError, freshness, parse_published, start_text
 from agent.why import explain, why_text
 from agent.writer import Writer
 from shared import keys, kinds
@@ -126,7 +126,7 @@ def status_document(locks: Mapping[str, Lock], published: Mapping[str, Any] | No
         "locks": [{"node": lock.node, "owner": lock.owner, "kind": lock.kind.value, "subject": lock.subject,
                    "reason": lock.reason, "since": stamp(lock.since), "age": _age(lock.since, now),
                    "expires": stamp(lock.expires) if lock.expires else None,
-                   "start": _start(estimates.get(lock.owner)),
+                   "start": start_text(estimates.get(lock.owner)),
                    "backfilled": (estimates.get(lock.owner) or {}).get("backfilled", 0),
                    "reserved": lock.reserved.to_quantities(), "tasks": list(lock.tasks),
                    "exclusive": lock.exclusive, "unreadable": lock.unreadable or None}
@@ -134,7 +134,7 @@ def status_document(locks: Mapping[str, Lock], published: Mapping[str, Any] | No
         "starvingJobs": [{"subject": j["subject"], "owner": j["owner"], "queue": j["queue"], "priority": j["priority"],
                           "minMember": j["minMember"], "bound": j["bound"], "pending": j["pending"],
                           "reason": j["reason"], "starvingSince": j.get("starvingSince"), "nodes": j.get("nodes", []),
-                          "start": _start(estimates.get(j["owner"]))}
+                          "start": start_text(estimates.get(j["owner"]))}
                          for j in plan.get("jobs") or () if j.get("starving")],
         "windows": list(plan.get("windows") or ()),
         "guarantees": list(plan.get("guarantees") or ()),
@@ -142,14 +142,6 @@ def status_document(locks: Mapping[str, Lock], published: Mapping[str, Any] | No
                            + list(plan.get("skipped") or ())),
         "plan": {**freshness(published, now, where), "omitted": dict(plan.get("omitted") or {})},
     }
-
-
-def _start(estimate: Mapping[str, Any] | None) -> str | None:
-    """An owner's expected start as status shows it (issue 17): the time, the reason it is unknown, or None when the
-    owner does not wait on a lock."""
-    if not estimate:
-        return None
-    return str(estimate.get("start") or estimate.get("unknown") or "unknown")
 
 
 def _joined(values: Sequence[str]) -> str:

@@ -250,6 +250,14 @@ class Publisher:
 STALE_RESYNCS = 3  # a plan older than this many resync periods is reported as stale
 
 
+def start_text(estimate: Mapping[str, Any] | None) -> str | None:
+    """An owner's expected start as the CLI shows it (an `estimates` entry, issue 17): the time, the reason it is
+    unknown, or None without an entry (the owner does not wait on a lock)."""
+    if not estimate:
+        return None
+    return str(estimate.get("start") or estimate.get("unknown") or "unknown")
+
+
 class StatusError(Exception):
     """`reservoir status` cannot answer: the message says why and what to do (printed as the one error line)."""
 

@@ -25,7 +25,7 @@ from agent.planner.jobs import build_jobs
 from agent.planner.model import Lock, Snapshot
 from agent.planner.reservations import is_owner, placeholder_of
 from agent.planner.starvation import is_starving
-from agent.published import freshness
+from agent.published import freshness, start_text
 from shared.config import ReservoirConfig
 from shared.duration import format_duration
 from shared.entitlement import Grounds, entitlement
@@ -53,7 +53,7 @@ def _expected(published: Mapping[str, Any] | None, owner: str, starts: list[str]
     `starts`."""
     for estimate in (published or {}).get("estimates") or ():
         if isinstance(estimate, Mapping) and estimate.get("owner") == owner:
-            start = str(estimate.get("start") or estimate.get("unknown") or "unknown")
+            start = start_text(estimate) or "unknown"
             starts.append(start)
             count = estimate.get("backfilled") or 0
             more = f"; {count} pod{'s' if count != 1 else ''} backfill its nodes meanwhile" if count else ""
