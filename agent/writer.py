@@ -8,7 +8,8 @@ and an async method of `Writer` that sends it through the client edge (`shared.k
 - a Reservation's placeholder pods (seed 003): `placeholder_pod`, `Writer.write_placeholders`
 - an owner's handover (seed 003): `narrow_patch` (node affinity and toleration), `ungate_patch`, `Writer.handover`
 - backfill (issue 17): a gated pod narrowed to a locked node with its toleration and `deadline_patch`, or let go
-  unchanged, `Writer.backfills`; the node's grants ride on the lock's patch (Plan.node_marks)
+  unchanged, `Writer.backfills`; the node's grants ride on the lock's patch (Plan.node_marks); a backfilled pod
+  that started late has its deadline lowered, `Writer.cut_deadlines`
 - a Queue's `status.reservation` (seed 002): `queue_status_patch`, `Writer.write_queues`
 - `Guaranteed` evictions through the Eviction API: `eviction_body`, `Writer.evict`
 - a Reservation's status (seed 003): `reservation_status_patch`, the owner annotation `allocated_annotation_patch`,
@@ -38,7 +39,7 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence, Set
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -50,6 +51,7 @@ from agent.planner.guarantee import ALWAYS_PROTECTED_NAMESPACES, never_evicted, 
 from agent.planner.model import (
     Backfill,
     BackfillPlan,
+    DeadlineCut,
     EstimateMark,
     Handover,
     Lock,
@@ -65,6 +67,7 @@ from agent.planner.model import (
 )
 from agent.planner.reservations import placeholder_of, ungate
 from shared import keys
+from shared.backfill import keep_unseen_grants
 from shared.config import ReservoirConfig
 from shared.jsonpatch import Op, add, pointer
 from shared.keys import LockKind
@@ -98,6 +101,11 @@ NODE_PATCHES_IN_FLIGHT = 16
 # issue 17: how long the backfill patches of one batch refused by the entitlement check (403) are tried again, all
 # together: the webhook's node cache may not have the grants the same reconcile wrote to the nodes a moment before
 GRANT_SEEN = 3.0
+# issue 17: an estimate annotation the API refused is not sent again for this long (the same text; a moved one is
+# sent): a tenant's pod or PodGroup at its annotation size limit would otherwise cost a failing write at every plan.
+# At most MAX_REFUSED_ESTIMATES remembered.
+ESTIMATE_RETRY_SECONDS = 600.0
+MAX_REFUSED_ESTIMATES = 10_000
 
 
 # --- bodies (pure) ---
@@ -467,6 +475,10 @@ class Writer:
         self._blocked_evictions: set[str] = set()  # evictions a budget blocks, reported once each
         self.placeholder_image = ReservoirConfig().reservations.placeholder_image
         self._left_alone: set[str] = set()  # uids of the Koordinator Reservations told LeftAlone (issue 18)
+        self._clock = clock
+        # estimate annotations refused (a tenant's object at its size limit, say): (kind, namespace, name, text) ->
+        # when; not sent again within ESTIMATE_RETRY_SECONDS, rather than at every plan
+        self._estimates_refused: dict[tuple[str, str, str, str], float] = {}
 
     def configure(self, config: ReservoirConfig) -> None:
         """The guard rails of evictions, from the config in force: protected namespaces, evictions per minute."""
@@ -528,6 +540,7 @@ class Writer:
                                           [p for p in snapshot.pods if placeholder_of(p) is not None])
             await self.handovers(result.handovers)
             await self.backfills(result.backfill)
+            await self.cut_deadlines(result.backfill.cuts)
             await self.estimates(result.backfill.estimate_marks)
             pods = {p.key: p for p in snapshot.pods} if any(g.evict for g in result.guarantees) else {}
             await self.write_queues(result.guarantees, snapshot.queues, pods=pods)
@@ -561,15 +574,20 @@ class Writer:
         except NotFound:
             return None
 
-    async def set_lock(self, name: str, desired: Lock | None,
-                       marks: Mapping[str, str | None] | None = None) -> tuple[Lock | None, bool]:
+    async def set_lock(self, name: str, desired: Lock | None, marks: Mapping[str, str | None] | None = None,
+                       seen_grants: Set[str] | None = None) -> tuple[Lock | None, bool]:
         """Make node `name` carry `desired` (and `marks`, node_patch); returns (the lock it carried before, whether it
-        was patched)."""
+        was patched). `seen_grants`: the backfill grants' uids the plan saw on the node; a grant the node carries now
+        that the plan did not see is kept (shared.backfill.keep_unseen_grants)."""
         for attempt in range(1, MAX_ATTEMPTS + 1):
             node = await self._read_node(name)
             if node is None:
                 return None, False
             before = lock_on(NodeView.from_obj(node))
+            if marks and keys.BACKFILL_GRANTS in marks and seen_grants is not None:
+                current = ((node.get("metadata") or {}).get("annotations") or {}).get(keys.BACKFILL_GRANTS)
+                marks = {**marks, keys.BACKFILL_GRANTS: keep_unseen_grants(
+                    marks[keys.BACKFILL_GRANTS], current if isinstance(current, str) else None, seen_grants)}
             ops = node_patch(node, desired, marks)
             if ops is None:
                 return before, False
@@ -645,8 +663,10 @@ class Writer:
         if why is not None:
             raise Fenced(why)
         unreadable = have.unreadable if have is not None else ""
+        seen = snapshot.nodes.get(name) if snapshot is not None else None
         try:
-            before, patched = await self.set_lock(name, want, marks)
+            before, patched = await self.set_lock(name, want, marks,
+                                                  set(seen.backfill_grants) if seen is not None else None)
         except ApiException as err:
             self._failed()
             decision(log, "patch-failed", level=logging.WARNING, node=name, status=err.status, reason=err.reason)
@@ -809,15 +829,61 @@ class Writer:
         decision(log, "backfill", policy="backfill", pod=pod_view.key, node=chosen.node, owner=chosen.owner,
                  deadline=chosen.deadline, until=stamp(chosen.ends), reason=chosen.reason)
 
+    async def cut_deadlines(self, cuts: Sequence[DeadlineCut]) -> None:
+        """Issue 17: each backfilled pod that started late given the lower activeDeadlineSeconds the plan says
+        (backfill.deadline_cuts), read first (the very pod, by uid; `deadline_patch` writes nothing when its own is as
+        small already), with a `BackfillDeadlineCut` Event; a pod that fails is logged and counted, never stops the
+        others."""
+        for cut in cuts:
+            if not self.may_write("backfill"):
+                return
+            await self._pod_step("backfill-failed", cut.key, self.cut_deadline(cut))
+
+    async def cut_deadline(self, cut: DeadlineCut) -> None:
+        pod_view = cut.pod
+        path = resource_path("v1", "pods", pod_view.name, pod_view.namespace)
+        pod = await get_json(self.api, path)
+        ops = deadline_patch(pod, cut.deadline)
+        if (pod.get("metadata") or {}).get("uid") != pod_view.uid or not ops:
+            return
+        await self._send("PATCH", path, ops, content_type=JSON_PATCH)
+        started = stamp(pod_view.started) if pod_view.started is not None else "?"
+        message = (f"started at {started}, later than its backfill slot on {cut.node} allowed: activeDeadlineSeconds "
+                   f"lowered from {pod_view.active_deadline} to {cut.deadline}, to end by {stamp(cut.until)} "
+                   f"(the node is locked for {cut.owner})")
+        await self.event(pod_view.name, "BackfillDeadlineCut", message, kind="Pod", namespace=pod_view.namespace,
+                         uid=pod_view.uid)
+        decision(log, "backfill-deadline-cut", policy="backfill", pod=pod_view.key, node=cut.node, owner=cut.owner,
+                 started=started, deadline=cut.deadline, was=pod_view.active_deadline, until=stamp(cut.until))
+
     async def estimates(self, marks: Sequence[EstimateMark]) -> None:
         """Issue 17: each owner's expected start written where backfill.estimate_marks says (a merge patch of the one
-        annotation keys.EXPECTED_START on a PodGroup or a pod); an object gone is skipped, an error logged."""
+        annotation keys.EXPECTED_START on a PodGroup or a pod); an object gone is skipped; a refusal is logged, counted
+        and not tried again for ESTIMATE_RETRY_SECONDS unless the text moves (the plan says the same at every plan
+        until the annotation is there)."""
+        now = self._clock()
+        refused = self._estimates_refused
+        for key in [k for k, at in refused.items() if now - at >= ESTIMATE_RETRY_SECONDS]:
+            del refused[key]
         for mark in marks:
+            key = (mark.kind, mark.namespace, mark.name, mark.text)
+            if key in refused:
+                continue
             path = (resource_path(VOLCANO_API_VERSION, keys.PODGROUP_PLURAL, mark.name, mark.namespace)
                     if mark.kind == "PodGroup" else resource_path("v1", "pods", mark.name, mark.namespace))
             body = {"metadata": {"annotations": {keys.EXPECTED_START: mark.text}}}
-            await self._pod_step("estimate-failed", f"{mark.kind} {mark.namespace}/{mark.name}",
-                                 self._send("PATCH", path, body, content_type=MERGE_PATCH))
+            try:
+                await self._send("PATCH", path, body, content_type=MERGE_PATCH)
+            except NotFound:
+                continue
+            except ApiException as err:
+                self._failed()
+                if len(refused) < MAX_REFUSED_ESTIMATES:
+                    refused[key] = now
+                decision(log, "estimate-failed", level=logging.WARNING, object=f"{mark.kind} {mark.namespace}/"
+                         f"{mark.name}", status=err.status, reason=err.reason,
+                         retry=f"not before {ESTIMATE_RETRY_SECONDS:.0f}s unless the estimate moves")
+                continue
             decision(log, "estimate", level=logging.DEBUG, object=f"{mark.kind} {mark.namespace}/{mark.name}",
                      start=mark.text)
 

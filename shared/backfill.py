@@ -19,7 +19,7 @@ entry of the wrong shape is skipped, never an error.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -74,6 +74,18 @@ def grants_text(grants: Iterable[Grant]) -> str | None:
     is removed)."""
     entries = {g.uid: g.entry() for g in sorted(grants, key=lambda g: g.uid)}
     return json.dumps(entries, sort_keys=True, separators=(",", ":")) if entries else None
+
+
+def keep_unseen_grants(planned: str | None, current: str | None, seen: Set[str]) -> str | None:
+    """The grants text to write on a node: the plan's (`planned`), plus each grant the node carries now (`current`,
+    read just before the patch) whose uid the plan did not see (`seen`: the uids on the node in the plan's snapshot).
+    Such a grant was written after the snapshot was taken (the agent's own previous reconcile, not yet in its cache):
+    the plan cannot have meant to drop it, and dropping it would take the slot's room out of the next plan's count
+    while its pod is let onto the node. The next plan, which sees it, keeps or drops it by its pod."""
+    extra = {uid: g for uid, g in read_grants(current).items() if uid not in seen}
+    if not extra:
+        return planned
+    return grants_text({**extra, **read_grants(planned)}.values())
 
 
 def pinned_to(spec: Mapping[str, Any], node: str) -> bool:

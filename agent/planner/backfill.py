@@ -63,6 +63,7 @@ from agent.planner.model import (
     Backfill,
     BackfillPlan,
     BackfillSlot,
+    DeadlineCut,
     EstimateMark,
     Lock,
     Release,
@@ -90,6 +91,8 @@ MAX_DECISIONS = 100
 # a pod's terminationGracePeriodSeconds as backfill counts it: any int64 is accepted by the API server, and one far
 # beyond any needed-by time only refuses the pod; capped so the time arithmetic never overflows (a year)
 MAX_GRACE_SECONDS = 365 * 24 * 3600
+# a window's pending reserve pods weighed on each of its locked nodes, at most, the oldest (backfill_slots)
+MAX_WINDOW_TASKS = 1000
 _MICROS = 1_000_000
 
 
@@ -140,13 +143,13 @@ def needed_by(kind: LockKind, state: NodeState, *, now: datetime, waiting: Seque
         if start is None or not waiting:
             return start
         # a reserve pod already pending binds as soon as it fits, before the window opens: it is not kept waiting
-        soonest = min(time_to_fit(state, task, taken_now, now) for task in waiting)
+        soonest = min(time_to_fit(state, task, taken_now, now) for task in set(waiting))
         return start if soonest == FOREVER else min(start, now + soonest)
     if kind not in (LockKind.JOB, LockKind.RESERVATION):
         return None
     if not waiting:
         return now
-    soonest = min(time_to_fit(state, task, taken_now, now) for task in waiting)
+    soonest = min(time_to_fit(state, task, taken_now, now) for task in set(waiting))
     return None if soonest == FOREVER else now + soonest
 
 
@@ -347,9 +350,11 @@ def plan_backfill(*, pods: Sequence[PodView], nodes: Mapping[str, NodeView], sta
     gated = sorted(gated_pods(pods), key=lambda p: (p.created, p.key))
     by_uid = {p.uid: p for p in pods if p.uid}
     marks = grant_marks(nodes, by_uid, (), now)
+    cuts = deadline_cuts(nodes, by_uid)
     if not gated:
-        return (BackfillPlan(marks=marks, slots=tuple(slots), estimates=estimates, estimate_marks=marks_of_estimates)
-                if marks or estimates else NO_BACKFILL)
+        return (BackfillPlan(marks=marks, slots=tuple(slots), estimates=estimates, estimate_marks=marks_of_estimates,
+                             cuts=cuts)
+                if marks or estimates or cuts else NO_BACKFILL)
     settings = config.backfill
     released: list[Release] = []
     notes: list[str] = []
@@ -386,7 +391,7 @@ def plan_backfill(*, pods: Sequence[PodView], nodes: Mapping[str, NodeView], sta
                                         grace=min(pod.termination_grace, MAX_GRACE_SECONDS) * SECOND))
     if not candidates:
         return BackfillPlan(released=tuple(released), marks=marks, slots=tuple(slots), notes=tuple(notes),
-                            estimates=estimates, estimate_marks=marks_of_estimates)
+                            estimates=estimates, estimate_marks=marks_of_estimates, cuts=cuts)
 
     candidates = open_fits(candidates, states, locks)
     chosen = choose_backfills(candidates, slots, now=now, margin=settings.margin, already=already or {})
@@ -399,7 +404,7 @@ def plan_backfill(*, pods: Sequence[PodView], nodes: Mapping[str, NodeView], sta
                      f"reason={b.reason}")
     return BackfillPlan(placed=chosen.placed, released=tuple(released),
                         marks=grant_marks(nodes, by_uid, chosen.placed, now), slots=tuple(slots), notes=tuple(notes),
-                        estimates=estimates, estimate_marks=marks_of_estimates)
+                        estimates=estimates, estimate_marks=marks_of_estimates, cuts=cuts)
 
 
 def open_fits(candidates: Sequence[Candidate], states: Mapping[str, NodeState],
@@ -438,10 +443,17 @@ def backfill_slots(*, pods: Sequence[PodView], states: Mapping[str, NodeState], 
     """The slots (plan_backfill, start_estimates) and, per slot's node, the pods granted there and not bound yet.
     Slots are the planned locks already on their nodes (`current`, same owner) of a starvation job (its tasks:
     Lock.tasks still pending), a window (`window_starts` and `window_tasks`: owner id -> its start and its pending
-    reserve pods) or a Waiting Reservation (`waiting_reservations`: their owner ids; its task: the reserved amount)."""
+    reserve pods) or a Waiting Reservation (`waiting_reservations`: their owner ids; its task: the reserved amount).
+
+    A window's tasks are its oldest MAX_WINDOW_TASKS pending reserve pods: anyone may make a pod a reserve pod of a
+    window open to its namespace, and every locked node of the window weighs every task at every plan. Departure:
+    beyond that many pending reserve pods, the newer ones do not move the needed-by time (a pod pending for a window
+    with a thousand others before it waits for those first)."""
     by_key = {p.key: p for p in pods}
     slots = []
     already: dict[str, list[PodView]] = {}
+    windows: dict[str, list[PodView]] = {}  # a window's tasks, the same on each of its nodes: taken once
+    task_keys: dict[str, tuple[str, ...]] = {}
     for name, lock in sorted(locks.items()):
         held = current.get(name)
         state = states.get(name)
@@ -454,15 +466,23 @@ def backfill_slots(*, pods: Sequence[PodView], states: Mapping[str, NodeState], 
             tasks = [p.requests for p in task_pods]
         elif lock.kind is LockKind.WINDOW and lock.owner in window_starts:
             start = window_starts[lock.owner]
-            task_pods = list(window_tasks.get(lock.owner, ()))
+            if lock.owner not in windows:
+                oldest = sorted(window_tasks.get(lock.owner, ()), key=lambda p: (p.created, p.key))
+                windows[lock.owner] = oldest[:MAX_WINDOW_TASKS]
+            task_pods = windows[lock.owner]
             tasks = [p.requests for p in task_pods]
         elif lock.kind is LockKind.RESERVATION and lock.owner in waiting_reservations and not lock.tasks:
             tasks = [lock.reserved]
         else:
             continue
         live = [p for uid in state.node.backfill_grants if (p := by_uid.get(uid)) is not None and not p.is_terminal]
+        keys_ = task_keys.get(lock.owner) if lock.kind is LockKind.WINDOW else None
+        if keys_ is None:
+            keys_ = tuple(p.key for p in task_pods)
+            if lock.kind is LockKind.WINDOW:
+                task_keys[lock.owner] = keys_  # one tuple shared by the window's slots, not one per node
         slots.append(replace(backfill_slot(lock, state, now=now, tasks=tasks, start=start), waiting=len(tasks),
-                             backfilled=len(live), tasks=tuple(p.key for p in task_pods)))
+                             backfilled=len(live), tasks=keys_))
         # granted in an earlier plan, narrowed and let go, not bound yet (one still gated is a candidate again)
         pending = [p for p in live if waiting_task(p) and not p.backfill_gated]
         if pending:
@@ -474,7 +494,10 @@ def unknown_start(state: NodeState) -> str:
     """Why a node's needed-by time is unknown, as published: the pods on it without a maximum runtime (one of them
     must end first, and nothing says when)."""
     count = sum(1 for p in state.pods if pod_end(p) is None)
-    return f"unknown: {count} pod{'' if count == 1 else 's'} without a maximum runtime on node {state.node.name}"
+    return f"{UNKNOWN}{count} pod{'' if count == 1 else 's'} without a maximum runtime{ON_NODE}{state.node.name}"
+
+
+UNKNOWN, ON_NODE = "unknown: ", " on node "  # unknown_start's text, as _moved reads it back
 
 
 def start_estimates(slots: Sequence[BackfillSlot], locks: Mapping[str, Lock]) -> tuple[StartEstimate, ...]:
@@ -499,7 +522,8 @@ def start_estimates(slots: Sequence[BackfillSlot], locks: Mapping[str, Lock]) ->
                                  unknown=unknown_start(unknown.state) if unknown is not None else "",
                                  nodes=tuple(sorted(s.node for s in own)),
                                  backfilled=sum(s.backfilled for s in own),
-                                 tasks=tuple(sorted({k for s in own for k in s.tasks}))))
+                                 tasks=tuple(sorted({k for t in {id(s.tasks): s.tasks for s in own}.values()
+                                                     for k in t}))))
     return tuple(out)
 
 
@@ -509,16 +533,28 @@ ESTIMATE_TOLERANCE = 5 * SECOND
 # an owner's pending pods that carry its estimate when it has no PodGroup, at most (the first, by key); the others
 # read it from `reservoir status`
 MAX_ESTIMATE_TARGETS = 20
+# estimate annotations written in one plan, at most: what a burst of owners (or a tenant moving many estimates at
+# once) costs one plan's writes
+MAX_ESTIMATE_WRITES = 100
 
 
-def _moved(have: str | None, want: str) -> bool:
-    """Whether the written estimate `have` must be replaced by `want`: another text, unless both are times less than
-    ESTIMATE_TOLERANCE apart."""
+def _moved(have: str | None, want: str, now: datetime) -> bool:
+    """Whether the written estimate `have` must be replaced by `want`. Not when they are the same text; nor two times
+    less than ESTIMATE_TOLERANCE apart; nor two times both at or before now + ESTIMATE_TOLERANCE (both say "now": an
+    open window's start, a pod running past its maximum runtime; rewriting "now" at every plan would wake every plan);
+    nor two unknowns naming the same node (the count of pods without a maximum runtime there moves as pods come and
+    go, which anyone may make happen: the written count stays, `reservoir status` has the live one). Anything else
+    is replaced, and so is what a tenant wrote there that is not a time with a zone."""
     if have == want:
         return False
-    try:  # a tenant may have written anything there: what is not a time with a zone is replaced
+    if have is not None and have.startswith(UNKNOWN) and want.startswith(UNKNOWN):
+        return have.rpartition(ON_NODE)[2] != want.rpartition(ON_NODE)[2]
+    try:
         old, new = parse_time(have), parse_time(want)
-        return old is None or new is None or abs(old - new) >= ESTIMATE_TOLERANCE
+        if old is None or new is None:
+            return True
+        due = now + ESTIMATE_TOLERANCE
+        return abs(old - new) >= ESTIMATE_TOLERANCE and not (old <= due and new <= due)
     except (ValueError, TypeError, OverflowError):
         return True
 
@@ -529,10 +565,14 @@ def estimate_marks(estimates: Sequence[StartEstimate], pods: Mapping[str, PodVie
     starvation job's or a window's pending pods (the first MAX_ESTIMATE_TARGETS of the estimate's tasks), each through
     its PodGroup when it has one, else itself. A time is never written in the past (an estimate that says "now"). A
     Reservation's goes at the end of its Ready message instead (with_expected_starts: the agent writes only its
-    status)."""
-    marks: dict[tuple[str, str, str], EstimateMark] = {}
+    status). One object named by several owners (a reserve pod of two windows, a PodGroup holding a starving job's
+    tasks and a window's reserve pods) carries one text, the soonest start (a known one before an unknown): each owner
+    writing its own would rewrite it back and forth at every plan. At most MAX_ESTIMATE_WRITES per plan (the others
+    at the next, which these writes wake)."""
+    chosen: dict[tuple[str, str, str], tuple[tuple[bool, datetime], str, str | None]] = {}
     for estimate in estimates:
         text = estimate.text if estimate.at is None else stamp(max(estimate.at, now))
+        rank = (estimate.at is None, estimate.at or now)
         for key in estimate.tasks[:MAX_ESTIMATE_TARGETS]:
             pod = pods.get(key)
             if pod is None:
@@ -541,16 +581,18 @@ def estimate_marks(estimates: Sequence[StartEstimate], pods: Mapping[str, PodVie
             group = podgroups.get((namespace, name)) if kind == "PodGroup" else None
             target = ("PodGroup", namespace, name) if group is not None else ("Pod", pod.namespace, pod.name)
             have = (group if group is not None else pod).annotations.get(keys.EXPECTED_START)
-            if target not in marks and _moved(have, text):
-                marks[target] = EstimateMark(*target, text)
-    return tuple(marks[k] for k in sorted(marks))
+            if target not in chosen or rank < chosen[target][0]:
+                chosen[target] = (rank, text, have)
+    marks = [EstimateMark(*target, text) for target, (_, text, have) in sorted(chosen.items())
+             if _moved(have, text, now)]
+    return tuple(marks[:MAX_ESTIMATE_WRITES])
 
 
 EXPECTED = "; expected start "  # how a Waiting Reservation's Ready message ends with its estimate
 
 
 def with_expected_starts(statuses: Sequence[ReservationStatus], estimates: Sequence[StartEstimate],
-                         reservations: Mapping[str, ReservationView]) -> list[ReservationStatus]:
+                         reservations: Mapping[str, ReservationView], now: datetime) -> list[ReservationStatus]:
     """Issue 17: each Waiting Reservation's status with its owner's estimate at the end of its Ready condition's
     message (`...; expected start <time or unknown: ...>`), the time written there kept while the new one is within
     ESTIMATE_TOLERANCE of it (_moved: a status rewritten at every plan would wake every plan again)."""
@@ -565,7 +607,7 @@ def with_expected_starts(statuses: Sequence[ReservationStatus], estimates: Seque
         written = next((str(c.get("message") or "") for c in view.status.get("conditions") or ()
                         if isinstance(c, Mapping) and c.get("type") == "Ready"), "")
         have = written.rpartition(EXPECTED)[2] if EXPECTED in written else None
-        text = have if have is not None and not _moved(have, estimate.text) else estimate.text
+        text = have if have is not None and not _moved(have, estimate.text, now) else estimate.text
         message = f"{status.message}{EXPECTED}{text}"
         conditions = tuple({**c, "message": message} if c.get("type") == "Ready" else c for c in status.conditions)
         out.append(replace(status, message=message, conditions=conditions))
@@ -579,11 +621,12 @@ FORGET_ESTIMATE_AFTER = timedelta(hours=1)
 
 class Estimated(NamedTuple):
     """estimate_errors' memory of one pending task: the first estimate made for it, its lock kind, when an estimate
-    last named it."""
+    last named it, and its uid (a pod deleted and made again under the name is another pod)."""
 
     at: datetime
     kind: LockKind
     seen: datetime
+    uid: str = ""
 
 
 class EstimateError(NamedTuple):
@@ -594,7 +637,7 @@ class EstimateError(NamedTuple):
 def estimate_errors(remembered: Mapping[str, Estimated], estimates: Sequence[StartEstimate],
                     pods: Mapping[str, PodView], now: datetime) -> tuple[dict[str, Estimated], list[EstimateError]]:
     """Issue 17's metric of the estimates' error, as a fold over plans: each pending task of a known estimate is
-    remembered (by pod key) with the first estimate made for it; once it is bound, the error is its start
+    remembered (by pod key, and uid) with the first estimate made for it; once it is bound, the error is its start
     (status.startTime, the kubelet's; else now) minus that estimate, and it is forgotten, as it is once gone,
     finished or deleted, or unnamed for FORGET_ESTIMATE_AFTER. The first estimate, not the last: one made as the
     lock was taken says how far ahead the agent saw; the last one, made a resync before the bind, says little.
@@ -603,7 +646,7 @@ def estimate_errors(remembered: Mapping[str, Estimated], estimates: Sequence[Sta
     errors: list[EstimateError] = []
     for key, memory in remembered.items():
         pod = pods.get(key)
-        if pod is None or pod.is_terminal or pod.deleting:
+        if pod is None or pod.uid != memory.uid or pod.is_terminal or pod.deleting:
             continue
         if pod.node_name:
             errors.append(EstimateError(memory.kind, ((pod.started or now) - memory.at).total_seconds()))
@@ -617,7 +660,7 @@ def estimate_errors(remembered: Mapping[str, Estimated], estimates: Sequence[Sta
             if pod is None or pod.node_name:
                 continue
             first = kept.get(key)
-            kept[key] = Estimated(first.at if first is not None else estimate.at, estimate.kind, now)
+            kept[key] = Estimated(first.at if first is not None else estimate.at, estimate.kind, now, pod.uid)
     return kept, errors
 
 
@@ -648,3 +691,28 @@ def grant_marks(nodes: Mapping[str, NodeView], by_uid: Mapping[str, PodView], pl
         if want.keys() != have.keys() or any(have[u] != g for u, g in want.items()):
             marks[name] = {keys.BACKFILL_GRANTS: grants_text(want.values())}
     return marks
+
+
+def deadline_cuts(nodes: Mapping[str, NodeView], by_uid: Mapping[str, PodView]) -> tuple[DeadlineCut, ...]:
+    """Backfilled pods that started too late to end by their grant, and the activeDeadlineSeconds each is lowered to.
+
+    A grant's `until` is the plan's moment + the deadline + the margin + the pod's terminationGracePeriodSeconds: the
+    margin stands for the lag from the plan to the bind. A pod kube-scheduler binds later than that (the scheduler
+    was slow or down, its queue long) would, with the deadline it was given, run past `until`, into the owner's
+    needed-by time. The kubelet counts activeDeadlineSeconds from status.startTime, and Kubernetes lets it be lowered
+    on a running pod: each pod of a grant, bound to the grant's node, started, not finished, whose startTime +
+    activeDeadlineSeconds + grace passes `until` is cut to floor(until - grace - startTime), at least 1 (the API's
+    least; the kubelet then stops it at once). startTime is written by the kubelet, the grant by the agent: nothing
+    the tenant writes moves the cut. A pod that bound within the margin is not touched, and a cut pod is cut once (the
+    answer depends only on those three times). Sorted by pod key."""
+    cuts = []
+    for name, node in nodes.items():
+        for uid, grant in node.backfill_grants.items():
+            pod = by_uid.get(uid)
+            if (pod is None or pod.node_name != name or pod.started is None or pod.is_terminal or pod.deleting):
+                continue
+            grace = min(pod.termination_grace, MAX_GRACE_SECONDS) * SECOND
+            allowed = max(1, (grant.until - grace - pod.started) // SECOND)
+            if pod.active_deadline is None or pod.active_deadline > allowed:
+                cuts.append(DeadlineCut(pod=pod, node=name, owner=grant.owner, until=grant.until, deadline=allowed))
+    return tuple(sorted(cuts, key=lambda c: c.key))

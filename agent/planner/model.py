@@ -441,6 +441,23 @@ class Backfill:
 
 
 @dataclass(frozen=True)
+class DeadlineCut:
+    """Issue 17: a backfilled pod that started late (kube-scheduler bound it after its grant's margin was spent) and
+    whose activeDeadlineSeconds is lowered to `deadline` so it still ends by its grant's `until`
+    (backfill.deadline_cuts)."""
+
+    pod: PodView
+    node: str
+    owner: str
+    until: datetime
+    deadline: int
+
+    @property
+    def key(self) -> str:
+        return self.pod.key
+
+
+@dataclass(frozen=True)
 class Release:
     """A gated pod let go unchanged (its backfill gate lifted, nothing else): kube-scheduler places it as usual."""
 
@@ -467,6 +484,7 @@ class BackfillPlan:
     notes: tuple[str, ...] = ()
     estimates: tuple[StartEstimate, ...] = ()  # every owner with a slot and a task waiting (start_estimates)
     estimate_marks: tuple[EstimateMark, ...] = ()  # where the estimates are to be written (estimate_marks)
+    cuts: tuple[DeadlineCut, ...] = ()  # backfilled pods that started late, their deadlines lowered (deadline_cuts)
 
 
 NO_BACKFILL = BackfillPlan()

@@ -66,7 +66,8 @@ def plan(snapshot: Snapshot, config: ReservoirConfig, now: datetime,
                            config=config)
     backfill = plan_backfill_of(context, locks, statuses)
     notes += [f"policy=backfill {note}" for note in backfill.notes]
-    reservations = with_expected_starts(statuses.reservations, backfill.estimates, snapshot.reservations)
+    reservations = with_expected_starts(statuses.reservations, backfill.estimates, snapshot.reservations,
+                                        context.now)
     return Plan(locks=locks, jobs=list(statuses.jobs), windows=list(statuses.windows), notes=notes,
                 queues=list(context.scores), guarantees=list(statuses.guarantees),
                 reservations=reservations, repairs=repairs, states=context.states,

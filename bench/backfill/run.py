@@ -14,7 +14,9 @@ the agent running as `make up` runs them:
   `backfill` section.
 Measured per phase, sampling every second until every owner is bound: locked-idle cpu-seconds (over the nodes
 carrying a lock taint, allocatable cpu minus the requests of the pods running there), each owner's delay (its bind
-after the moment its node's fill pods had all ended: what backfill must never add to), the stream pods' wait
+after the moment its node's fill pods had all ended: what backfill must never add to; both moments are the arrival of
+the watch event that showed them, so the delay is measured below the second the pods' timestamps round to), the
+stream pods' wait
 (creation to bind, those bound), and the pods backfilled (bound with an activeDeadlineSeconds). At the end, the
 delay the gate added (the agent's reservoir_backfill_gate_seconds): to the pods let go unchanged, and to those
 backfilled.
@@ -37,7 +39,7 @@ from typing import Any
 import aiohttp
 import yaml
 
-from bench.scale.run import Api, _not_ready, _sh, create_all, install, log, wait_until
+from bench.scale.run import Api, _not_ready, _sh, create_all, install, log, wait_until, watch_events
 from localcluster import binaries
 from localcluster.agent_process import AgentProcess
 from localcluster.cluster import COMPLETE_AFTER, LocalCluster, free_port, kwok_node
@@ -107,6 +109,26 @@ class Phase:
     seconds: float = 0.0
 
 
+class Moments:
+    """When each pod of a namespace was first seen bound (spec.nodeName set) and first seen ended (phase Succeeded or
+    Failed), by the wall clock of the watch event's arrival: sub-second, where the pods' own timestamps (PodScheduled,
+    finishedAt) are whole seconds. kube-scheduler learns of an ending from the same kind of event."""
+
+    def __init__(self) -> None:
+        self.bound: dict[str, float] = {}
+        self.ended: dict[str, float] = {}
+
+    def start(self, api: Api, namespace: str, rv: str) -> asyncio.Task[None]:
+        return asyncio.create_task(watch_events(api, f"/api/v1/namespaces/{namespace}/pods", rv, self._event))
+
+    def _event(self, obj: dict[str, Any], kind: str) -> None:
+        now, name = time.time(), obj["metadata"]["name"]
+        if (obj.get("spec") or {}).get("nodeName"):
+            self.bound.setdefault(name, now)
+        if (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            self.ended.setdefault(name, now)
+
+
 async def list_pods(api: Api, namespace: str) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
     token = ""
@@ -143,6 +165,9 @@ async def phase(api: Api, kubectl: list[str], name: str, backfill: bool) -> Phas
         for n in nodes for j in range(NODE_CPU)), NODES * NODE_CPU, f"{name} fill")
     await wait_until(lambda: api.count(f"/api/v1/namespaces/{namespace}/pods?fieldSelector=status.phase!=Running"),
                      f"{name} fill Running", timeout=300)
+    moments = Moments()
+    watching = moments.start(api, namespace, (await api.call(
+        "GET", f"/api/v1/namespaces/{namespace}/pods?limit=1"))["metadata"]["resourceVersion"])
     began = time.time()
     for k in range(LOCKS):
         await api.call("POST", f"/api/v1/namespaces/{namespace}/pods", pod(f"owner-{k}", namespace, str(NODE_CPU)))
@@ -181,17 +206,17 @@ async def phase(api: Api, kubectl: list[str], name: str, backfill: bool) -> Phas
             await asyncio.sleep(1)
     finally:
         streaming.cancel()
+        watching.cancel()
     result.seconds = time.time() - began
     by_node: dict[str, list[dict[str, Any]]] = {}
     for p in pods:
         by_node.setdefault(p["spec"].get("nodeName") or "", []).append(p)
     for owner in owners:
-        node = owner["spec"]["nodeName"]
-        ends = [parse_time(((p["status"].get("containerStatuses") or [{}])[0].get("state") or {})
-                           .get("terminated", {}).get("finishedAt")) for p in by_node[node]
-                if p["metadata"]["name"].startswith("fill-")]
-        if ends and all(e is not None for e in ends):
-            result.owner_delays.append((scheduled_at(owner) or 0) - max(e.timestamp() for e in ends if e))
+        fills = [p["metadata"]["name"] for p in by_node[owner["spec"]["nodeName"]]
+                 if p["metadata"]["name"].startswith("fill-")]
+        bound = moments.bound.get(owner["metadata"]["name"])
+        if bound is not None and fills and all(f in moments.ended for f in fills):
+            result.owner_delays.append(bound - max(moments.ended[f] for f in fills))
     for p in pods:
         if p["metadata"]["name"].startswith("short-") and (bound := scheduled_at(p)) is not None:
             created = parse_time(p["metadata"]["creationTimestamp"])
@@ -225,7 +250,7 @@ def describe(p: Phase) -> str:
     delays = p.owner_delays or [0.0]
     waits = p.waits or [0.0]
     return (f"{p.name.upper()}: locked idle cpu-s {p.idle_cpu_seconds:.0f}; owner delay after its node's fill ended "
-            f"mean {statistics.mean(delays):.1f}s max {max(delays):.1f}s ({len(p.owner_delays)} owners); stream "
+            f"mean {statistics.mean(delays):.2f}s max {max(delays):.2f}s ({len(p.owner_delays)} owners); stream "
             f"pods bound {len(p.waits)}/{p.stream}, wait median {statistics.median(waits):.1f}s mean "
             f"{statistics.mean(waits):.1f}s; backfilled {p.backfilled}; {p.seconds:.0f}s")
 
@@ -252,10 +277,11 @@ async def run() -> list[str]:
             raise RuntimeError(f"agent exited:\n{agent.log_text()[-3000:]}")
         base = off.idle_cpu_seconds
         change = (on.idle_cpu_seconds - base) / base * 100 if base else 0.0
-        delay = statistics.mean(on.owner_delays or [0.0]) - statistics.mean(off.owner_delays or [0.0])
+        # (rounded first: a difference below the printed precision is +0.00, not -0.00)
+        delay = round(statistics.mean(on.owner_delays or [0.0]) - statistics.mean(off.owner_delays or [0.0]), 2) + 0.0
         return [describe(off), describe(on), gate,
                 f"backfill: locked idle cpu-s {base:.0f} -> {on.idle_cpu_seconds:.0f} ({change:+.0f}%), "
-                f"owner delay {delay:+.1f} s, backfilled {on.backfilled} pods"]
+                f"owner delay {delay:+.2f} s, backfilled {on.backfilled} pods"]
     finally:
         await api.close()
         agent.stop()

@@ -434,8 +434,10 @@ async def run(nodes: int, status_base: str | None = None) -> list[str]:
         pods = (pod_body(f"fill-{i:05d}-{j:02d}", FILL_REQUESTS, names[i], {keys.MAXIMUM_RUNTIME: MAXIMUM_RUNTIME})
                 for i in range(nodes) for j in range(PODS_PER_NODE))
         fill_seconds = await create_all(api, f"/api/v1/namespaces/{NAMESPACE}/pods", pods, total, "pods")
+        # each probe has the API server filter every pod: at 90,000 pods, a probe every 2 s was a good part of its
+        # cpu, and of the 2 cores kwok needs to make them Running
         await wait_until(lambda: api.count(f"/api/v1/namespaces/{NAMESPACE}/pods?fieldSelector=status.phase!=Running"),
-                         "every pod Running", timeout=300 + total / 30)
+                         "every pod Running", timeout=300 + total / 30, interval=max(2.0, total / 10_000))
         await asyncio.sleep(10)  # the last status updates reach the agent; nothing changes after this
         if not agent.running():
             raise RuntimeError(f"agent exited:\n{agent.log_text()[-3000:]}")

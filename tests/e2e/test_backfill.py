@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import time
 import urllib.request
 from collections.abc import AsyncIterator
@@ -130,6 +132,65 @@ async def test_seed_000_a_short_pod_backfills_the_draining_node_and_the_big_pod_
     await kit.wait_for(error_counted, what="the estimate's error observed once", timeout=10)
 
 
+async def test_a_backfilled_pod_bound_late_has_its_deadline_cut_to_end_by_its_grant(
+        kit: Kit, running: AgentProcess) -> None:
+    """kube-scheduler stopped (SIGSTOP) while the agent lets a short pod onto the locked node: the pod binds 9 s after
+    its gate was lifted, past the 5 s margin, so 10 s from its start would run into the time the node is needed. The
+    agent lowers its activeDeadlineSeconds so startTime + deadline is within its grant (backfill.deadline_cuts), says
+    so in a `BackfillDeadlineCut` Event, and the pod is ended by then."""
+    await kit.create_node(NODE, {"cpu": "3", "memory": "16Gi"})
+    await kit.create_node("spare", {"cpu": "100m", "memory": "1Gi"})
+    for i in (2, 3):
+        await kit.create_pod(f"pod-{i}", {"cpu": "1"}, extra_spec={"nodeName": NODE},
+                             annotations={keys.MAXIMUM_RUNTIME: f"{RUNNING}s", COMPLETE_AFTER: f"{RUNNING}s"})
+    await webhook_gating(kit, True)
+    await kit.create_pod("pod-4", {"cpu": "3"})
+    owner = JobRef(kit.namespace, "Pod", "pod-4").owner_id
+
+    async def locked() -> bool:
+        node = await kit.read_node(NODE)
+        return any(t["key"] == keys.LOCK and t.get("value") == owner for t in node["spec"].get("taints") or [])
+    await kit.wait_for(locked, what="the node locked for the starving pod-4", timeout=30)
+
+    scheduler = next(c for c in kit.cluster.components if c.name == "kube-scheduler").process
+    os.kill(scheduler.pid, signal.SIGSTOP)
+    try:
+        # no complete-after: it would run forever, only its deadline ends it (localcluster's pod-deadline stage)
+        await kit.create_pod("late", {"cpu": "1"}, annotations=opting_in("10s", None))
+
+        async def let_go() -> dict | None:
+            pod = await kit.read_pod("late")
+            return pod if not pod["spec"].get("schedulingGates") else None
+        pod = await kit.wait_for(let_go, what="the short pod narrowed to the node and let go", timeout=20)
+        assert pod["spec"]["activeDeadlineSeconds"] == 10 and pinned_to(pod["spec"], NODE)
+        grants = read_grants((await kit.read_node(NODE))["metadata"]["annotations"].get(keys.BACKFILL_GRANTS))
+        until = grants[pod["metadata"]["uid"]].until
+        await asyncio.sleep(9)
+    finally:
+        os.kill(scheduler.pid, signal.SIGCONT)
+
+    async def cut() -> dict | None:
+        pod = await kit.read_pod("late")
+        return pod if pod["status"].get("startTime") and pod["spec"]["activeDeadlineSeconds"] < 10 else None
+    try:
+        pod = await kit.wait_for(cut, what="the late pod's deadline cut", timeout=20)
+    except AssertionError as err:
+        raise AssertionError(f"{err}\n{running.log_text()[-3000:]}") from None
+    started = parse_time(pod["status"]["startTime"])
+    assert started is not None and started + timedelta(seconds=pod["spec"]["activeDeadlineSeconds"]) <= until, (
+        pod["status"]["startTime"], pod["spec"]["activeDeadlineSeconds"], stamp(until))
+    events = await kit.raw("GET", f"/api/v1/namespaces/{kit.namespace}/events?fieldSelector=involvedObject.name=late")
+    assert any(e["reason"] == "BackfillDeadlineCut" and NODE in e["message"] for e in events["items"]), (
+        json.dumps(events))
+
+    async def ended() -> dict | None:
+        pod = await kit.read_pod("late")
+        return pod if pod["status"].get("phase") == "Failed" else None
+    pod = await kit.wait_for(ended, what="the late pod ended at its cut deadline", timeout=20)
+    assert pod["status"].get("reason") == "DeadlineExceeded", pod["status"]
+    assert time.time() <= until.timestamp() + RESYNC_SECONDS + 2, "ended within moments of its grant's end"
+
+
 def scrape(port: int) -> str:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
         return response.read().decode()
@@ -146,7 +207,9 @@ class Story:
     """One run of seed 000's story on its own node: what the node's lock left idle, and when pod-4 bound."""
 
     def __init__(self) -> None:
-        self.idle_cpu_seconds = 0.0  # integral over the lock's time of the node's cpu no running pod requests
+        # integral, over the lock's time until pod-4 could fit (pod-2 and pod-3 ended), of the node's cpu no running
+        # pod requests: what backfill can use; after that moment the node idles for kube-scheduler's latency alone
+        self.idle_cpu_seconds = 0.0
         self.pod_4_delay = 0.0  # pod-4's bind after the moment it could fit (the later of pod-2's and pod-3's ends)
         self.backfilled: list[dict] = []  # pods other than pod-4 bound on the node while it was locked
 
@@ -168,6 +231,7 @@ async def seed_000_story(kit: Kit, prefix: str) -> Story:
     stream = iter(STREAM)
     due = next(stream, None)
     seen_backfilled: dict[str, dict] = {}
+    draining = {f"{prefix}-pod-2", f"{prefix}-pod-3"}
     last = time.monotonic()
     while await lock_held():
         if due is not None and time.monotonic() - began >= due:
@@ -176,7 +240,8 @@ async def seed_000_story(kit: Kit, prefix: str) -> Story:
         pods = await kit.raw("GET", f"/api/v1/namespaces/{kit.namespace}/pods?fieldSelector=spec.nodeName={node}")
         running = [p for p in pods["items"] if p["status"].get("phase") not in ("Succeeded", "Failed")]
         now = time.monotonic()
-        story.idle_cpu_seconds += max(0.0, 3 - sum(cpu(p) for p in running)) * (now - last)
+        if any(p["metadata"]["name"] in draining for p in running):
+            story.idle_cpu_seconds += max(0.0, 3 - sum(cpu(p) for p in running)) * (now - last)
         last = now
         for p in running:
             if "short" in p["metadata"]["name"]:
@@ -225,7 +290,10 @@ async def test_seed_000_with_backfill_off_and_on_idle_locked_cpu_falls_and_pod_4
     print(f"\nseed 000 backfill off -> on: locked idle cpu-s {off.idle_cpu_seconds:.1f} -> {on.idle_cpu_seconds:.1f}, "
           f"pod-4 bound {off.pod_4_delay:+.1f}s -> {on.pod_4_delay:+.1f}s after it could fit, "
           f"backfilled {len(on.backfilled)} pods")
-    assert on.pod_4_delay <= off.pod_4_delay + RESYNC_SECONDS, (off.pod_4_delay, on.pod_4_delay)
+    # kube-scheduler before 1.32 binds pod-4 only at its next retry of parked pods (localcluster.cluster.parks_pods),
+    # whose phase differs between the two runs
+    slack = RESYNC_SECONDS + (PARKED_RETRY_SECONDS if parks_pods(binaries.versions()["KUBERNETES_VERSION"]) else 0)
+    assert on.pod_4_delay <= off.pod_4_delay + slack, (off.pod_4_delay, on.pod_4_delay)
     assert on.idle_cpu_seconds < off.idle_cpu_seconds - 5, (off.idle_cpu_seconds, on.idle_cpu_seconds)
 
 

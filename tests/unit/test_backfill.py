@@ -271,6 +271,25 @@ def test_seed_004_window_needed_by_is_its_start_not_the_lead_time() -> None:
     assert not allowed("1s", at(3, 10)), "the window is open: nothing is backfilled"
 
 
+def test_a_window_weighs_its_oldest_pending_reserve_pods_once_for_all_its_nodes() -> None:
+    """Anyone may make pods reserve pods of a window open to their namespace: each locked node of the window weighs at
+    most MAX_WINDOW_TASKS of them, the oldest, and the window's slots share one tuple of their keys."""
+    from agent.planner.backfill import MAX_WINDOW_TASKS, backfill_slots
+
+    nodes = [node(f"e{i}", cpu="8", labels={"business_type": "ebook"}) for i in range(4)]
+    now = at(1, 30)
+    result = plan(snap(nodes, [], spare=1), SEED_004_CONFIG, now)
+    owner = window_owner_id("ebook")
+    flood = [pod(f"r{i:05d}", "100", reserveable=True, age=timedelta(seconds=i), base=now)
+             for i in range(MAX_WINDOW_TASKS + 50)]
+    slots, _ = backfill_slots(pods=flood, states=node_states({n.name: n for n in nodes}, []), locks=result.locks,
+                              current=result.locks, now=now, by_uid={}, window_starts={owner: at(3)},
+                              window_tasks={owner: flood}, waiting_reservations=set())
+    assert len(slots) == 4 and all(s.tasks is slots[0].tasks for s in slots)
+    assert len(slots[0].tasks) == MAX_WINDOW_TASKS and slots[0].tasks[0] == f"ns/r{MAX_WINDOW_TASKS + 49:05d}"
+    assert all(s.needed_by == at(3) for s in slots), "100-cpu pods fit nowhere: the start stands"
+
+
 # --- the deadline ---
 
 

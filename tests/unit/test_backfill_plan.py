@@ -421,6 +421,62 @@ def test_the_estimate_is_written_on_the_owners_pending_pod_once_and_again_only_w
     assert estimate_marks([estimate], by_key, {}, NOW + 60 * S)[0].text == "2026-11-22T12:01:00Z"
 
 
+def test_an_object_named_by_two_owners_carries_the_soonest_start_and_is_not_rewritten_back_and_forth() -> None:
+    """A tenant can make one pod a task of two owners (two windows open to its namespace): one text, the soonest,
+    written once; had each owner compared its own text, they would rewrite it at every plan."""
+    from agent.planner.backfill import estimate_marks
+
+    result, _ = run([])
+    (estimate,) = result.backfill.estimates
+    other = replace(estimate, owner="window-w", at=NOW + 90 * S)
+    unknown = replace(estimate, owner="window-u", at=None,
+                      unknown="unknown: 1 pod without a maximum runtime on node n1")
+    _, pods, _ = seed_000([])
+    by_key = {p.key: p for p in pods}
+    for order in ([estimate, other, unknown], [unknown, other, estimate]):
+        (mark,) = estimate_marks(order, by_key, {}, NOW)
+        assert mark.text == "2026-11-22T12:00:40Z"
+        done = {**by_key, "ns/pod-4": replace(by_key["ns/pod-4"], annotations={keys.EXPECTED_START: mark.text})}
+        assert estimate_marks(order, done, {}, NOW) == ()
+
+
+def test_an_estimate_that_says_now_or_unknown_on_the_same_node_is_not_rewritten() -> None:
+    """A start in the past (an open window, a pod running past its maximum runtime) is "now" at every plan; the count
+    of pods without a maximum runtime on the node moves whenever someone adds one: neither rewrites the annotation
+    at every plan. Another node's unknown, or a real time again, does."""
+    from agent.planner.backfill import estimate_marks
+
+    result, _ = run([])
+    (estimate,) = result.backfill.estimates
+    _, pods, _ = seed_000([])
+    by_key = {p.key: p for p in pods}
+
+    def written(text: str) -> dict[str, PodView]:
+        return {**by_key, "ns/pod-4": replace(by_key["ns/pod-4"], annotations={keys.EXPECTED_START: text})}
+
+    past = replace(estimate, at=NOW - 30 * S)
+    assert estimate_marks([past], written("2026-11-22T11:59:00Z"), {}, NOW + 60 * S) == ()
+    assert estimate_marks([past], written("2026-11-22T12:00:00Z"), {}, NOW) == ()
+    two = replace(estimate, at=None, unknown="unknown: 2 pods without a maximum runtime on node n1")
+    assert estimate_marks([two], written("unknown: 1 pod without a maximum runtime on node n1"), {}, NOW) == ()
+    (mark,) = estimate_marks([two], written("unknown: 1 pod without a maximum runtime on node n2"), {}, NOW)
+    assert mark.text == two.unknown
+    (mark,) = estimate_marks([estimate], written("unknown: 1 pod without a maximum runtime on node n1"), {}, NOW)
+    assert mark.text == "2026-11-22T12:00:40Z"
+
+
+def test_a_pod_made_again_under_the_same_name_is_not_counted_against_the_first_ones_estimate() -> None:
+    from agent.planner.backfill import estimate_errors
+
+    result, _ = run([])
+    (estimate,) = result.backfill.estimates
+    _, pods, _ = seed_000([])
+    by_key = {p.key: p for p in pods}
+    remembered, _ = estimate_errors({}, [estimate], by_key, NOW)
+    again = replace(by_key["ns/pod-4"], uid="uid-another", node_name="n1", started=NOW + 300 * S)
+    assert estimate_errors(remembered, [], {**by_key, "ns/pod-4": again}, NOW + 300 * S) == ({}, [])
+
+
 def test_the_estimate_error_is_the_bind_against_the_first_estimate_once_and_memory_stays_bounded() -> None:
     from agent.planner.backfill import FORGET_ESTIMATE_AFTER, EstimateError, estimate_errors
 
@@ -443,3 +499,51 @@ def test_the_estimate_error_is_the_bind_against_the_first_estimate_once_and_memo
     assert estimate_errors(remembered, [], by_key, NOW + FORGET_ESTIMATE_AFTER + S) == ({}, [])
     unknown = replace(estimate, at=None, unknown="unknown: 1 pod without a maximum runtime on node n1")
     assert estimate_errors({}, [unknown], by_key, NOW) == ({}, [])
+
+
+def backfilled(name: str, *, started: datetime, deadline: int | None = 10, grace: int = 0, node_name: str = "n1",
+               phase: str = "Running") -> PodView:
+    """A pod let onto n1 earlier: bound, started at `started` (status.startTime, whole seconds as the kubelet writes
+    it), with the activeDeadlineSeconds it was given."""
+    spec: dict[str, Any] = {"nodeName": node_name, "terminationGracePeriodSeconds": grace,
+                            "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}
+    if deadline is not None:
+        spec["activeDeadlineSeconds"] = deadline
+    return PodView.from_obj({
+        "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "creationTimestamp": "2026-11-22T11:59:00Z",
+                     "annotations": {keys.BACKFILL: "true", keys.MAXIMUM_RUNTIME: "10s"}},
+        "spec": spec, "status": {"phase": phase, "startTime": started.strftime("%Y-%m-%dT%H:%M:%SZ")}})
+
+
+def cuts_of(pods: list[PodView], until: datetime) -> dict[str, int]:
+    _, _, lock = seed_000([])
+    grants = {p.uid: Grant(p.uid, p.key, lock.owner, until) for p in pods}
+    result, _ = run(pods, grants=grants)
+    assert all(c.owner == lock.owner and c.until == until and c.node == "n1" for c in result.backfill.cuts)
+    return {c.key: c.deadline for c in result.backfill.cuts}
+
+
+def test_a_backfilled_pod_that_started_within_its_margin_keeps_its_deadline() -> None:
+    """Granted at NOW - 3 s with 10 s + 5 s margin (until NOW + 12 s), bound 4 s later: 10 s still ends by until."""
+    assert cuts_of([backfilled("on-time", started=NOW + S)], until=NOW + 12 * S) == {}
+
+
+def test_a_backfilled_pod_that_started_late_has_its_deadline_cut_to_end_by_its_grant() -> None:
+    """kube-scheduler bound it 8 s after the margin was spent: 10 s would run 8 s into the owner's time. Cut to
+    until - grace - startTime, to the second below; at least 1 when it started after until (the kubelet then stops it
+    at once); a cut pod is not cut again; its grace counts."""
+    until = NOW + 12 * S
+    assert cuts_of([backfilled("late", started=NOW + 10 * S)], until) == {"ns/late": 2}
+    assert cuts_of([backfilled("very-late", started=NOW + 20 * S)], until) == {"ns/very-late": 1}
+    assert cuts_of([backfilled("graceful", started=NOW, grace=5)], until) == {"ns/graceful": 7}
+    assert cuts_of([backfilled("cut", started=NOW + 10 * S, deadline=2)], until) == {}
+    assert cuts_of([backfilled("no-deadline", started=NOW + 10 * S, deadline=None)], until) == {"ns/no-deadline": 2}
+
+
+def test_only_running_pods_of_the_grant_on_its_node_are_cut() -> None:
+    until = NOW + 12 * S
+    assert cuts_of([backfilled("done", started=NOW + 10 * S, phase="Succeeded"),
+                    backfilled("elsewhere", started=NOW + 10 * S, node_name="n2")], until) == {}
+    # a pod that tolerates the lock without a grant (an owner, a DaemonSet) is none of backfill's business
+    result, _ = run([backfilled("ungranted", started=NOW + 10 * S)])
+    assert result.backfill.cuts == ()

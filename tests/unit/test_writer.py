@@ -728,3 +728,52 @@ async def test_an_armed_failpoint_writes_nodes_one_at_a_time_in_name_order_until
         server.max_in_flight = 0
         await writer.apply({}, held(later))
     assert sorted(server.patched[len(names):]) == later and server.max_in_flight > 1
+
+
+async def test_an_estimate_annotation_refused_is_not_sent_again_at_every_plan(recorder: Recorder) -> None:
+    """A tenant's pod at its annotation size limit refuses the merge patch (422): the same text is not sent again
+    for ESTIMATE_RETRY_SECONDS, each refusal counted; a moved estimate is sent; a pod gone is no failure."""
+    from agent.planner.model import EstimateMark
+    from agent.writer import ESTIMATE_RETRY_SECONDS
+
+    now = [0.0]
+    failures: list[int] = []
+    writer = Writer(cast(client.ApiClient, object()), on_failure=lambda: failures.append(1), clock=lambda: now[0])
+    path = "/api/v1/namespaces/ns/pods/big"
+    mark = EstimateMark("Pod", "ns", "big", "2026-11-22T12:00:40Z")
+    recorder.fail[("PATCH", path)] = [422, 422]
+    await writer.estimates([mark])
+    await writer.estimates([mark])
+    assert len(recorder.of("PATCH")) == 1 and failures == [1]
+    moved = EstimateMark("Pod", "ns", "big", "2026-11-22T12:01:40Z")
+    await writer.estimates([moved])
+    assert len(recorder.of("PATCH")) == 2 and failures == [1, 1]
+    now[0] = ESTIMATE_RETRY_SECONDS
+    await writer.estimates([mark])
+    assert len(recorder.of("PATCH")) == 3 and recorder.of("PATCH")[-1].body == {
+        "metadata": {"annotations": {keys.EXPECTED_START: mark.text}}}
+    recorder.fail[("PATCH", "/api/v1/namespaces/ns/pods/gone")] = [404]
+    await writer.estimates([EstimateMark("Pod", "ns", "gone", mark.text)])
+    assert failures == [1, 1]
+
+
+async def test_a_grant_written_after_the_plans_snapshot_is_kept_when_the_plan_rewrites_the_grants(
+        recorder: Recorder) -> None:
+    """The plan saw grant `a` on n1 and drops it (its pod ended); grant `b` was written by the reconcile before, after
+    this plan's snapshot: the patch keeps `b`, which the plan cannot have meant to drop, and adds the plan's `c`."""
+    from shared.backfill import Grant, grants_text, keep_unseen_grants, read_grants
+
+    until = datetime(2026, 11, 22, 12, 0, 15, tzinfo=UTC)
+    a, b, c = (Grant(u, f"ns/{u}", "job-x", until) for u in ("a", "b", "c"))
+    recorder.nodes["n1"] = node_obj(annotations={keys.BACKFILL_GRANTS: grants_text([a, b]) or ""})
+    writer, _ = new_writer()
+    planned = grants_text([c])
+    assert await writer.set_lock("n1", None, {keys.BACKFILL_GRANTS: planned}, {"a"}) == (None, True)
+    (sent,) = recorder.of("PATCH")
+    annotations = apply(recorder.nodes["n1"], sent.body)["metadata"]["annotations"]
+    assert read_grants(annotations[keys.BACKFILL_GRANTS]) == {"b": b, "c": c}
+    # pure: nothing unseen leaves the plan's text as it is (None: the annotation removed)
+    assert keep_unseen_grants(planned, grants_text([a]), {"a"}) == planned
+    assert keep_unseen_grants(None, grants_text([a]), {"a"}) is None
+    assert keep_unseen_grants(None, grants_text([b]), {"a"}) == grants_text([b])
+    assert keep_unseen_grants(planned, "not json", set()) == planned
