@@ -47,6 +47,7 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from agent.planner.backfill import moved
 from agent.planner.guarantee import ALWAYS_PROTECTED_NAMESPACES, never_evicted, protected_namespaces
 from agent.planner.model import (
     Backfill,
@@ -101,11 +102,14 @@ NODE_PATCHES_IN_FLIGHT = 16
 # issue 17: how long the backfill patches of one batch refused by the entitlement check (403) are tried again, all
 # together: the webhook's node cache may not have the grants the same reconcile wrote to the nodes a moment before
 GRANT_SEEN = 3.0
-# issue 17: an estimate annotation the API refused is not sent again for this long (the same text; a moved one is
-# sent): a tenant's pod or PodGroup at its annotation size limit would otherwise cost a failing write at every plan.
-# At most MAX_REFUSED_ESTIMATES remembered.
+# issue 17: an object that refused an estimate annotation is not sent one again for this long unless the estimate
+# moved (backfill.moved) from the refused one: a tenant's pod or PodGroup at its annotation size limit would otherwise
+# cost a failing write at every plan. At most MAX_REFUSED_ESTIMATES objects remembered.
 ESTIMATE_RETRY_SECONDS = 600.0
 MAX_REFUSED_ESTIMATES = 10_000
+# estimate annotations sent in one plan, at most (those refused before not counted): what a burst of owners, or a
+# tenant moving many estimates at once, costs one plan's writes; the others go at the next plan, which these wake
+MAX_ESTIMATE_WRITES = 100
 
 
 # --- bodies (pure) ---
@@ -476,9 +480,9 @@ class Writer:
         self.placeholder_image = ReservoirConfig().reservations.placeholder_image
         self._left_alone: set[str] = set()  # uids of the Koordinator Reservations told LeftAlone (issue 18)
         self._clock = clock
-        # estimate annotations refused (a tenant's object at its size limit, say): (kind, namespace, name, text) ->
-        # when; not sent again within ESTIMATE_RETRY_SECONDS, rather than at every plan
-        self._estimates_refused: dict[tuple[str, str, str, str], float] = {}
+        # objects that refused an estimate annotation (at their size limit, say): (kind, namespace, name) -> (the text
+        # refused, when); not sent one again within ESTIMATE_RETRY_SECONDS unless the estimate moved
+        self._estimates_refused: dict[tuple[str, str, str], tuple[str, float]] = {}
 
     def configure(self, config: ReservoirConfig) -> None:
         """The guard rails of evictions, from the config in force: protected namespaces, evictions per minute."""
@@ -846,7 +850,9 @@ class Writer:
         ops = deadline_patch(pod, cut.deadline)
         if (pod.get("metadata") or {}).get("uid") != pod_view.uid or not ops:
             return
-        await self._send("PATCH", path, ops, content_type=JSON_PATCH)
+        # the very pod: one made again under the name between the read and the patch is not touched
+        guard = [{"op": "test", "path": "/metadata/uid", "value": pod_view.uid}]
+        await self._send("PATCH", path, guard + ops, content_type=JSON_PATCH)
         started = stamp(pod_view.started) if pod_view.started is not None else "?"
         message = (f"started at {started}, later than its backfill slot on {cut.node} allowed: activeDeadlineSeconds "
                    f"lowered from {pod_view.active_deadline} to {cut.deadline}, to end by {stamp(cut.until)} "
@@ -859,16 +865,20 @@ class Writer:
     async def estimates(self, marks: Sequence[EstimateMark]) -> None:
         """Issue 17: each owner's expected start written where backfill.estimate_marks says (a merge patch of the one
         annotation keys.EXPECTED_START on a PodGroup or a pod); an object gone is skipped; a refusal is logged, counted
-        and not tried again for ESTIMATE_RETRY_SECONDS unless the text moves (the plan says the same at every plan
-        until the annotation is there)."""
-        now = self._clock()
+        and the object not sent one again for ESTIMATE_RETRY_SECONDS unless the estimate moves (the plan says the same
+        at every plan until the annotation is there); at most MAX_ESTIMATE_WRITES sent."""
+        now, moment = self._clock(), datetime.now(UTC)
         refused = self._estimates_refused
-        for key in [k for k, at in refused.items() if now - at >= ESTIMATE_RETRY_SECONDS]:
+        for key in [k for k, (_, at) in refused.items() if now - at >= ESTIMATE_RETRY_SECONDS]:
             del refused[key]
+        sent = 0
         for mark in marks:
-            key = (mark.kind, mark.namespace, mark.name, mark.text)
-            if key in refused:
+            key = (mark.kind, mark.namespace, mark.name)
+            if key in refused and not moved(refused[key][0], mark.text, moment):
                 continue
+            if sent >= MAX_ESTIMATE_WRITES:
+                break
+            sent += 1
             path = (resource_path(VOLCANO_API_VERSION, keys.PODGROUP_PLURAL, mark.name, mark.namespace)
                     if mark.kind == "PodGroup" else resource_path("v1", "pods", mark.name, mark.namespace))
             body = {"metadata": {"annotations": {keys.EXPECTED_START: mark.text}}}
@@ -878,8 +888,8 @@ class Writer:
                 continue
             except ApiException as err:
                 self._failed()
-                if len(refused) < MAX_REFUSED_ESTIMATES:
-                    refused[key] = now
+                if key in refused or len(refused) < MAX_REFUSED_ESTIMATES:
+                    refused[key] = (mark.text, now)
                 decision(log, "estimate-failed", level=logging.WARNING, object=f"{mark.kind} {mark.namespace}/"
                          f"{mark.name}", status=err.status, reason=err.reason,
                          retry=f"not before {ESTIMATE_RETRY_SECONDS:.0f}s unless the estimate moves")

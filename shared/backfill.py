@@ -64,7 +64,10 @@ def read_grants(text: str | None) -> dict[str, Grant]:
             until = parse_time(entry.get("until")) if isinstance(entry.get("until"), str) else None
         except ValueError:
             until = None
-        if uid and isinstance(pod, str) and isinstance(owner, str) and until is not None and until.tzinfo:
+        # the years views read times within (shared.views): a hand-edited `until` far out must not overflow the
+        # arithmetic of every plan
+        if (uid and isinstance(pod, str) and isinstance(owner, str) and until is not None and until.tzinfo
+                and 1970 <= until.year <= 9000):
             grants[uid] = Grant(uid, pod, owner, until)
     return grants
 

@@ -350,7 +350,7 @@ def plan_backfill(*, pods: Sequence[PodView], nodes: Mapping[str, NodeView], sta
     gated = sorted(gated_pods(pods), key=lambda p: (p.created, p.key))
     by_uid = {p.uid: p for p in pods if p.uid}
     marks = grant_marks(nodes, by_uid, (), now)
-    cuts = deadline_cuts(nodes, by_uid)
+    cuts = deadline_cuts(nodes, by_uid, locks)
     if not gated:
         return (BackfillPlan(marks=marks, slots=tuple(slots), estimates=estimates, estimate_marks=marks_of_estimates,
                              cuts=cuts)
@@ -497,7 +497,7 @@ def unknown_start(state: NodeState) -> str:
     return f"{UNKNOWN}{count} pod{'' if count == 1 else 's'} without a maximum runtime{ON_NODE}{state.node.name}"
 
 
-UNKNOWN, ON_NODE = "unknown: ", " on node "  # unknown_start's text, as _moved reads it back
+UNKNOWN, ON_NODE = "unknown: ", " on node "  # unknown_start's text, as moved reads it back
 
 
 def start_estimates(slots: Sequence[BackfillSlot], locks: Mapping[str, Lock]) -> tuple[StartEstimate, ...]:
@@ -533,12 +533,9 @@ ESTIMATE_TOLERANCE = 5 * SECOND
 # an owner's pending pods that carry its estimate when it has no PodGroup, at most (the first, by key); the others
 # read it from `reservoir status`
 MAX_ESTIMATE_TARGETS = 20
-# estimate annotations written in one plan, at most: what a burst of owners (or a tenant moving many estimates at
-# once) costs one plan's writes
-MAX_ESTIMATE_WRITES = 100
 
 
-def _moved(have: str | None, want: str, now: datetime) -> bool:
+def moved(have: str | None, want: str, now: datetime) -> bool:
     """Whether the written estimate `have` must be replaced by `want`. Not when they are the same text; nor two times
     less than ESTIMATE_TOLERANCE apart; nor two times both at or before now + ESTIMATE_TOLERANCE (both say "now": an
     open window's start, a pod running past its maximum runtime; rewriting "now" at every plan would wake every plan);
@@ -561,14 +558,14 @@ def _moved(have: str | None, want: str, now: datetime) -> bool:
 
 def estimate_marks(estimates: Sequence[StartEstimate], pods: Mapping[str, PodView],
                    podgroups: Mapping[tuple[str, str], PodGroupView], now: datetime) -> tuple[EstimateMark, ...]:
-    """Where each owner's estimate is written (keys.EXPECTED_START), only where what is there must change (_moved): a
+    """Where each owner's estimate is written (keys.EXPECTED_START), only where what is there must change (moved): a
     starvation job's or a window's pending pods (the first MAX_ESTIMATE_TARGETS of the estimate's tasks), each through
     its PodGroup when it has one, else itself. A time is never written in the past (an estimate that says "now"). A
     Reservation's goes at the end of its Ready message instead (with_expected_starts: the agent writes only its
     status). One object named by several owners (a reserve pod of two windows, a PodGroup holding a starving job's
     tasks and a window's reserve pods) carries one text, the soonest start (a known one before an unknown): each owner
-    writing its own would rewrite it back and forth at every plan. At most MAX_ESTIMATE_WRITES per plan (the others
-    at the next, which these writes wake)."""
+    writing its own would rewrite it back and forth at every plan. The writer sends at most
+    agent.writer.MAX_ESTIMATE_WRITES of them per plan."""
     chosen: dict[tuple[str, str, str], tuple[tuple[bool, datetime], str, str | None]] = {}
     for estimate in estimates:
         text = estimate.text if estimate.at is None else stamp(max(estimate.at, now))
@@ -583,9 +580,8 @@ def estimate_marks(estimates: Sequence[StartEstimate], pods: Mapping[str, PodVie
             have = (group if group is not None else pod).annotations.get(keys.EXPECTED_START)
             if target not in chosen or rank < chosen[target][0]:
                 chosen[target] = (rank, text, have)
-    marks = [EstimateMark(*target, text) for target, (_, text, have) in sorted(chosen.items())
-             if _moved(have, text, now)]
-    return tuple(marks[:MAX_ESTIMATE_WRITES])
+    return tuple(EstimateMark(*target, text) for target, (_, text, have) in sorted(chosen.items())
+                 if moved(have, text, now))
 
 
 EXPECTED = "; expected start "  # how a Waiting Reservation's Ready message ends with its estimate
@@ -595,7 +591,7 @@ def with_expected_starts(statuses: Sequence[ReservationStatus], estimates: Seque
                          reservations: Mapping[str, ReservationView], now: datetime) -> list[ReservationStatus]:
     """Issue 17: each Waiting Reservation's status with its owner's estimate at the end of its Ready condition's
     message (`...; expected start <time or unknown: ...>`), the time written there kept while the new one is within
-    ESTIMATE_TOLERANCE of it (_moved: a status rewritten at every plan would wake every plan again)."""
+    ESTIMATE_TOLERANCE of it (moved: a status rewritten at every plan would wake every plan again)."""
     by_owner = {e.owner: e for e in estimates if e.kind is LockKind.RESERVATION}
     out = []
     for status in statuses:
@@ -607,7 +603,7 @@ def with_expected_starts(statuses: Sequence[ReservationStatus], estimates: Seque
         written = next((str(c.get("message") or "") for c in view.status.get("conditions") or ()
                         if isinstance(c, Mapping) and c.get("type") == "Ready"), "")
         have = written.rpartition(EXPECTED)[2] if EXPECTED in written else None
-        text = have if have is not None and not _moved(have, estimate.text, now) else estimate.text
+        text = have if have is not None and not moved(have, estimate.text, now) else estimate.text
         message = f"{status.message}{EXPECTED}{text}"
         conditions = tuple({**c, "message": message} if c.get("type") == "Ready" else c for c in status.conditions)
         out.append(replace(status, message=message, conditions=conditions))
@@ -693,7 +689,8 @@ def grant_marks(nodes: Mapping[str, NodeView], by_uid: Mapping[str, PodView], pl
     return marks
 
 
-def deadline_cuts(nodes: Mapping[str, NodeView], by_uid: Mapping[str, PodView]) -> tuple[DeadlineCut, ...]:
+def deadline_cuts(nodes: Mapping[str, NodeView], by_uid: Mapping[str, PodView],
+                  locks: Mapping[str, Lock]) -> tuple[DeadlineCut, ...]:
     """Backfilled pods that started too late to end by their grant, and the activeDeadlineSeconds each is lowered to.
 
     A grant's `until` is the plan's moment + the deadline + the margin + the pod's terminationGracePeriodSeconds: the
@@ -704,10 +701,14 @@ def deadline_cuts(nodes: Mapping[str, NodeView], by_uid: Mapping[str, PodView]) 
     activeDeadlineSeconds + grace passes `until` is cut to floor(until - grace - startTime), at least 1 (the API's
     least; the kubelet then stops it at once). startTime is written by the kubelet, the grant by the agent: nothing
     the tenant writes moves the cut. A pod that bound within the margin is not touched, and a cut pod is cut once (the
-    answer depends only on those three times). Sorted by pod key."""
+    answer depends only on those three times). Only while this plan keeps the node locked for the grant's owner
+    (`locks`): once the lock goes, nobody needs the node back by `until`. Sorted by pod key."""
     cuts = []
     for name, node in nodes.items():
+        lock = locks.get(name)
         for uid, grant in node.backfill_grants.items():
+            if lock is None or lock.owner != grant.owner:
+                continue
             pod = by_uid.get(uid)
             if (pod is None or pod.node_name != name or pod.started is None or pod.is_terminal or pod.deleting):
                 continue

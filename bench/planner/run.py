@@ -19,6 +19,10 @@ cpu with pods of random size; 1% of pods pending), a tenth of the jobs in PodGro
 guaranteed 16-256 cpu (2 or 4 GiB per cpu) each, opted into locks, all from a fixed seed. Reported: one full plan
 with the guarantees (collector paused) beside one without, and the tracemalloc peak of the allocations one plan with
 the guarantees makes (a separate run; the snapshot, built before, is not counted).
+
+Backfill (issue 17), at each size: one full plan with 100 pods on the backfill gate (backfill.MAX_DECISIONS, the most
+one plan decides), each asking 10 cpu so it fits nowhere (the worst case of clause 3's first-fit pass over the open
+nodes; no slot, the snapshot carrying no lock yet), beside one without.
 """
 
 from __future__ import annotations
@@ -295,6 +299,42 @@ def measure_mixed(nodes: int) -> dict:
             "placed": sum(1 for g in result.guarantees if g.nodes)}
 
 
+GATED = 100  # backfill.MAX_DECISIONS: the most gated pods one plan decides
+
+
+def measure_backfill(nodes: int) -> dict:
+    """The same cluster with GATED pods on the backfill gate, each asking 10 cpu (so it fits on no node: clause 3's
+    first-fit pass over the open nodes walks every one of them): one full plan with them beside one without, in the
+    same process, backfill on in both. The snapshot carries no lock yet, so there is no slot to weigh: this measures
+    the decision and clause 3, not choose_backfills."""
+    from dataclasses import replace
+
+    from agent.gcpause import collector_paused
+    from agent.planner.plan import plan
+    from shared import keys
+    from shared.config import load_config
+    from shared.views import PodView
+
+    config = load_config("starvation: {starvingJobTimeThreshold: 10m}\nbackfill: {namespaces: ['*'], margin: 5s}")
+    snapshot = build(nodes)
+    gated = [PodView.from_obj({
+        "metadata": {"name": f"gated-{i}", "namespace": "ns-gated", "uid": f"g{i}",
+                     "annotations": {keys.BACKFILL: "true", keys.MAXIMUM_RUNTIME: "10m"},
+                     "creationTimestamp": stamp(NOW - timedelta(seconds=5))},
+        "spec": {"schedulingGates": [{"name": keys.BACKFILL_GATE}],
+                 "containers": [{"name": "c", "resources": {"requests": {"cpu": "10", "memory": "1Gi"}}}]},
+        "status": {"phase": "Pending"}}) for i in range(GATED)]
+    with collector_paused():
+        began = time.perf_counter()
+        plain = plan(snapshot, config, NOW)
+        without = time.perf_counter() - began
+        began = time.perf_counter()
+        result = plan(replace(snapshot, pods=[*snapshot.pods, *gated]), config, NOW)
+        with_gated = time.perf_counter() - began
+    return {"nodes": nodes, "without_s": without, "with_s": with_gated, "slots": len(result.backfill.slots),
+            "decided": len(result.backfill.placed) + len(result.backfill.released), "locks": len(plain.locks)}
+
+
 def _child(flag: str, size: int) -> dict:
     """One measurement in a fresh interpreter (`--one`, `--guarantees` or `--mixed` N), so each starts from an empty
     heap: the JSON its last line prints."""
@@ -309,6 +349,9 @@ def main() -> int:
         return 0
     if len(sys.argv) > 1 and sys.argv[1] == "--guarantees":
         print(json.dumps(measure_guarantees(int(sys.argv[2]))))
+        return 0
+    if len(sys.argv) > 1 and sys.argv[1] == "--backfill":
+        print(json.dumps(measure_backfill(int(sys.argv[2]))))
         return 0
     if len(sys.argv) > 1 and sys.argv[1] == "--mixed":
         print(json.dumps(measure_mixed(int(sys.argv[2]))))
@@ -336,6 +379,11 @@ def main() -> int:
         print(f"{g['nodes']:>6} nodes, {QUEUES} guaranteed queues: plan {g['with_s']:.3f}s vs {g['without_s']:.3f}s "
               f"without (placement {1000 * (g['with_s'] - g['without_s']) / QUEUES:.1f} ms per queue), "
               f"{g['queue_nodes']} nodes locked for queues", flush=True)
+    for size in sizes:
+        b = _child("--backfill", size)
+        print(f"{b['nodes']:>6} nodes, {GATED} pods on the backfill gate fitting nowhere: plan {b['with_s']:.3f}s vs "
+              f"{b['without_s']:.3f}s without ({1000 * (b['with_s'] - b['without_s']) / GATED:.1f} ms per gated pod), "
+              f"{b['decided']} decided, {b['slots']} slots", flush=True)
     five = next((r for r in rows if r["nodes"] == 5000), rows[-1])
     print(f"planner: {five['nodes']} nodes full plan {five['plan_s']:.2f} s, peak {five['peak_mib']:.0f} MiB, "
           f"replan after one event {five['replan_ms']:.0f} ms", flush=True)

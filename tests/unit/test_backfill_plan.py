@@ -540,6 +540,22 @@ def test_a_backfilled_pod_that_started_late_has_its_deadline_cut_to_end_by_its_g
     assert cuts_of([backfilled("no-deadline", started=NOW + 10 * S, deadline=None)], until) == {"ns/no-deadline": 2}
 
 
+def test_no_cut_once_the_node_is_no_longer_locked_for_the_grants_owner() -> None:
+    """The owner's lock went (its job deleted, say): nobody needs the node back by `until`, the late pod runs on."""
+    late = backfilled("late", started=NOW + 10 * S)
+    result, _ = run([late], grants={late.uid: Grant(late.uid, late.key, "job-gone", NOW + 12 * S)})
+    assert result.backfill.cuts == ()
+
+
+def test_a_grant_with_a_time_out_of_range_is_not_read() -> None:
+    """A hand edit of the node (only node writers can) with a year-1 `until` would overflow the cut's arithmetic
+    at every plan: it is not read, as views read no time outside 1970-9000."""
+    text = json.dumps({"u1": {"pod": "ns/p", "owner": "job-x", "until": "0001-01-01T00:00:00Z"},
+                       "u2": {"pod": "ns/q", "owner": "job-x", "until": "9999-12-31T23:59:59Z"},
+                       "u3": {"pod": "ns/r", "owner": "job-x", "until": "2026-11-22T12:00:15Z"}})
+    assert set(read_grants(text)) == {"u3"}
+
+
 def test_only_running_pods_of_the_grant_on_its_node_are_cut() -> None:
     until = NOW + 12 * S
     assert cuts_of([backfilled("done", started=NOW + 10 * S, phase="Succeeded"),

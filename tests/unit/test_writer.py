@@ -731,30 +731,59 @@ async def test_an_armed_failpoint_writes_nodes_one_at_a_time_in_name_order_until
 
 
 async def test_an_estimate_annotation_refused_is_not_sent_again_at_every_plan(recorder: Recorder) -> None:
-    """A tenant's pod at its annotation size limit refuses the merge patch (422): the same text is not sent again
-    for ESTIMATE_RETRY_SECONDS, each refusal counted; a moved estimate is sent; a pod gone is no failure."""
+    """A tenant's pod at its annotation size limit refuses the merge patch (422): it is not sent one again for
+    ESTIMATE_RETRY_SECONDS unless the estimate moved (an estimate that says "now", rewritten as the current second at
+    every plan, has not), each refusal counted; the refused do not take the places of the plan's others; a pod gone
+    is no failure."""
     from agent.planner.model import EstimateMark
-    from agent.writer import ESTIMATE_RETRY_SECONDS
+    from agent.writer import ESTIMATE_RETRY_SECONDS, MAX_ESTIMATE_WRITES
 
     now = [0.0]
     failures: list[int] = []
     writer = Writer(cast(client.ApiClient, object()), on_failure=lambda: failures.append(1), clock=lambda: now[0])
     path = "/api/v1/namespaces/ns/pods/big"
-    mark = EstimateMark("Pod", "ns", "big", "2026-11-22T12:00:40Z")
-    recorder.fail[("PATCH", path)] = [422, 422]
+    mark = EstimateMark("Pod", "ns", "big", "2026-01-01T00:00:40Z")  # long past: the estimate says "now"
+    recorder.fail[("PATCH", path)] = [422, 422, 422]
     await writer.estimates([mark])
-    await writer.estimates([mark])
+    await writer.estimates([EstimateMark("Pod", "ns", "big", "2026-01-01T00:00:41Z")])  # "now", a second later
     assert len(recorder.of("PATCH")) == 1 and failures == [1]
-    moved = EstimateMark("Pod", "ns", "big", "2026-11-22T12:01:40Z")
-    await writer.estimates([moved])
+    moved_on = EstimateMark("Pod", "ns", "big", "2099-01-01T00:00:00Z")
+    await writer.estimates([moved_on])
     assert len(recorder.of("PATCH")) == 2 and failures == [1, 1]
+    # many refused ones do not crowd out the others: they are skipped before the cap counts
+    others = [EstimateMark("Pod", "ns", f"p{i:03d}", "2099-01-01T00:00:00Z") for i in range(MAX_ESTIMATE_WRITES + 5)]
+    await writer.estimates([moved_on, *others])
+    assert len(recorder.of("PATCH")) == 2 + MAX_ESTIMATE_WRITES
+    assert recorder.of("PATCH")[2].path == "/api/v1/namespaces/ns/pods/p000"
     now[0] = ESTIMATE_RETRY_SECONDS
     await writer.estimates([mark])
-    assert len(recorder.of("PATCH")) == 3 and recorder.of("PATCH")[-1].body == {
+    assert recorder.of("PATCH")[-1].path == path and recorder.of("PATCH")[-1].body == {
         "metadata": {"annotations": {keys.EXPECTED_START: mark.text}}}
     recorder.fail[("PATCH", "/api/v1/namespaces/ns/pods/gone")] = [404]
+    before = len(failures)
     await writer.estimates([EstimateMark("Pod", "ns", "gone", mark.text)])
-    assert failures == [1, 1]
+    assert len(failures) == before
+
+
+async def test_a_deadline_cut_is_tested_against_the_pods_uid(recorder: Recorder) -> None:
+    """The cut goes to the very pod the plan saw: the patch starts with a test of its uid (one made again under the
+    name between the read and the patch makes it fail); a pod whose own deadline is as small is not patched."""
+    from agent.planner.model import DeadlineCut
+
+    pod = {"metadata": {"name": "late", "namespace": "ns", "uid": "u1"},
+           "spec": {"nodeName": "n1", "activeDeadlineSeconds": 10, "containers": [{"name": "c"}]},
+           "status": {"phase": "Running", "startTime": "2026-11-22T12:00:10Z"}}
+    recorder.nodes["late"] = pod
+    writer, _ = new_writer()
+    cut = DeadlineCut(pod=PodView.from_obj(pod), node="n1", owner="job-x",
+                      until=datetime(2026, 11, 22, 12, 0, 15, tzinfo=UTC), deadline=5)
+    await writer.cut_deadlines([cut])
+    (sent,) = recorder.of("PATCH")
+    assert sent.body[0] == {"op": "test", "path": "/metadata/uid", "value": "u1"}
+    assert apply(pod, sent.body)["spec"]["activeDeadlineSeconds"] == 5
+    recorder.nodes["late"] = {**pod, "spec": {**pod["spec"], "activeDeadlineSeconds": 5}}
+    await writer.cut_deadlines([cut])
+    assert len(recorder.of("PATCH")) == 1
 
 
 async def test_a_grant_written_after_the_plans_snapshot_is_kept_when_the_plan_rewrites_the_grants(
