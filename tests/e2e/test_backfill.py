@@ -66,11 +66,13 @@ async def webhook_gating(kit: Kit, gating: bool) -> None:
                                    "backfill", timeout=20)
 
 
-async def test_seed_000_a_short_pod_backfills_the_draining_node_and_the_big_pod_still_binds(
-        kit: Kit, running: AgentProcess) -> None:
+async def seed_000_locked(kit: Kit) -> str:
+    """Seed 000 at Time2 on NODE (pod-1 done, pod-2 and pod-3 running RUNNING s with their runtimes declared), beside
+    a tiny spare node (one node alone locks nothing: 90%), the webhook gating, and pod-4 of 3 cpu starving until the
+    node is locked for it: pod-4's owner id."""
     await kit.create_node(NODE, {"cpu": "3", "memory": "16Gi"})
-    await kit.create_node("spare", {"cpu": "100m", "memory": "1Gi"})  # one node alone locks nothing (90%)
-    for i in (2, 3):  # seed 000 at Time2: pod-1 done, pod-2 and pod-3 running with their runtimes declared
+    await kit.create_node("spare", {"cpu": "100m", "memory": "1Gi"})
+    for i in (2, 3):
         await kit.create_pod(f"pod-{i}", {"cpu": "1"}, extra_spec={"nodeName": NODE},
                              annotations={keys.MAXIMUM_RUNTIME: f"{RUNNING}s", COMPLETE_AFTER: f"{RUNNING}s"})
     await webhook_gating(kit, True)
@@ -81,6 +83,12 @@ async def test_seed_000_a_short_pod_backfills_the_draining_node_and_the_big_pod_
         node = await kit.read_node(NODE)
         return any(t["key"] == keys.LOCK and t.get("value") == owner for t in node["spec"].get("taints") or [])
     await kit.wait_for(locked, what="the node locked for the starving pod-4", timeout=30)
+    return owner
+
+
+async def test_seed_000_a_short_pod_backfills_the_draining_node_and_the_big_pod_still_binds(
+        kit: Kit, running: AgentProcess) -> None:
+    owner = await seed_000_locked(kit)
 
     short = await kit.create_pod("short", {"cpu": "1"}, annotations=opting_in("10s", "8s"))
     assert any(g["name"] == keys.BACKFILL_GATE for g in short["spec"].get("schedulingGates") or []), short["spec"]
@@ -138,19 +146,7 @@ async def test_a_backfilled_pod_bound_late_has_its_deadline_cut_to_end_by_its_gr
     after its grant was made, past the 5 s margin, so 10 s from its start would run into the time the node is needed.
     The agent lowers its activeDeadlineSeconds so startTime + deadline is within its grant (backfill.deadline_cuts),
     says so in a `BackfillDeadlineCut` Event, and the pod is ended by then."""
-    await kit.create_node(NODE, {"cpu": "3", "memory": "16Gi"})
-    await kit.create_node("spare", {"cpu": "100m", "memory": "1Gi"})
-    for i in (2, 3):
-        await kit.create_pod(f"pod-{i}", {"cpu": "1"}, extra_spec={"nodeName": NODE},
-                             annotations={keys.MAXIMUM_RUNTIME: f"{RUNNING}s", COMPLETE_AFTER: f"{RUNNING}s"})
-    await webhook_gating(kit, True)
-    await kit.create_pod("pod-4", {"cpu": "3"})
-    owner = JobRef(kit.namespace, "Pod", "pod-4").owner_id
-
-    async def locked() -> bool:
-        node = await kit.read_node(NODE)
-        return any(t["key"] == keys.LOCK and t.get("value") == owner for t in node["spec"].get("taints") or [])
-    await kit.wait_for(locked, what="the node locked for the starving pod-4", timeout=30)
+    owner = await seed_000_locked(kit)
 
     scheduler = next(c for c in kit.cluster.components if c.name == "kube-scheduler").process
     os.kill(scheduler.pid, signal.SIGSTOP)
@@ -185,7 +181,8 @@ async def test_a_backfilled_pod_bound_late_has_its_deadline_cut_to_end_by_its_gr
     async def told() -> bool:  # the Event goes after the patch
         events = await kit.raw("GET",
                                f"/api/v1/namespaces/{kit.namespace}/events?fieldSelector=involvedObject.name=late")
-        return any(e["reason"] == "BackfillDeadlineCut" and NODE in e["message"] for e in events["items"])
+        return any(e["reason"] == "BackfillDeadlineCut" and NODE in e["message"] and owner in e["message"]
+                   for e in events["items"])
     await kit.wait_for(told, what="the BackfillDeadlineCut Event on the late pod", timeout=10)
 
     async def ended() -> dict | None:
