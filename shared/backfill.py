@@ -28,7 +28,7 @@ from shared import keys
 from shared.config import BackfillConfig
 from shared.duration import DurationError, parse_duration
 from shared.predicates import NODE_NAME_FIELD
-from shared.timestamps import parse_time, stamp
+from shared.timestamps import in_range, parse_time, stamp
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,10 +64,8 @@ def read_grants(text: str | None) -> dict[str, Grant]:
             until = parse_time(entry.get("until")) if isinstance(entry.get("until"), str) else None
         except ValueError:
             until = None
-        # the years views read times within (shared.views): a hand-edited `until` far out must not overflow the
-        # arithmetic of every plan
-        if (uid and isinstance(pod, str) and isinstance(owner, str) and until is not None and until.tzinfo
-                and 1970 <= until.year <= 9000):
+        # a hand-edited `until` far out must not overflow the arithmetic of every plan
+        if uid and isinstance(pod, str) and isinstance(owner, str) and until is not None and in_range(until):
             grants[uid] = Grant(uid, pod, owner, until)
     return grants
 

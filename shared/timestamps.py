@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import TypeGuard
 
 FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
@@ -10,6 +11,16 @@ FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 def stamp(moment: datetime) -> str:
     """A UTC datetime as the API writes it, to the second."""
     return moment.strftime(FORMAT)
+
+
+# the years an object's time is read within: naive or farther out is not comparable, or overflows when a duration is
+# added to it (views, lock info, grants, expiries)
+FIRST_YEAR, LAST_YEAR = 1970, 9000
+
+
+def in_range(moment: datetime | None) -> TypeGuard[datetime]:
+    """An aware time between FIRST_YEAR and LAST_YEAR."""
+    return moment is not None and moment.tzinfo is not None and FIRST_YEAR <= moment.year <= LAST_YEAR
 
 
 def parse_time(value: str | None) -> datetime | None:

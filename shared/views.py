@@ -32,7 +32,7 @@ from shared.duration import parse_duration
 from shared.ownership import daemonset_node, is_daemonset_pod, job_identity
 from shared.predicates import NodeAffinity, Placement, required_node_affinity
 from shared.resources import EMPTY, Resources, is_best_effort, pod_requests
-from shared.timestamps import parse_time
+from shared.timestamps import FIRST_YEAR, LAST_YEAR, in_range, parse_time
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 TERMINAL = frozenset(("Succeeded", "Failed"))  # pod phases that hold nothing
@@ -154,9 +154,9 @@ def _time(value: Any, path: str) -> datetime | None:
         moment = parse_time(_text(value, path))
     except ValueError:
         moment = None
-    if moment is None or moment.tzinfo is None or not 1970 <= moment.year <= 9000:
-        raise ViewError(f"{path}: expected an RFC 3339 time (2026-11-22T10:17:00Z) between the years 1970 and 9000, "
-                        f"got {_described(value)}")
+    if not in_range(moment):
+        raise ViewError(f"{path}: expected an RFC 3339 time (2026-11-22T10:17:00Z) between the years {FIRST_YEAR} and "
+                        f"{LAST_YEAR}, got {_described(value)}")
     return moment
 
 

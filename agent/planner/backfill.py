@@ -452,8 +452,8 @@ def backfill_slots(*, pods: Sequence[PodView], states: Mapping[str, NodeState], 
     by_key = {p.key: p for p in pods}
     slots = []
     already: dict[str, list[PodView]] = {}
-    windows: dict[str, list[PodView]] = {}  # a window's tasks, the same on each of its nodes: taken once
-    task_keys: dict[str, tuple[str, ...]] = {}
+    # a window's tasks and their keys, the same on each of its nodes: taken once, one tuple shared by its slots
+    windows: dict[str, tuple[list[PodView], tuple[str, ...]]] = {}
     for name, lock in sorted(locks.items()):
         held = current.get(name)
         state = states.get(name)
@@ -461,28 +461,25 @@ def backfill_slots(*, pods: Sequence[PodView], states: Mapping[str, NodeState], 
             continue  # not on the node yet: nothing to backfill under it
         start = None
         task_pods: list[PodView] = []
+        task_keys: tuple[str, ...] = ()
         if lock.kind is LockKind.JOB:
             task_pods = [p for k in lock.tasks if (p := by_key.get(k)) is not None and waiting_task(p)]
+            task_keys = tuple(p.key for p in task_pods)
             tasks = [p.requests for p in task_pods]
         elif lock.kind is LockKind.WINDOW and lock.owner in window_starts:
             start = window_starts[lock.owner]
             if lock.owner not in windows:
-                oldest = sorted(window_tasks.get(lock.owner, ()), key=lambda p: (p.created, p.key))
-                windows[lock.owner] = oldest[:MAX_WINDOW_TASKS]
-            task_pods = windows[lock.owner]
+                oldest = sorted(window_tasks.get(lock.owner, ()), key=lambda p: (p.created, p.key))[:MAX_WINDOW_TASKS]
+                windows[lock.owner] = (oldest, tuple(p.key for p in oldest))
+            task_pods, task_keys = windows[lock.owner]
             tasks = [p.requests for p in task_pods]
         elif lock.kind is LockKind.RESERVATION and lock.owner in waiting_reservations and not lock.tasks:
             tasks = [lock.reserved]
         else:
             continue
         live = [p for uid in state.node.backfill_grants if (p := by_uid.get(uid)) is not None and not p.is_terminal]
-        keys_ = task_keys.get(lock.owner) if lock.kind is LockKind.WINDOW else None
-        if keys_ is None:
-            keys_ = tuple(p.key for p in task_pods)
-            if lock.kind is LockKind.WINDOW:
-                task_keys[lock.owner] = keys_  # one tuple shared by the window's slots, not one per node
         slots.append(replace(backfill_slot(lock, state, now=now, tasks=tasks, start=start), waiting=len(tasks),
-                             backfilled=len(live), tasks=keys_))
+                             backfilled=len(live), tasks=task_keys))
         # granted in an earlier plan, narrowed and let go, not bound yet (one still gated is a candidate again)
         pending = [p for p in live if waiting_task(p) and not p.backfill_gated]
         if pending:
@@ -710,7 +707,7 @@ def deadline_cuts(nodes: Mapping[str, NodeView], by_uid: Mapping[str, PodView],
             if lock is None or lock.owner != grant.owner:
                 continue
             pod = by_uid.get(uid)
-            if (pod is None or pod.node_name != name or pod.started is None or pod.is_terminal or pod.deleting):
+            if pod is None or pod.node_name != name or pod.started is None or pod.is_terminal or pod.deleting:
                 continue
             grace = min(pod.termination_grace, MAX_GRACE_SECONDS) * SECOND
             allowed = max(1, (grant.until - grace - pod.started) // SECOND)

@@ -13,7 +13,7 @@ from agent.planner.capacity import NodeState
 from shared import keys
 from shared.keys import LockKind
 from shared.resources import EMPTY, Resources
-from shared.timestamps import parse_time, stamp
+from shared.timestamps import FIRST_YEAR, LAST_YEAR, in_range, parse_time, stamp
 from shared.views import NodeView, PodGroupView, PodView, PriorityClassView, QueueView, ReservationView
 
 
@@ -140,9 +140,9 @@ def lock_on(node: NodeView) -> Lock | None:
             value = parse_time(raw) if isinstance(raw, str) else None
         except ValueError:
             value = None
-        if value is None or value.tzinfo is None or not 1970 <= value.year <= 9000:
+        if not in_range(value):
             if raw is not None:
-                problems.append(f"{name} is not an RFC 3339 time between 1970 and 9000")
+                problems.append(f"{name} is not an RFC 3339 time between {FIRST_YEAR} and {LAST_YEAR}")
             return None  # naive (not comparable), or so far off that adding a duration overflows
         return value
 

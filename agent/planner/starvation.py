@@ -80,7 +80,7 @@ from shared.keys import LockKind
 from shared.logs import quote
 from shared.predicates import Placement, schedulable_on
 from shared.resources import EMPTY, Resources
-from shared.timestamps import parse_time, stamp
+from shared.timestamps import in_range, parse_time, stamp
 from shared.views import NodeView, PodView
 
 # (requests, Placement.key) of a task: tasks alike in both rank the nodes alike
@@ -311,7 +311,7 @@ def read_expiries(text: str) -> dict[str, datetime]:
             moment = parse_time(value) if isinstance(value, str) and len(value) <= 64 else None
         except ValueError:
             moment = None
-        if moment is not None and moment.tzinfo is not None and 1970 <= moment.year <= 9000:
+        if in_range(moment):
             out[owner] = moment
     return out
 
