@@ -6,11 +6,30 @@ STAMP := $(VENV)/.installed
 
 .PHONY: up test lint unit e2e e2e-oldest cluster-bin bench-webhook bench-planner bench-planner-compare bench-scale clean
 
-$(STAMP): pyproject.toml
+# What we test and ship is pinned with hashes: requirements-test.lock (the product, the test tools and the build
+# backend) here, requirements.lock (the product) in the image. The project itself goes in without its dependencies
+# and without build isolation, so nothing is fetched that the lock does not name.
+TEST_LOCK := requirements-test.lock
+PIP_INSTALL := $(PY) -m pip install --quiet --disable-pip-version-check
+$(STAMP): pyproject.toml $(TEST_LOCK)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PIP_INSTALL) --require-hashes --requirement $(TEST_LOCK)
+	$(PIP_INSTALL) --no-deps --no-build-isolation --editable .
 	@touch $(STAMP)
+
+## lock: pin every Python dependency again, with hashes, into requirements.lock (the product and the build backend:
+## the image) and requirements-test.lock (those, the test tools and the benchmarks' matplotlib, at the same versions:
+## make test, make up, the benchmarks, CI).
+## Run it after changing a dependency in pyproject.toml (make test fails until you do); pins that still satisfy
+## pyproject.toml are kept, UPGRADE=1 takes the newest releases instead. Then run make test and commit both files.
+LOCK_FLAGS = --quiet --generate-hashes --universal --python-version 3.11 --custom-compile-command 'make lock' \
+  $(if $(UPGRADE),--upgrade)
+BUILD_REQUIRES = $(PY) -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requires"], sep="\n")'
+.PHONY: lock
+lock: $(STAMP)
+	$(BUILD_REQUIRES) | $(VENV)/bin/uv pip compile $(LOCK_FLAGS) pyproject.toml - --output-file requirements.lock
+	$(BUILD_REQUIRES) | $(VENV)/bin/uv pip compile $(LOCK_FLAGS) pyproject.toml - --extra test --extra bench \
+	  --constraint requirements.lock --output-file $(TEST_LOCK)
 
 ## cluster-bin: build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl, kwok, helm and promtool (cached)
 cluster-bin:
@@ -109,3 +128,14 @@ image:
 	$(CONTAINER_TOOL) build --network=host --file Containerfile --tag $(IMAGE) --build-arg VERSION=$(VERSION) \
 	  --build-arg REVISION=$(shell git rev-parse --short HEAD 2>/dev/null || echo unknown) \
 	  $(if $(BASE),--build-arg BASE=$(BASE)) .
+
+.PHONY: bench-trace
+## bench-trace: a production GPU cluster's pods (Alibaba's openb trace format; default a synthetic trace drawn from its
+## figures) replayed through the real API server, webhook and kube-scheduler on kwok nodes of its shapes: kube-scheduler
+## alone, Reservoir's starvation locks, and with backfill, side by side. TRACE= and NODES= the trace's pods and nodes
+## CSVs, FRACTION= of each node shape (0.1), WINDOW= seconds of arrivals (300); report, JSON and PNGs in
+## .reservoir/bench-trace; last line `trace: 8gpu p95 A s -> B s (xR), 1gpu p95 C s -> D s, gpu alloc E -> F,
+## backfilled N, unplaced U` (about 25 minutes)
+bench-trace: $(STAMP) cluster-bin
+	$(PY) -m bench.trace.run $(if $(TRACE),--pods $(TRACE)) $(if $(NODES),--nodes $(NODES)) \
+	  $(if $(FRACTION),--fraction $(FRACTION)) $(if $(WINDOW),--window $(WINDOW))

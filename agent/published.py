@@ -111,7 +111,7 @@ def published_document(result: Plan, *, agent: str, planned: datetime, config: R
             job_notes.setdefault(subject, []).append(note)
         else:
             other_notes.append(note)
-    jobs = sorted(result.jobs, key=lambda j: (j.owner not in by_owner, not j.starving, j.subject))
+    jobs = jobs_in_turns(result.jobs, by_owner)
     return {
         "format": FORMAT,
         "agent": agent,
@@ -146,6 +146,20 @@ def published_document(result: Plan, *, agent: str, planned: datetime, config: R
         "skipped": [{"kind": s.kind, "name": clip(s.name), "error": clip(s.error)} for s in skipped],
         "omitted": {},
     }
+
+
+def jobs_in_turns(jobs: Sequence[JobStatus], by_owner: Mapping[str, Any]) -> list[JobStatus]:
+    """The jobs in the order `bounded` cuts them from the end: locked ones first, then starving ones, then the rest;
+    within each, in turns across namespaces (every namespace's first job by subject, then every namespace's second,
+    ...), so a document cut to its size keeps a share of each team's jobs and one namespace's flood of starving jobs
+    pushes no other team's out of `reservoir status`."""
+    turn: dict[tuple[bool, bool, str], int] = {}
+    keyed = []
+    for job in sorted(jobs, key=lambda j: (j.owner not in by_owner, not j.starving, j.subject)):
+        kind = (job.owner not in by_owner, not job.starving, job.subject.split("/", 1)[0])
+        turn[kind] = turn.get(kind, -1) + 1
+        keyed.append(((kind[0], kind[1], turn[kind], job.subject), job))
+    return [job for _, job in sorted(keyed, key=lambda pair: pair[0])]
 
 
 def _size(document: Mapping[str, Any]) -> int:

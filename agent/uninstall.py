@@ -54,8 +54,11 @@ AGENT_DEPLOYMENT = "reservoir-agent"
 AGENT_POD_SELECTOR = "app.kubernetes.io/name=reservoir-agent"
 HOLDER = "reservoir-uninstall"
 # The cluster-scoped objects of deploy/ (tests/unit/test_deploy.py: exactly the default render's, CRDs apart), in the
-# order they go: bindings before the roles they bind.
+# order they go: the critical-priority policy first (left behind, it would go on refusing pods), bindings before what
+# they bind.
 INSTALLED = (
+    ("admissionregistration.k8s.io/v1", "validatingadmissionpolicybindings", keys.CRITICAL_PRIORITY_POLICY),
+    ("admissionregistration.k8s.io/v1", "validatingadmissionpolicies", keys.CRITICAL_PRIORITY_POLICY),
     ("rbac.authorization.k8s.io/v1", "clusterrolebindings", "reservoir-agent"),
     ("rbac.authorization.k8s.io/v1", "clusterrolebindings", "reservoir-webhook"),
     ("rbac.authorization.k8s.io/v1", "clusterroles", "reservoir-agent"),

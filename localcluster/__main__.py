@@ -49,7 +49,8 @@ def up(args: argparse.Namespace) -> int:
         kubectl = cluster.kubectl
         subprocess.run([*kubectl, "apply", "-k", str(REPO / "deploy" / "crds")], check=True)
         subprocess.run([*kubectl, "wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"], check=True)
-        manifests = ("namespace.yaml", "webhook-rbac.yaml", "agent-rbac.yaml", "priorityclass.yaml", "configmap.yaml")
+        manifests = ("namespace.yaml", "webhook-rbac.yaml", "agent-rbac.yaml", "priorityclass.yaml",
+                     "critical-priority-policy.yaml", "configmap.yaml")
         for manifest in manifests:
             subprocess.run([*kubectl, "apply", "-f", str(REPO / "deploy" / manifest)], check=True)
         subprocess.run([*kubectl, "apply", "-f", "-"], input=_demo_nodes(args.nodes).encode(), check=True)

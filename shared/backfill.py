@@ -108,14 +108,15 @@ def pinned_to(spec: Mapping[str, Any], node: str) -> bool:
 
 
 def hold_refusal(annotations: Mapping[str, str], podgroup_annotations: Mapping[str, str], *, namespace: str,
-                 queue: str, config: BackfillConfig) -> str | None:
+                 queue: str | None, config: BackfillConfig) -> str | None:
     """Why the pod is not one backfill may hold (module docstring); "" when it does not opt in (nothing to say),
     None when it is."""
     if "true" not in (annotations.get(keys.BACKFILL), podgroup_annotations.get(keys.BACKFILL)):
         return ""
     if not config.covers(namespace, queue):
         return (f"{keys.BACKFILL} is ignored: the config's backfill.namespaces and backfill.queues cover neither "
-                f"namespace {namespace} nor queue {queue}")
+                f"namespace {namespace} nor " + (f"queue {queue}" if queue is not None else
+                                                 "its queue (whose Queue does not admit the namespace)"))
     text = annotations.get(keys.MAXIMUM_RUNTIME) or podgroup_annotations.get(keys.MAXIMUM_RUNTIME)
     if not text:
         return (f"{keys.BACKFILL} is ignored: the pod declares no {keys.MAXIMUM_RUNTIME} (nor does its PodGroup), "

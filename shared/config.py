@@ -228,10 +228,11 @@ class BackfillConfig(_Model):
     # agent next plans: Reservoir never holds a pod back to wait for a backfill slot
     max_gate_wait: Duration = Field(timedelta(minutes=2), alias="maxGateWait")
 
-    def covers(self, namespace: str, queue: str) -> bool:
-        """The switch: pods of this namespace or queue may opt in."""
+    def covers(self, namespace: str, queue: str | None) -> bool:
+        """The switch: pods of this namespace or queue may opt in. `queue` is the pod's queue only when the Queue
+        admits its namespace (shared.entitlement.admitted_queue), else None: naming a queue is no way in."""
         return ("*" in self.namespaces or namespace in self.namespaces
-                or "*" in self.queues or queue in self.queues)
+                or (queue is not None and ("*" in self.queues or queue in self.queues)))
 
     @property
     def enabled(self) -> bool:
@@ -329,6 +330,8 @@ MAX_CONFIG_BYTES = 64 * 1024  # config.yaml: a real one is a few KiB; parsing it
 MAX_CONFIG_DEPTH = 32  # nesting of config.yaml; the model itself nests 4 deep
 MAX_CONFIG_NODES = 20_000  # values in config.yaml once its aliases are expanded (a "billion laughs" has 10^9)
 
+_TOO_DEEP = (f"config.yaml nests deeper than {MAX_CONFIG_DEPTH} levels (the config itself is 4 deep): remove the "
+             "extra brackets or indentation")
 _YAML_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's event parser when built with it
 
 
@@ -336,7 +339,9 @@ def _yaml_bounds(text: str) -> str | None:
     """`config.yaml` within bounds before the model parses it: its size, its nesting, and its values counted with
     every alias expanded (a few lines of anchors can stand for 10^9 values). The event stream is walked with an
     explicit stack (neither PyYAML's parser nor this recurses), so depth and size are known before anything is built.
-    Malformed YAML is left to the model's own error."""
+    Malformed YAML is left to the model's own error, except where the parser gave up on the nesting itself: libyaml
+    (PyYAML's wheels bundle it) scans ahead and stops at 1,000 levels of flow nesting before this walk sees the 33rd
+    collection, and that refusal must read the same as the walk's own, whichever parser runs."""
     if len(text) > MAX_CONFIG_BYTES:
         return f"config.yaml is {len(text)} characters: at most {MAX_CONFIG_BYTES}"
     sizes: dict[str, int] = {}  # values under each anchor, itself included
@@ -346,7 +351,7 @@ def _yaml_bounds(text: str) -> str | None:
         for event in yaml.parse(text, Loader=_YAML_LOADER):
             if isinstance(event, yaml.CollectionStartEvent):
                 if len(open_collections) >= MAX_CONFIG_DEPTH:
-                    return f"config.yaml nests deeper than {MAX_CONFIG_DEPTH} levels (the config itself is 4 deep)"
+                    return _TOO_DEEP
                 open_collections.append([event.anchor, 1])
                 count = 1
             elif isinstance(event, yaml.CollectionEndEvent):
@@ -370,7 +375,9 @@ def _yaml_bounds(text: str) -> str | None:
             total += count
             if total > MAX_CONFIG_NODES:
                 return f"config.yaml holds more than {MAX_CONFIG_NODES} values once its YAML aliases are expanded"
-    except yaml.YAMLError:
+    except yaml.YAMLError as err:
+        if "nesting depth" in str(getattr(err, "problem", "") or ""):  # libyaml: "exceeded maximum nesting depth"
+            return _TOO_DEEP
         return None
     return None
 

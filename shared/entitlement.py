@@ -139,6 +139,13 @@ def queue_admits(queue: QueueView | None, namespace: str) -> bool:
     return not listed or namespace in {n.strip() for n in listed.split(",")}
 
 
+def admitted_queue(queue: str, queues: Mapping[str, QueueView], namespace: str) -> str | None:
+    """The one rule for every use of a queue's name: a pod of `namespace` naming `queue` (its PodGroup's spec.queue
+    or its own annotation) is of that queue only when the Queue admits the namespace (`queue_admits`); else None,
+    and the name opens nothing: not the queue's lock or guarantee, not a window's `queues`, not backfill's `queues`."""
+    return queue if queue_admits(queues.get(queue), namespace) else None
+
+
 def daemonset_exemption(meta: Mapping[str, Any], namespace: str,
                         daemonsets: Mapping[tuple[str, str], str]) -> str | None:
     """Why a pod is a real DaemonSet's (its controller reference names a DaemonSet that exists with that uid), or
@@ -191,13 +198,13 @@ def entitlement(pod: Mapping[str, Any], namespace: str, grounds: Grounds,
     if job is not None:
         owners[job.owner_id] = f"its job {job.full_name}"
     podgroup = podgroup_of(pod, namespace, grounds.podgroups)
-    queue = queue_of(pod, podgroup)
-    if queue_admits(grounds.queues.get(queue), namespace):
+    queue = admitted_queue(queue_of(pod, podgroup), grounds.queues, namespace)
+    if queue is not None:
         owners[queue_owner_id(queue)] = f"its queue {queue}"
     if is_reserve_pod((pod.get("metadata") or {}).get("annotations") or {}, podgroup):
         for window in grounds.config.windows:
             if (not window.namespaces or namespace in window.namespaces) and (
-                    not window.queues or queue in window.queues):
+                    not window.queues or (queue is not None and queue in window.queues)):
                 owners[window_owner_id(window.name)] = f"a reserve pod of window {window.name}"
     for reservation in grounds.reservations.values() if reservations is None else reservations:
         # issue 18: owners by Koordinator's rules, reservation-ignored and spec.taints (shared.reservation_affinity);

@@ -59,6 +59,10 @@ PLACEHOLDER_RESERVATION = f"{DOMAIN}/reservation"
 # the PriorityClass placeholders run at: the highest a user-defined class may have, preemptionPolicy Never, so no
 # ordinary pod can preempt one (preemption evicts only lower priorities); the webhook refuses it outside NAMESPACE
 PLACEHOLDER_PRIORITY_CLASS = "reservoir-placeholder"  # deploy/priorityclass.yaml
+# deploy/critical-priority-policy.yaml: the policy (and its binding) admitting a pod at or above the placeholder's
+# priority only in the namespaces an admin labels CRITICAL_PRIORITY_LABEL=allowed
+CRITICAL_PRIORITY_POLICY = "reservoir-critical-priority"
+CRITICAL_PRIORITY_LABEL = f"{DOMAIN}/critical-priority"
 # scheduling gate the webhook gives an owner of an Available Reservation at CREATE: the agent picks its Reservation,
 # narrows its node affinity to that node, frees the reserved resources under a brief lock, then lifts the gate
 HANDOVER_GATE = f"{DOMAIN}/reservation-handover"
@@ -93,6 +97,10 @@ KOORDINATOR_FIELD_MANAGER = "reservoir-agent"
 
 # --- Kubernetes' own keys that Reservoir reads ---
 MIRROR_POD = "kubernetes.io/config.mirror"  # pod annotation: a static pod's mirror, owned by the kubelet
+# the user name prefix of a node's own identity (NodeRestriction's rule): only a request made as one is a kubelet's,
+# so only such a request's mirror pod is left alone (`is_kubelets_mirror_pod`); deploy/webhook-configurations.yaml's
+# matchConditions say the same in CEL
+NODE_USER_PREFIX = "system:node:"
 CONTROL_PLANE_LABELS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")  # any value
 NOT_READY_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 
@@ -178,3 +186,9 @@ def is_label_value(value: str) -> bool:
 def job_full_name(namespace: str, kind: str, name: str) -> str:
     """The full name a job's owner id is hashed from: `<namespace>/<owner kind>/<name>`."""
     return f"{namespace}/{kind}/{name}"
+
+
+def is_kubelets_mirror_pod(annotations: object, username: str) -> bool:
+    """A mirror pod the webhooks step aside for: the annotation `MIRROR_POD`, on a request made as a node's own
+    identity (`NODE_USER_PREFIX`). Any pod may carry the annotation; whoever else sends one is judged as any pod."""
+    return isinstance(annotations, dict) and MIRROR_POD in annotations and username.startswith(NODE_USER_PREFIX)

@@ -75,20 +75,25 @@ def _ref_fields_readable(ref: Mapping[str, Any], fields: Sequence[str]) -> bool:
     return all(ref.get(f) is None or isinstance(ref.get(f), str) for f in fields)
 
 
-def _object_matches(ref: Any, meta: Mapping[str, Any], namespace: str) -> bool:
+def _object_matches(ref: Any, meta: Mapping[str, Any], namespace: str, confined: bool = False) -> bool:
     """Koordinator's MatchObjectRef (issue 18): each of name, namespace and uid that the reference sets must be the
     pod's; `kind` and `apiVersion` are ignored (only pods are compared). A namespace alone matches every pod of that
-    namespace. Departs from Koordinator in one case: a reference setting none of name, namespace, uid matches no pod
-    (Koordinator's would match every pod of the cluster, in every tenant's namespace; README "Coming from
+    namespace. Departs from Koordinator in two cases, both judged as the namespace-less `controller` entry is
+    (`_controller_matches`): a reference setting none of name, namespace, uid matches no pod (Koordinator's would match
+    every pod of the cluster, in every tenant's namespace), and neither does one setting a name alone (any tenant can
+    name a pod X in its own namespace): it must be confined by a namespace (its own, or, `confined`, the same entry's
+    controller's, ANDed with it), or name a uid, which the API server assigns and nobody can forge (README "Coming from
     Koordinator")."""
     if not isinstance(ref, Mapping) or not _ref_fields_readable(ref, _REF_FIELDS):
+        return False
+    if not ref.get("namespace") and not ref.get("uid") and not confined:
         return False
     checks = {"name": meta.get("name"), "namespace": namespace, "uid": meta.get("uid")}
     for field, actual in checks.items():
         wanted = ref.get(field)
         if wanted and wanted != actual:
             return False
-    return any(ref.get(f) for f in checks)
+    return True
 
 
 def controller_namespace(entry: Mapping[str, Any]) -> str:
@@ -136,7 +141,8 @@ def owner_matches(owner: Mapping[str, Any], pod: Mapping[str, Any], namespace: s
     fields = [f for f in ("object", "controller", "labelSelector") if owner.get(f) is not None]
     if not fields:
         return False
-    if "object" in fields and not _object_matches(owner["object"], meta, namespace):
+    confined = "controller" in fields and bool(controller_namespace(owner))
+    if "object" in fields and not _object_matches(owner["object"], meta, namespace, confined):
         return False
     if "controller" in fields and not _controller_matches(owner["controller"], meta, namespace,
                                                            controller_namespace(owner)):

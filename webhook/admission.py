@@ -55,6 +55,7 @@ class RequestPayload(TypedDict, total=False):
     object: dict[str, Any] | None
     oldObject: dict[str, Any] | None
     dryRun: bool
+    userInfo: dict[str, Any]  # username, groups: who sent the request
 
 
 class ReviewRequest(TypedDict):
@@ -314,6 +315,7 @@ class Request:
     name: str
     obj: Mapping[str, Any]
     old: Mapping[str, Any] | None = None  # `oldObject` on UPDATE (and DELETE): what the update changes is judged
+    username: str = ""  # `userInfo.username`: who sent it (a node's own identity is `system:node:<name>`)
 
 
 def _not_json(constant: str) -> Any:
@@ -371,6 +373,8 @@ def parse_review(body: bytes, shape: Shape | None = None) -> Request:
         if old is not None:
             _checked(shape, old, "request.oldObject")
     kind = request.get("kind") or {}
+    user = request.get("userInfo")
+    username = user.get("username") if isinstance(user, dict) else None
     return Request(
         uid=uid,
         operation=operation,
@@ -379,6 +383,7 @@ def parse_review(body: bytes, shape: Shape | None = None) -> Request:
         name=request.get("name") or "",
         obj=obj,
         old=old,
+        username=username if isinstance(username, str) else "",
     )
 
 

@@ -564,8 +564,8 @@ def _owner_warnings(path: FieldPath, owners: Any) -> list[str]:
                             "does not let an empty object match every pod of the cluster); set a namespace at least")
         elif (isinstance(obj, Mapping) and obj.get("name") and not obj.get("namespace") and not obj.get("uid")
               and controller is None):
-            warnings.append(f"{entry.child('object')} sets a name without a namespace or uid: it matches a pod of that "
-                            "name in every namespace; set object.namespace")
+            warnings.append(f"{entry.child('object')} sets a name without a namespace or uid: it matches no pod (a pod "
+                            "of that name can be made in any namespace); set object.namespace")
         if isinstance(controller, Mapping) and not controller_namespace(owner):
             warnings.append(f"{entry.child('controller').child('namespace')} is not set: this controller matches no "
                             "pod (any pod can carry a forged ownerReference); set the controller's namespace")

@@ -75,7 +75,7 @@ from agent.planner.reserve import maximum_runtime, pod_group
 from shared import keys
 from shared.backfill import Grant, grants_text, hold_refusal
 from shared.config import ReservoirConfig
-from shared.entitlement import Grounds, entitlement
+from shared.entitlement import Grounds, admitted_queue, entitlement
 from shared.keys import LockKind
 from shared.ownership import pod_queue, reservation_owner_id
 from shared.predicates import schedulable_on
@@ -339,7 +339,8 @@ def plan_backfill(*, pods: Sequence[PodView], nodes: Mapping[str, NodeView], sta
                   podgroups: Mapping[tuple[str, str], PodGroupView], grounds: Grounds,
                   slots: Sequence[BackfillSlot] = (), already: Mapping[str, Sequence[PodView]] | None = None
                   ) -> BackfillPlan:
-    """One plan's backfill (module docstring). Every gated pod (the oldest MAX_DECISIONS of them) is decided now, never
+    """One plan's backfill (module docstring). Every gated pod (MAX_DECISIONS of them at most, taken in turns across
+    namespaces: fair_share; every one past maxGateWait besides, let go unchanged) is decided now, never
     held for a later slot: let onto a locked node when the rule allows one (choose_backfills), else let go unchanged,
     with the reason. `slots` and `already` are backfill_slots' answer (the locks already on their nodes waiting for
     capacity, and the pods granted there not bound yet); the start estimates come from the same slots. A pod gated
@@ -359,19 +360,28 @@ def plan_backfill(*, pods: Sequence[PodView], nodes: Mapping[str, NodeView], sta
     released: list[Release] = []
     notes: list[str] = []
     candidates: list[Candidate] = []
-    if len(gated) > MAX_DECISIONS:
-        notes.append(f"decision=defer pods={len(gated) - MAX_DECISIONS} reason=more than {MAX_DECISIONS} pods on the "
-                     "backfill gate: the newest wait for the next plan")
-        gated = gated[:MAX_DECISIONS]
 
     def release(pod: PodView, why: str) -> None:
         released.append(Release(pod.namespace, pod.name, pod.uid, why))
         notes.append(f"pod={pod.key} decision=release reason={why}")
 
+    # every pod past maxGateWait goes, whatever its rank: letting go costs nothing to decide, and no tenant's pods,
+    # however many and however old, keep another's on the gate past the wait the config promises
+    overdue = [pod for pod in gated if now - pod.created > settings.max_gate_wait]
+    for pod in overdue:
+        release(pod, f"held on the gate {seconds(now - pod.created)}, over backfill.maxGateWait "
+                     f"{seconds(settings.max_gate_wait)}")
+    gated = [pod for pod in gated if now - pod.created <= settings.max_gate_wait]
+    if len(gated) > MAX_DECISIONS:
+        notes.append(f"decision=defer pods={len(gated) - MAX_DECISIONS} reason=more than {MAX_DECISIONS} pods on the "
+                     "backfill gate: decided fairly across namespaces, the rest wait for the next plan")
+        gated = fair_share(gated, MAX_DECISIONS)
+
     for pod in gated:
         group = pod_group(pod, podgroups)
         why = hold_refusal(pod.annotations, group.annotations if group is not None else {}, namespace=pod.namespace,
-                           queue=pod_queue(pod, podgroups), config=settings)
+                           queue=admitted_queue(pod_queue(pod, podgroups), grounds.queues, pod.namespace),
+                           config=settings)
         if why is not None:
             release(pod, why or f"it does not opt in ({keys.BACKFILL} is not \"true\" on it or its PodGroup)")
         elif config.dry_run:
@@ -381,9 +391,6 @@ def plan_backfill(*, pods: Sequence[PodView], nodes: Mapping[str, NodeView], sta
         elif pod.other_gates:
             release(pod, "it carries other scheduling gates: it could bind long after its slot, past its "
                          "needed-by time")
-        elif now - pod.created > settings.max_gate_wait:
-            release(pod, f"held on the gate {seconds(now - pod.created)}, over backfill.maxGateWait "
-                         f"{seconds(settings.max_gate_wait)}")
         else:
             rights = entitlement(pod_meta(pod), pod.namespace, grounds, best_effort=pod.best_effort)
             owns = frozenset(lock.owner for lock in locks.values()) if rights.every_lock else frozenset(rights.owners)
@@ -405,6 +412,20 @@ def plan_backfill(*, pods: Sequence[PodView], nodes: Mapping[str, NodeView], sta
     return BackfillPlan(placed=chosen.placed, released=tuple(released),
                         marks=grant_marks(nodes, by_uid, chosen.placed, now), slots=tuple(slots), notes=tuple(notes),
                         estimates=estimates, estimate_marks=marks_of_estimates, cuts=cuts)
+
+
+def fair_share(gated: Sequence[PodView], count: int) -> list[PodView]:
+    """The `count` gated pods one plan decides when more wait: in turns across namespaces, each namespace's oldest
+    first (the k-th oldest of every namespace before any namespace's (k+1)-th; ties by creation, then key), so one
+    tenant's flood of older pods does not keep every other tenant's on the gate. Returned oldest first."""
+    rank: dict[str, int] = {}
+    turns = []
+    for pod in sorted(gated, key=lambda p: (p.created, p.key)):
+        turn = rank.get(pod.namespace, 0)
+        rank[pod.namespace] = turn + 1
+        turns.append((turn, pod.created, pod.key, pod))
+    chosen = [pod for *_, pod in sorted(turns, key=lambda t: t[:3])[:count]]
+    return sorted(chosen, key=lambda p: (p.created, p.key))
 
 
 def open_fits(candidates: Sequence[Candidate], states: Mapping[str, NodeState],
@@ -490,7 +511,7 @@ def backfill_slots(*, pods: Sequence[PodView], states: Mapping[str, NodeState], 
 def unknown_start(state: NodeState) -> str:
     """Why a node's needed-by time is unknown, as published: the pods on it without a maximum runtime (one of them
     must end first, and nothing says when)."""
-    count = sum(1 for p in state.pods if pod_end(p) is None)
+    count = sum(1 for p in state.pods if pod_end(p, state.node.backfill_grants) is None)
     return f"{UNKNOWN}{count} pod{'' if count == 1 else 's'} without a maximum runtime{ON_NODE}{state.node.name}"
 
 

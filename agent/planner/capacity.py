@@ -3,6 +3,15 @@
 A pod holds its request on its node from binding until it finishes. A running pod with
 `volcano.sh/maximum-runtime` is expected to free it at `startTime + maximum-runtime`; a pod without one is
 assumed to run forever (seed 004).
+
+A running pod's end, for every policy that reads it (release curves, needed-by times, window demand: `pod_end`), is
+the earliest of three bounds (DESIGN 4.8):
+- its start plus its declared maximum runtime (seed 004);
+- its start plus `activeDeadlineSeconds` plus its termination grace (the kubelet ends it then);
+- its backfill grant's `until` (the agent's own promise, on the node).
+Only the last two are bounds a tenant cannot stretch: Kubernetes lets a deadline only go down, and the grant is
+written by the agent. The annotation is the tenant's to rewrite at any time, so a runtime raised after a grant never
+moves a bound later than the deadline or the grant already put it.
 """
 
 from __future__ import annotations
@@ -12,10 +21,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from shared.backfill import Grant
 from shared.resources import EMPTY, Resources
 from shared.views import TERMINAL, NodeView, PodView
 
 FOREVER = timedelta.max
+NO_GRANTS: Mapping[str, Grant] = {}  # a node without backfill grants
+# a deadline (with its grace) further out than this bounds nothing a plan looks at, and an int64 of seconds would
+# overflow a datetime: such a pod's end is left to its other bounds
+MAX_DEADLINE_SECONDS = 100 * 365 * 24 * 3600
 
 
 @dataclass
@@ -37,7 +51,7 @@ class NodeState:
     def releases(self) -> Releases:
         """When the node's pods with a maximum runtime end, and what they free by then; computed once per plan."""
         if self._releases is None:
-            self._releases = Releases.of(self.pods)
+            self._releases = Releases.of(self.pods, self.node.backfill_grants)
         return self._releases
 
 
@@ -51,9 +65,9 @@ class Releases:
     freed: dict[str, list[int]]
 
     @classmethod
-    def of(cls, pods: Sequence[PodView]) -> Releases:
+    def of(cls, pods: Sequence[PodView], grants: Mapping[str, Grant] = NO_GRANTS) -> Releases:
         ending = sorted((end, pod.namespace, pod.name, index) for index, pod in enumerate(pods)
-                        if (end := pod_end(pod)) is not None)
+                        if (end := pod_end(pod, grants)) is not None)
         names = {name for *_, index in ending for name in pods[index].requests}
         freed: dict[str, list[int]] = {name: [] for name in names}
         totals = dict.fromkeys(names, 0)
@@ -100,12 +114,22 @@ def node_states(nodes: Mapping[str, NodeView], pods: Sequence[PodView],
     return states
 
 
-def pod_end(pod: PodView) -> datetime | None:
-    """Seed 004 `volcano.sh/maximum-runtime` ("the pod will run for a maximum of 500 seconds"): when a running pod
-    is expected to free its resources, startTime (else creation) + maximum runtime; None when it may run forever."""
-    runtime = pod.maximum_runtime
+def pod_end(pod: PodView, grants: Mapping[str, Grant] = NO_GRANTS) -> datetime | None:
+    """When a running pod is expected to free its resources (module docstring, "a running pod's end"): the earliest
+    of start + seed 004's `volcano.sh/maximum-runtime` ("the pod will run for a maximum of 500 seconds"), start +
+    activeDeadlineSeconds + termination grace, and its grant's until in `grants` (its node's, by pod uid); start is
+    startTime, else creation. None when none of the three says: it may run forever."""
     start = pod.started or pod.created
-    return start + runtime if runtime is not None else None
+    end: datetime | None = None
+    if pod.maximum_runtime is not None:
+        end = start + pod.maximum_runtime
+    if pod.active_deadline is not None and 0 < pod.active_deadline + pod.termination_grace <= MAX_DEADLINE_SECONDS:
+        deadline = start + timedelta(seconds=pod.active_deadline + pod.termination_grace)
+        end = deadline if end is None else min(end, deadline)
+    grant = grants.get(pod.uid) if grants else None
+    if grant is not None:
+        end = grant.until if end is None else min(end, grant.until)
+    return end
 
 
 def time_to_fit(state: NodeState, request: Resources, reserved: Resources, now: datetime) -> timedelta:
@@ -128,7 +152,7 @@ def future_idle(state: NodeState, at: datetime) -> Resources:
     """Seed 004 "future idle": allocatable minus the requests of pods still running at `at`."""
     still = EMPTY
     for pod in state.pods:
-        end = pod_end(pod)
+        end = pod_end(pod, state.node.backfill_grants)
         if end is None or end > at:
             still = still + pod.requests
     return (state.node.allocatable - still).clamp_negative()

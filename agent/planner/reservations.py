@@ -523,6 +523,11 @@ def hold(r: ReservationView, *, held: Holding, node: str, ends: datetime | None,
     elif not standing and (r.pre_allocation or r.phase in HELD_PHASES):
         phase, reason, drains = "Waiting", "Waiting", True
         message = f"waiting on {node} for running pods to free {left.to_quantities()}"
+        if r.phase == "Available" or (r.phase == "Waiting" and not r.pre_allocation):
+            # it stood and is gone (preempted by a pod of a critical class, or deleted), and its room was taken: the
+            # status says so for as long as it waits (without preAllocation nothing else makes it Waiting)
+            reason = "PlaceholderLost"
+            message = f"its placeholder on {node} is gone (preempted or deleted) and pods took its room: " + message
     elif not standing:
         return None
     elif lock_here and fits:  # a resize (an owner handed over, or returning what it held), under the lock

@@ -39,11 +39,8 @@ from typing import Any
 import aiohttp
 import yaml
 
-from bench.scale.run import Api, _not_ready, _sh, create_all, install, log, wait_until, watch_events
-from localcluster import binaries
-from localcluster.agent_process import AgentProcess
-from localcluster.cluster import COMPLETE_AFTER, LocalCluster, free_port, kwok_node
-from localcluster.webhook_process import WebhookProcess
+from bench.scale.run import Api, _not_ready, _sh, create_all, log, reservoir_running, wait_until, watch_events
+from localcluster.cluster import COMPLETE_AFTER, kwok_node
 from shared import keys
 from shared.timestamps import parse_time
 
@@ -256,17 +253,8 @@ def describe(p: Phase) -> str:
 
 
 async def run() -> list[str]:
-    cluster = LocalCluster(bin_dir=binaries.ensure_built(), log=log)
-    cluster.start()
-    webhook = WebhookProcess(cluster)
-    agent = AgentProcess(cluster, identity="agent-0", metrics_port=free_port())
-    api = Api(cluster)
-    try:
+    async with reservoir_running() as (cluster, api, agent):
         kubectl = cluster.kubectl
-        await install(kubectl)
-        webhook.start()
-        webhook.register(kubectl)
-        agent.start()
         off = await phase(api, kubectl, "off", backfill=False)
         log(f"bench-backfill: {describe(off)}")
         on = await phase(api, kubectl, "on", backfill=True)
@@ -282,11 +270,6 @@ async def run() -> list[str]:
         return [describe(off), describe(on), gate,
                 f"backfill: locked idle cpu-s {base:.0f} -> {on.idle_cpu_seconds:.0f} ({change:+.0f}%), "
                 f"owner delay {delay:+.2f} s, backfilled {on.backfilled} pods"]
-    finally:
-        await api.close()
-        agent.stop()
-        webhook.stop()
-        cluster.stop()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,10 +4,11 @@ Each cluster: N nodes (32 cpu, 128 Gi), 30 pods per node (1% of them pending, th
 node, half of those with a maximum runtime), jobs of 1-8 pods, a tenth in PodGroups. The running pods ask for 750m
 or 1 cpu, so every node is full to 25-27 of its 32 cpu; the pending ones ask for 10, 12 or 16 cpu: none fits on any
 node now, each fits once enough of a node's pods with a maximum runtime end. So the starving jobs take the drain
-path (seed 000 locks only where a node must drain), and the plan measures it. Reported per size: snapshot build time, one
-full plan's time (no earlier plan to reuse; collector paused, as the agent plans), the peak memory one plan allocates (tracemalloc, measured on a
-separate run), and the time to re-plan after one pod event as the agent does it: a full plan over the updated
-snapshot, handed the previous plan so node states whose node and pods did not change are reused. Each size runs
+path (seed 000 locks only where a node must drain), and the plan measures it. Reported per size: snapshot build
+time, one full plan's time (no earlier plan to reuse; collector paused, as the agent plans), the peak memory one plan
+allocates (tracemalloc, measured on a separate run), and the time to re-plan after one pod event as the agent does
+it: a full plan over the updated snapshot, handed the previous plan so node states whose node and pods did not change
+are reused. Each size runs
 in its own process so peak memory is not shared. Then the queue-guarantee search: its quality against brute force
 on small random clusters (of few node shapes, and of nodes all different), and, at each size, a plan with 100
 guaranteed queues beside one without.
@@ -33,11 +34,11 @@ import subprocess
 import sys
 import time
 import tracemalloc
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 PODS_PER_NODE = 30
 PENDING_FRACTION = 0.01
-NOW = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
 
 def stamp(t: datetime) -> str:
@@ -55,7 +56,8 @@ def build(nodes: int, seed: int = 7):
         name = f"node-{i:05d}"
         node_views[name] = NodeView.from_obj({"metadata": {"name": name, "labels": {"zone": f"z{i % 3}"},
                                                            "creationTimestamp": stamp(NOW - timedelta(days=3))},
-                                              "status": {"allocatable": {"cpu": "32", "memory": "128Gi", "pods": "110"}}})
+                                              "status": {"allocatable": {"cpu": "32", "memory": "128Gi",
+                                                                         "pods": "110"}}})
     total = nodes * PODS_PER_NODE
     pending = int(total * PENDING_FRACTION)
     pods, groups = [], {}
@@ -67,8 +69,9 @@ def build(nodes: int, seed: int = 7):
         in_group = job % 10 == 0
         ns = f"ns-{job % 50}"
         if in_group:
+            created = stamp(NOW - timedelta(hours=1))
             groups[(ns, f"job-{job}")] = PodGroupView.from_obj({"metadata": {"name": f"job-{job}", "namespace": ns,
-                                                                             "creationTimestamp": stamp(NOW - timedelta(hours=1))},
+                                                                             "creationTimestamp": created},
                                                                 "spec": {"minMember": size}})
         for task in range(size):
             if index >= total:
@@ -362,7 +365,8 @@ def main() -> int:
         rows.append(_child("--one", size))
         r = rows[-1]
         print(f"{r['nodes']:>6} nodes {r['pods']:>7} pods: snapshot {r['snapshot_s']:.2f}s, plan {r['plan_s']:.3f}s, "
-              f"peak {r['peak_mib']:.0f} MiB, replan {r['replan_ms']:.0f} ms, {r['locks']} locks, {r['starving']} starving",
+              f"peak {r['peak_mib']:.0f} MiB, replan {r['replan_ms']:.0f} ms, {r['locks']} locks, "
+              f"{r['starving']} starving",
               flush=True)
     if len(rows) >= 2:
         a, b = rows[0], rows[-1]

@@ -36,7 +36,8 @@ import ssl
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -679,8 +680,31 @@ async def install(kubectl: list[str]) -> None:
     default config."""
     await _sh(*kubectl, "apply", "-k", str(REPO / "deploy" / "crds"))
     await _sh(*kubectl, "wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
-    for manifest in ("namespace.yaml", "webhook-rbac.yaml", "agent-rbac.yaml", "configmap.yaml"):
+    for manifest in ("namespace.yaml", "webhook-rbac.yaml", "agent-rbac.yaml", "priorityclass.yaml",
+                     "critical-priority-policy.yaml", "configmap.yaml"):
         await _sh(*kubectl, "apply", "-f", str(REPO / "deploy" / manifest))
+
+
+@asynccontextmanager
+async def reservoir_running() -> AsyncIterator[tuple[LocalCluster, Api, AgentProcess]]:
+    """A local control plane with Reservoir installed and running as `make up` runs it (the webhook registered, the
+    agent with a metrics port); everything stopped on the way out."""
+    cluster = LocalCluster(bin_dir=binaries.ensure_built(), log=log)
+    cluster.start()
+    webhook = WebhookProcess(cluster)
+    agent = AgentProcess(cluster, identity="agent-0", metrics_port=free_port())
+    api = Api(cluster)
+    try:
+        await install(cluster.kubectl)
+        webhook.start()
+        webhook.register(cluster.kubectl)
+        agent.start()
+        yield cluster, api, agent
+    finally:
+        await api.close()
+        agent.stop()
+        webhook.stop()
+        cluster.stop()
 
 
 async def _sh(*args: str, stdin: str | None = None) -> None:

@@ -27,12 +27,14 @@ RATE = 500
 
 POD = {
     "apiVersion": "v1", "kind": "Pod",
-    "metadata": {"generateName": "job-7-worker-", "namespace": "ns-7", "labels": {"app": "svc-3", "volcano.sh/job-name": "job-7"},
+    "metadata": {"generateName": "job-7-worker-", "namespace": "ns-7",
+                 "labels": {"app": "svc-3", "volcano.sh/job-name": "job-7"},
                  "annotations": {keys.GROUP_NAME: "job-7", "volcano.sh/task-spec": "worker"},
                  "ownerReferences": [{"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "name": "job-7",
                                       "uid": "6c2c3a4e-0000-4000-8000-000000000007", "controller": True}]},
     "spec": {
-        "initContainers": [{"name": "fetch", "image": "busybox", "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}}},
+        "initContainers": [{"name": "fetch", "image": "busybox",
+                            "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}}},
                            {"name": "log-shipper", "image": "fluent-bit", "restartPolicy": "Always",
                             "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}],
         "containers": [{"name": "trainer", "image": "pytorch:2", "resources": {
@@ -64,8 +66,9 @@ def main() -> int:
     body = work / "review.json"
     body.write_bytes(review())
     port = free_port()
-    server = subprocess.Popen(["taskset", "-c", "0", sys.executable, "-m", "bench.webhook.serve", f"--cert={work / 'tls.crt'}",
-                               f"--key={work / 'tls.key'}", f"--port={port}"], cwd=REPO, stdout=subprocess.PIPE,
+    server = subprocess.Popen(["taskset", "-c", "0", sys.executable, "-m", "bench.webhook.serve",
+                               f"--cert={work / 'tls.crt'}", f"--key={work / 'tls.key'}", f"--port={port}"], cwd=REPO,
+                              stdout=subprocess.PIPE,
                               env={**os.environ, "PYTHONPATH": str(REPO)})
     try:
         assert server.stdout is not None and server.stdout.readline().strip() == b"ready"
@@ -84,7 +87,8 @@ def main() -> int:
         mode = f"closed, {r['concurrency']} in flight" if r["mode"] == "closed" else f"open, {r['target_rate']} req/s"
         print(f"{name:<14}{mode:<26}{r['rps']:>9.0f}{r['p50_ms']:>9.2f}{r['p99_ms']:>9.2f}{r['errors']:>8}")
     ratio = mutate["rps"] / noop["rps"]
-    print(f"webhook: mutate/noop throughput ratio {ratio:.2f}, mutate p99 at {RATE} req/s {mutate_rate['p99_ms']:.2f} ms")
+    print(f"webhook: mutate/noop throughput ratio {ratio:.2f}, mutate p99 at {RATE} req/s "
+          f"{mutate_rate['p99_ms']:.2f} ms")
     return 0
 
 

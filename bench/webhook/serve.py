@@ -18,7 +18,8 @@ from webhook.server import Metrics, ReloadingTLS, make_app
 
 def snapshot() -> Lookup:
     classes = {f"pc-{i}": PriorityClassView(f"pc-{i}", i * 100, i == 0, "PreemptLowerPriority") for i in range(10)}
-    queues = {f"q-{i}": QueueView.from_obj({"metadata": {"name": f"q-{i}"}, "spec": {"priorityClassName": f"pc-{i % 10}"}})
+    queues = {f"q-{i}": QueueView.from_obj({"metadata": {"name": f"q-{i}"},
+                                            "spec": {"priorityClassName": f"pc-{i % 10}"}})
               for i in range(200)}
     podgroups = {(f"ns-{i % 20}", f"job-{i}"): PodGroupView.from_obj({
         "metadata": {"name": f"job-{i}", "namespace": f"ns-{i % 20}",

@@ -23,6 +23,16 @@ REPO = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
 
 
+class Refused(Exception):
+    """The API server refused a request the test expected to succeed: names the call, the code and its message."""
+
+    def __init__(self, method: str, path: str, status: int, answer: Any) -> None:
+        message = answer.get("message") if isinstance(answer, dict) else answer
+        super().__init__(f"{method} {path} refused with {status}: {message}")
+        self.status = status
+        self.answer = answer
+
+
 class Kit:
     """One test's handle on the cluster: its own namespace, the nodes it made, cleanup on close."""
 
@@ -158,14 +168,28 @@ class Kit:
     # --- raw API access (JSON in, JSON out) ---
 
     async def raw(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
-        """Call the API with a JSON body and return the decoded JSON response."""
+        """Call the API with a JSON body and return the decoded JSON response. A refusal raises `Refused` with the
+        server's message, so a test never goes on past a create or patch that did not happen; a DELETE of what is
+        already gone (404) is what the caller asked for and returns the Status. A test that expects a refusal asks
+        with `attempt`."""
+        status, answer = await self._call(method, path, body, content_type)
+        if status >= 400 and not (method == "DELETE" and status == 404):
+            raise Refused(method, path, status, answer)
+        return answer
+
+    async def attempt(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
+        """As `raw`, but a refusal is returned as the server's Status object instead of raised: for the tests whose
+        subject is the refusal (a webhook's denial, RBAC's 403, a 404 once something is gone)."""
+        return (await self._call(method, path, body, content_type))[1]
+
+    async def _call(self, method: str, path: str, body: Any, content_type: str) -> tuple[int, Any]:
         response = await self.api.call_api(
             path, method, body=body, header_params={"Content-Type": content_type, "Accept": "application/json"},
             auth_settings=["BearerToken"], _preload_content=False, response_types_map={},
         )
         raw = response[0] if isinstance(response, tuple) else response
         data = await raw.read()
-        return yaml.safe_load(data) if data else None
+        return raw.status, (yaml.safe_load(data) if data else None)
 
     async def apply_manifest_file(self, path: Path) -> list[dict[str, Any]]:
         """Create every object in a YAML file (CRDs, RBAC, ...) with server-side apply."""
@@ -181,7 +205,8 @@ class Kit:
                               body=obj, content_type="application/apply-patch+yaml")
 
 
-_CORE_PLURALS = {"Node": "nodes", "Pod": "pods", "Namespace": "namespaces", "ConfigMap": "configmaps",
+_CORE_PLURALS = {"ValidatingAdmissionPolicy": "validatingadmissionpolicies",
+                 "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings", "Node": "nodes", "Pod": "pods", "Namespace": "namespaces", "ConfigMap": "configmaps",
                  "ServiceAccount": "serviceaccounts", "Secret": "secrets", "Service": "services"}
 
 

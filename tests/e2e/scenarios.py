@@ -11,7 +11,7 @@ from tests.e2e.kit import Kit
 
 SETUP = ("deploy/crds/scheduling.volcano.sh_queues.yaml", "deploy/crds/scheduling.volcano.sh_podgroups.yaml",
          "deploy/crds/reservoir.sh_reservations.yaml", "deploy/namespace.yaml", "deploy/agent-rbac.yaml",
-         "deploy/priorityclass.yaml")
+         "deploy/priorityclass.yaml", "deploy/critical-priority-policy.yaml")
 
 # Seed 000's story: a job starving for 3 s may lock every node.
 STARVATION_CONFIG = """

@@ -58,7 +58,7 @@ async def wait_locked(kit: Kit, owner: str) -> dict:
 
 
 async def lease_holder(kit: Kit) -> str | None:
-    lease = await kit.raw("GET", f"/apis/coordination.k8s.io/v1/namespaces/{keys.NAMESPACE}/leases/reservoir-agent")
+    lease = await kit.attempt("GET", f"/apis/coordination.k8s.io/v1/namespaces/{keys.NAMESPACE}/leases/reservoir-agent")
     return (lease.get("spec") or {}).get("holderIdentity") if lease.get("kind") == "Lease" else None
 
 

@@ -123,7 +123,7 @@ async def test_podgroup_and_queue_round_trip_through_the_crds(kit: Kit) -> None:
 
         bad = dict(queue, metadata={"name": queue_name + "-bad"})
         bad["spec"] = {"guarantee": {"policy": "Sometimes"}}
-        response = await kit.raw("POST", "/apis/scheduling.volcano.sh/v1beta1/queues", body=bad)
+        response = await kit.attempt("POST", "/apis/scheduling.volcano.sh/v1beta1/queues", body=bad)
         assert response["kind"] == "Status" and response["code"] == 422, response
         assert "spec.guarantee.policy" in response["message"]
     finally:

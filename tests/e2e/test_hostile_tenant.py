@@ -65,11 +65,11 @@ async def _tenant_setup(kit: Kit) -> tuple[Kit, Kit]:
     tenant = Kit(kit.cluster, await new_api_client(kit.cluster.kubeconfig, impersonate=TENANT), TEAM_A)
     # the RBAC is real: the tenant may list its pods, and nothing cluster-wide or in another namespace
     async def rbac_ready() -> bool:
-        return (await tenant.raw("GET", f"/api/v1/namespaces/{TEAM_A}/pods")).get("kind") == "PodList"
+        return (await tenant.attempt("GET", f"/api/v1/namespaces/{TEAM_A}/pods")).get("kind") == "PodList"
     await kit.wait_for(rbac_ready, what="the tenant's RoleBinding in effect", timeout=20)
     for method, path in (("GET", "/api/v1/nodes"), ("GET", f"/api/v1/namespaces/{TEAM_B}/pods"),
                          ("GET", RESERVATIONS), ("GET", f"/apis/{keys.VOLCANO_GROUP}/{keys.VOLCANO_VERSION}/queues")):
-        answer = await tenant.raw(method, path)
+        answer = await tenant.attempt(method, path)
         assert answer.get("code") == 403, f"the tenant may {method} {path}: {str(answer)[:200]}"
     return tenant, Kit(kit.cluster, kit.api, TEAM_B)
 
@@ -122,6 +122,15 @@ async def starvation_world(kit: Kit) -> AsyncIterator[World]:
         yield world
 
 
+GOLD = "gold-backfill"  # a Queue that backfill.queues names, bound by the admin to team-b
+
+
+@pytest.fixture
+async def backfill_queue_world(kit: Kit) -> AsyncIterator[World]:
+    async for world in _world(kit, STARVATION_CONFIG + f"backfill: {{queues: [{GOLD}], margin: 5s}}\n"):
+        yield world
+
+
 @pytest.fixture
 async def queue_world(kit: Kit) -> AsyncIterator[World]:
     async for world in _world(kit, QUEUE_CONFIG):
@@ -170,19 +179,20 @@ async def _refused(world: World, body: dict[str, Any], *fragments: str) -> str:
     path = f"/api/v1/namespaces/{TEAM_A}/pods"
 
     async def refused_dry_run() -> str | None:
-        return _refusal(await tenant.raw("POST", path + "?dryRun=All", body=body))
+        return _refusal(await tenant.attempt("POST", path + "?dryRun=All", body=body))
     try:
         await tenant.wait_for(refused_dry_run, what="a dry-run create refused", timeout=SEES_WITHIN)
     except AssertionError:
         pass  # the real create below says what happened
-    answer = await tenant.raw("POST", path, body=body)
+    answer = await tenant.attempt("POST", path, body=body)
     message = _refusal(answer)
     if message is None:
         name = body["metadata"]["name"]
         landed = await _where_it_went(tenant, name)
         raise AssertionError(f"the tenant's pod {name} was let in ({landed}); tolerations "
                              f"{answer.get('spec', {}).get('tolerations')}")
-    assert "denied the request" in message, message
+    # a Reservoir webhook's denial, or the critical-priority policy's (deploy/critical-priority-policy.yaml)
+    assert "denied the request" in message or f"'{keys.CRITICAL_PRIORITY_POLICY}' denied request" in message, message
     missing = [f for f in fragments if f not in message]
     assert not missing, f"refusal does not name {missing}: {message}"
     return message
@@ -190,7 +200,7 @@ async def _refused(world: World, body: dict[str, Any], *fragments: str) -> str:
 
 async def _where_it_went(kit: Kit, name: str) -> str:
     async def settled() -> str | None:
-        pod = await kit.read_pod(name)
+        pod = await kit.attempt("GET", f"/api/v1/namespaces/{kit.namespace}/pods/{name}")
         if pod.get("kind") != "Pod":
             return "gone"
         if pod["spec"].get("nodeName"):
@@ -227,15 +237,15 @@ async def _created_and_kept_off(world: World, body: dict[str, Any], node: str, o
     return created
 
 
-async def _team_b_reservation(world: World, name: str, node: str) -> str:
-    """A Reservation of 3 cpu on `node` for team-b's pods labelled team=b, made by the admin; waits until the agent
-    has made it Available and its placeholder holds the 3 cpu on `node` (seed 003: the Reservation holds its resources,
-    not its node). Returns its owner id."""
+async def _team_b_reservation(world: World, name: str, node: str, owners: list[dict[str, Any]] | None = None) -> str:
+    """A Reservation of 3 cpu on `node` for team-b's pods labelled team=b (or `owners`), made by the admin; waits
+    until the agent has made it Available and its placeholder holds the 3 cpu on `node` (seed 003: the Reservation
+    holds its resources, not its node). Returns its owner id."""
     kit = world.admin
     await kit.raw("POST", RESERVATIONS, body={
         "apiVersion": f"{keys.RESERVATION_GROUP}/{keys.RESERVATION_VERSION}", "kind": "Reservation",
         "metadata": {"name": name},
-        "spec": {"owners": [{"labelSelector": {"matchLabels": {"team": "b"}}}],
+        "spec": {"owners": owners or [{"labelSelector": {"matchLabels": {"team": "b"}}}],
                  "template": {"spec": {"nodeName": node,
                                        "containers": [{"name": "r", "resources": {"requests": {"cpu": "3"}}}]}}}})
     world.reservations.append(name)
@@ -261,6 +271,116 @@ async def _reserved_untouched(world: World, node: str, owner: str) -> None:
     pods = (await world.admin.raw("GET", f"/api/v1/namespaces/{TEAM_A}/pods"))["items"]
     on_node = [p["metadata"]["name"] for p in pods if p["spec"].get("nodeName") == node]
     assert not on_node, f"team-a pods bound on {node}, reserved for {owner}: {on_node}"
+
+
+# --- backfill.queues entered by naming a queue ---
+
+async def test_backfill_queues_are_not_entered_by_naming_a_queue_bound_to_another_namespace(
+        kit: Kit, backfill_queue_world: World) -> None:
+    """backfill.queues names Queue gold, which the admin binds to team-b (reservoir.sh/namespaces). The tenant's pod
+    naming gold and opting in is not held for backfill (the webhook lets it in ungated and says why); team-b's is."""
+    world = backfill_queue_world
+    created = await kit.server_side_apply({
+        "apiVersion": keys.VOLCANO_API_VERSION, "kind": "Queue",
+        "metadata": {"name": GOLD, "annotations": {keys.QUEUE_NAMESPACES: TEAM_B}}, "spec": {"weight": 1}})
+    assert created.get("kind") == "Queue", created
+    world.queues.append(GOLD)
+    opting_in = {keys.QUEUE_NAME: GOLD, keys.BACKFILL: "true", keys.MAXIMUM_RUNTIME: "60s"}
+
+    def gated(pod: dict[str, Any]) -> bool:
+        return any(g.get("name") == keys.BACKFILL_GATE for g in pod["spec"].get("schedulingGates") or [])
+
+    async def team_b_held() -> bool:  # the webhook has seen the Queue and the config
+        made = await world.team_b.raw("POST", f"/api/v1/namespaces/{TEAM_B}/pods?dryRun=All",
+                                      body=world.team_b.pod_body("owner", {"cpu": "1"}, annotations=opting_in))
+        return gated(made)
+    await kit.wait_for(team_b_held, what="team-b's pod naming gold held for backfill", timeout=SEES_WITHIN)
+    body = world.tenant.pod_body("sneak", {"cpu": "1"}, annotations=opting_in)
+    made = await world.tenant.raw("POST", f"/api/v1/namespaces/{TEAM_A}/pods", body=body)
+    assert not gated(made), f"the tenant's pod naming {GOLD} was held for backfill: {made['spec']}"
+
+
+# --- reserved capacity and the classes that preempt it ---
+
+def _pinned(node: str) -> dict[str, Any]:
+    """Required node affinity to `node`: kube-scheduler places the pod there (and preempts for it), no nodeName."""
+    return {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]}}}}
+
+
+async def test_no_tenant_pod_at_a_critical_class_preempts_a_placeholder(kit: Kit, reservation_world: World) -> None:
+    """A Reservation's placeholder runs at 1000000000; the system classes are above it and any namespace may name
+    them on a default kube-apiserver. deploy/critical-priority-policy.yaml admits a pod at or above the placeholder's
+    priority only in a namespace an admin labelled: the tenant's is refused, naming the fix. Where an admin did label
+    a namespace and its pod preempts the placeholder, the Reservation says so (Waiting, PlaceholderLost, an Event) and
+    holds again once the room is back."""
+    world = reservation_world
+    await kit.create_node("rsv-node", {"cpu": "4", "memory": "16Gi"})
+    name = f"crit-{kit.namespace[-5:]}"
+    owner = await _team_b_reservation(world, name, "rsv-node")
+    body = world.tenant.pod_body("crit", {"cpu": "3"}, extra_spec={"priorityClassName": "system-cluster-critical",
+                                                                   **_pinned("rsv-node")})
+    answer = await world.tenant.attempt("POST", f"/api/v1/namespaces/{TEAM_A}/pods", body=body)
+    message = _refusal(answer)
+    assert message is not None, f"a tenant pod at system-cluster-critical was let in: {answer.get('spec')}"
+    assert keys.CRITICAL_PRIORITY_POLICY in message and "2000000000" in message, message
+    assert f"{keys.CRITICAL_PRIORITY_LABEL}=allowed" in message and TEAM_A in message, message
+    await _reserved_untouched(world, "rsv-node", owner)
+
+    # an admin's namespace, labelled: admitted, and kube-scheduler preempts the placeholder for it
+    await kit.raw("PATCH", f"/api/v1/namespaces/{TEAM_B}", content_type="application/merge-patch+json",
+                  body={"metadata": {"labels": {keys.CRITICAL_PRIORITY_LABEL: "allowed"}}})
+    try:
+        async def admitted() -> dict | None:
+            made = await world.team_b.attempt("POST", f"/api/v1/namespaces/{TEAM_B}/pods?dryRun=All",
+                                              body=world.team_b.pod_body("crit", {"cpu": "3"}, extra_spec={
+                                                  "priorityClassName": "system-cluster-critical",
+                                                  **_pinned("rsv-node")}))
+            return made if made.get("kind") == "Pod" else None
+        await kit.wait_for(admitted, what="the labelled namespace admitted at system-cluster-critical", timeout=10)
+        await world.team_b.create_pod("crit", {"cpu": "3"}, extra_spec={"priorityClassName": "system-cluster-critical",
+                                                                          **_pinned("rsv-node")})
+        await world.team_b.wait_pod("crit", lambda p: p["spec"].get("nodeName") == "rsv-node", "bound on rsv-node",
+                                    timeout=60)
+
+        async def lost() -> dict | None:
+            obj = await kit.raw("GET", f"{RESERVATIONS}/{name}")
+            ready = {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []}.get("Ready") or {}
+            return obj if ready.get("reason") == "PlaceholderLost" else None
+        obj = await kit.wait_for(lost, what=f"Reservation {name} no longer Available, saying why", timeout=30)
+        assert obj["status"]["phase"] == "Waiting", obj["status"]
+        events = await kit.raw("GET", f"/api/v1/namespaces/default/events?fieldSelector=involvedObject.name={name}")
+        assert any(e["reason"] == "Waiting" and "placeholder" in e["message"] for e in events["items"]), events
+        # the room back: the placeholder stands again and the Reservation is Available
+        await kit.raw("DELETE", f"/api/v1/namespaces/{TEAM_B}/pods/crit?gracePeriodSeconds=0")
+
+        async def held_again() -> bool:
+            again = await kit.raw("GET", f"{RESERVATIONS}/{name}")
+            return (again.get("status") or {}).get("phase") == "Available" and await _held(kit, "rsv-node", owner)
+        await kit.wait_for(held_again, what=f"Reservation {name} Available again", timeout=30)
+    finally:
+        await kit.raw("PATCH", f"/api/v1/namespaces/{TEAM_B}", content_type="application/merge-patch+json",
+                      body={"metadata": {"labels": {keys.CRITICAL_PRIORITY_LABEL: None}}})
+
+
+# --- an owner a tenant can satisfy by naming a pod ---
+
+async def test_an_object_owner_naming_a_pod_without_its_namespace_is_no_way_in(
+        kit: Kit, reservation_world: World) -> None:
+    """The admin reserves for `object: {name: trainer}` without a namespace (Koordinator's form, meant for team-b's
+    pod). Any tenant can create a pod named trainer: the tenant's gets neither the Reservation's toleration nor its
+    capacity (shared.matching: a name alone matches no pod, as a namespace-less controller does not)."""
+    world = reservation_world
+    await kit.create_node("rsv-node", {"cpu": "4", "memory": "16Gi"})
+    name = f"named-{kit.namespace[-5:]}"
+    owner = await _team_b_reservation(world, name, "rsv-node", owners=[{"object": {"name": "trainer"}}])
+    body = world.tenant.pod_body("trainer", {"cpu": "3"}, extra_spec=_pinned("rsv-node"))
+    await asyncio.sleep(SEES_WITHIN / 2)  # the webhook's cache has the Available Reservation by now
+    created = await world.tenant.raw("POST", f"/api/v1/namespaces/{TEAM_A}/pods", body=body)
+    assert owner not in {t.get("value") for t in created["spec"].get("tolerations") or []}, created["spec"]
+    where = await _where_it_went(world.tenant, "trainer")
+    assert where == "Unschedulable", f"the tenant's pod named trainer: {where}"
+    await _reserved_untouched(world, "rsv-node", owner)
 
 
 # --- 1. naming someone else's Reservation ---
@@ -304,10 +424,11 @@ async def test_naming_another_teams_reservation_grants_nothing(kit: Kit, reserva
     message = await _refused(world, every, "reservationSelector")
     assert keys.RESERVATION_AFFINITY in message or keys.KOORDINATOR_RESERVATION_AFFINITY in message, message
     await _reserved_untouched(world, "rsv-node", owner)
-    # nor may a tenant run its pods at the placeholders' PriorityClass, which nothing can preempt
+    # nor may a tenant run its pods at the placeholders' PriorityClass, which nothing can preempt (the
+    # critical-priority policy refuses it first where it is installed, the webhook where it is not)
     await _refused(world, world.tenant.pod_body("unpreemptible", {"cpu": "1"},
                                                 extra_spec={"priorityClassName": keys.PLACEHOLDER_PRIORITY_CLASS}),
-                   "spec.priorityClassName", keys.PLACEHOLDER_PRIORITY_CLASS)
+                   "priorityClassName", keys.PLACEHOLDER_PRIORITY_CLASS)
 
 
 # --- 2. a hand-written reservation-allocated annotation ---
@@ -326,7 +447,7 @@ async def test_a_forged_allocated_annotation_does_not_end_someone_elses_reservat
                                 and p["spec"].get("nodeName") == "rsv-node", "Succeeded on rsv-node", timeout=30)
     name = f"team-b-{kit.namespace[-5:]}"
     owner = await _team_b_reservation(world, name, "rsv-node")
-    answer = await world.tenant.raw(
+    answer = await world.tenant.attempt(
         "PATCH", f"/api/v1/namespaces/{TEAM_A}/pods/finished",
         body={"metadata": {"annotations": {keys.RESERVATION_ALLOCATED: name}}},
         content_type="application/merge-patch+json")
@@ -368,6 +489,17 @@ async def test_a_pods_own_lock_toleration_or_node_name_is_refused(kit: Kit, star
     # spec.nodeName skips the scheduler and so every taint
     await _refused(world, tenant.pod_body("pinned", {"cpu": "1"}, extra_spec={"nodeName": LOCKED}),
                    "spec.nodeName", LOCKED, owner)
+    await _untouched(world, LOCKED, owner)
+
+
+async def test_a_forged_mirror_pod_is_judged_as_any_pod(kit: Kit, starvation_world: World) -> None:
+    """Mirror pods are the kubelet's: the webhooks step aside for the annotation only when a node's own identity
+    sends the pod. The tenant's pod carrying it is judged as any pod: its nodeName on a locked node is refused."""
+    world = starvation_world
+    owner = await _lock_for_team_b_job(world)
+    forged = world.tenant.pod_body("static-web", {"cpu": "1"}, extra_spec={"nodeName": LOCKED},
+                                   annotations={keys.MIRROR_POD: "0123456789abcdef0123456789abcdef"})
+    await _refused(world, forged, "spec.nodeName", LOCKED, owner)
     await _untouched(world, LOCKED, owner)
 
 
@@ -416,7 +548,7 @@ async def test_the_entitlement_check_fails_closed_while_the_webhook_is_down(kit:
 
     world.webhook.stop(remove_files=False)  # its certificates stay: the registration's caBundle names their CA
     for body in (equal, blanket, pinned):
-        answer = await tenant.raw("POST", pods, body=body)
+        answer = await tenant.attempt("POST", pods, body=body)
         message = _refusal(answer)
         assert message is not None, (
             f"{body['metadata']['name']} was let in while the entitlement check was down: failurePolicy Fail not "
@@ -437,7 +569,7 @@ async def test_the_entitlement_check_fails_closed_while_the_webhook_is_down(kit:
         assert updated.get("kind") == "Pod", f"an update touching no toleration was refused while down: {updated}"
     # and one that adds a toleration is refused for the outage, as a create would be
     tolerations = [*(settled["spec"].get("tolerations") or []), lock_toleration(someone_else)]
-    added = await tenant.raw("PATCH", f"{pods}/settled", content_type="application/merge-patch+json",
+    added = await tenant.attempt("PATCH", f"{pods}/settled", content_type="application/merge-patch+json",
                              body={"spec": {"tolerations": tolerations}})
     message = _refusal(added)
     assert message is not None and f'failed calling webhook "{POD_LOCKS}"' in message, added
@@ -506,7 +638,7 @@ async def test_a_queue_bound_to_another_namespace_lends_its_lock_to_none_of_the_
             f"{name} in {TEAM_A} was given the lock toleration of Queue {queue}, bound to {TEAM_B}: "
             f"{pod['spec'].get('tolerations')}")
         assert await _where_it_went(tenant, name) == "Unschedulable", f"{name} was not kept off {node}"
-        patched = await tenant.raw("PATCH", f"/api/v1/namespaces/{TEAM_A}/pods/{name}", body=[
+        patched = await tenant.attempt("PATCH", f"/api/v1/namespaces/{TEAM_A}/pods/{name}", body=[
             {"op": "add", "path": "/spec/tolerations/-", "value": lock_toleration(owner)}],
             content_type="application/json-patch+json")
         message = _refusal(patched)

@@ -281,7 +281,7 @@ async def test_the_image_runs_as_the_webhook_creates_its_certificate_and_is_call
     webhook = containers(run)
 
     async def secret() -> dict | None:
-        found = await kit.raw("GET", SECRET_PATH)
+        found = await kit.attempt("GET", SECRET_PATH)
         return found if found.get("kind") == "Secret" else None
     try:
         written = await kit.wait_for(secret, what="the webhook's Secret, written by the container", timeout=60)
@@ -306,7 +306,7 @@ async def test_the_image_runs_as_the_webhook_creates_its_certificate_and_is_call
             "spec": {"capability": {"cpu": "4"}, "guarantee": {"resource": {"cpu": "8"}}}}
 
     async def refused() -> str | None:
-        message = (await kit.raw("POST", f"{VOLCANO}/queues?dryRun=All", body=body)).get("message") or ""
+        message = (await kit.attempt("POST", f"{VOLCANO}/queues?dryRun=All", body=body)).get("message") or ""
         return message if "spec.guarantee.resource.cpu (8) exceeds spec.capability.cpu (4)" in message else None
     await kit.wait_for(refused, what="a bad Queue refused by the webhook in the container", timeout=30)
 

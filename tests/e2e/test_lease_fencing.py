@@ -42,7 +42,7 @@ async def seize_lease(kit: Kit, holder: str) -> dict[str, Any]:
             spec["acquireTime"] = _micro_time(now)
             spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + 1
         spec.update(holderIdentity=holder, renewTime=_micro_time(now), leaseDurationSeconds=15)
-        written = await kit.raw("PUT", LEASE, body=lease)
+        written = await kit.attempt("PUT", LEASE, body=lease)
         if written and written.get("kind") == "Lease":
             return written
         await asyncio.sleep(0.1)  # 409: the agent renewed in between; read again

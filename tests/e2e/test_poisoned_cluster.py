@@ -93,7 +93,7 @@ async def post_text(kit: Kit, path: str, text: str) -> Any:
 async def create(kit: Kit, path: str, body: dict[str, Any] | str, what: str) -> dict[str, Any]:
     """POST until the API server accepts it (a CRD just changed takes a moment to serve its new schema)."""
     async def created() -> dict[str, Any] | None:
-        answer = await (post_text(kit, path, body) if isinstance(body, str) else kit.raw("POST", path, body=body))
+        answer = await (post_text(kit, path, body) if isinstance(body, str) else kit.attempt("POST", path, body=body))
         return answer if answer and answer.get("kind") != "Status" else None
     return await kit.wait_for(created, what=f"{what} accepted by the API server", timeout=20)
 
@@ -134,7 +134,7 @@ async def poisoned(kit: Kit) -> AsyncIterator[dict[str, str]]:
     try:
         # the tightened PodGroup CRD refuses what a tenant used to be able to store
         for bad in ({"minResources": {"cpu": "banana"}}, {"minResources": {"cpu": "1e1.5"}}, {"junk": {"a": 1}}):
-            answer = await kit.raw("POST", f"{VOLCANO}/namespaces/{kit.namespace}/podgroups",
+            answer = await kit.attempt("POST", f"{VOLCANO}/namespaces/{kit.namespace}/podgroups",
                                    body=podgroup(kit, "refused", **bad))
             if "junk" in bad:  # an undeclared field is pruned, not refused
                 assert answer.get("kind") == "PodGroup" and "junk" not in answer["spec"], answer

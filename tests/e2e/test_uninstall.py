@@ -59,13 +59,13 @@ def uninstall(kit: Kit, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def not_found(answer: dict) -> bool:
-    """Kit.raw hands back an error's Status instead of raising."""
+    """Kit.attempt hands back an error's Status instead of raising."""
     return answer.get("kind") == "Status" and answer.get("code") == 404
 
 
 async def namespace_state(kit: Kit) -> str:
     """"live", "deleting" or "gone"."""
-    namespace = await kit.raw("GET", f"/api/v1/namespaces/{keys.NAMESPACE}")
+    namespace = await kit.attempt("GET", f"/api/v1/namespaces/{keys.NAMESPACE}")
     if not_found(namespace):
         return "gone"
     return "deleting" if namespace["metadata"].get("deletionTimestamp") else "live"

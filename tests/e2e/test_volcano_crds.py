@@ -55,7 +55,7 @@ async def _replace_crds(kit: Kit, paths: tuple[Path, ...]) -> None:
             body = copy.deepcopy(want)
             current = await kit.raw("GET", f"{CRDS}/{name}")
             body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-            answer = await kit.raw("PUT", f"{CRDS}/{name}", body=body)
+            answer = await kit.attempt("PUT", f"{CRDS}/{name}", body=body)
             if answer.get("kind") == "CustomResourceDefinition":
                 break
             assert answer.get("reason") == "Conflict", f"replacing CRD {name}: {answer}"
@@ -189,7 +189,7 @@ async def test_queue_priority_class_annotation_is_inherited_and_annotations_are_
              'metadata.annotations["reservoir.sh/guarantee-percentage"]: \'50%\' is not JSON'),
             ({keys.QUEUE_GUARANTEE_PERCENTAGE: '{"dimensions": ["cpu"], "value": 2}'},
              'metadata.annotations["reservoir.sh/guarantee-percentage"].value is 2: expected a number in [0, 1]')):
-        answer = await kit.raw("POST", f"{VOLCANO}/queues", body={
+        answer = await kit.attempt("POST", f"{VOLCANO}/queues", body={
             "apiVersion": keys.VOLCANO_API_VERSION, "kind": "Queue",
             "metadata": {"name": bad, "annotations": marks},
             "spec": {"weight": 1, "guarantee": {"resource": {"cpu": "1"}}}})

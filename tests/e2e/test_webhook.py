@@ -97,7 +97,7 @@ async def test_invalid_queue_guarantee_is_refused_with_the_webhook_message(kit: 
     body = {"apiVersion": f"{keys.VOLCANO_GROUP}/{keys.VOLCANO_VERSION}", "kind": "Queue",
             "metadata": {"name": f"greedy-{kit.namespace}"[:60]},
             "spec": {"capability": {"cpu": "4"}, "guarantee": {"resource": {"cpu": "8"}}}}
-    answer = await kit.raw("POST", f"{VOLCANO}/queues", body=body)
+    answer = await kit.attempt("POST", f"{VOLCANO}/queues", body=body)
     assert answer["kind"] == "Status" and answer["status"] == "Failure", answer
     assert "queues.validate.reservoir.sh" in answer["message"]
     assert "spec.guarantee.resource.cpu (8) exceeds spec.capability.cpu (4)" in answer["message"]
@@ -109,7 +109,7 @@ async def test_queue_guarantee_larger_than_the_cluster_is_refused(kit: Kit, webh
             "metadata": {"name": f"huge-{kit.namespace}"[:60]}, "spec": {"guarantee": {"resource": {"cpu": "100"}}}}
     # the webhook's node cache sees the new node within moments; until then it cannot judge and lets it pass
     async def refused() -> dict | None:
-        answer = await kit.raw("POST", f"{VOLCANO}/queues", body=body)
+        answer = await kit.attempt("POST", f"{VOLCANO}/queues", body=body)
         if answer.get("kind") == "Queue":
             await kit.raw("DELETE", f"{VOLCANO}/queues/{body['metadata']['name']}")
             return None
@@ -122,7 +122,7 @@ async def test_invalid_reservoir_configmap_is_refused(kit: Kit, webhook: Webhook
     body = {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": keys.CONFIGMAP_NAME, "namespace": keys.NAMESPACE},
             "data": {keys.CONFIG_KEY: "maxLockedNodePercent: 150\n"}}
-    answer = await kit.raw("POST", f"/api/v1/namespaces/{keys.NAMESPACE}/configmaps", body=body)
+    answer = await kit.attempt("POST", f"/api/v1/namespaces/{keys.NAMESPACE}/configmaps", body=body)
     assert answer["kind"] == "Status" and answer["code"] in (400, 422), answer
     assert "maxLockedNodePercent" in answer["message"] and "150" in answer["message"]
     body["data"][keys.CONFIG_KEY] = "maxLockedNodePercent: 40\n"

@@ -117,7 +117,7 @@ async def world(kit: Kit) -> AsyncIterator[World]:
 
 
 async def _secret(kit: Kit) -> dict | None:
-    secret = await kit.raw("GET", SECRET_PATH)
+    secret = await kit.attempt("GET", SECRET_PATH)
     return secret if secret.get("kind") == "Secret" and secret_field(secret, "tls.crt") else None
 
 
@@ -135,7 +135,7 @@ async def _queue_refused(kit: Kit) -> dict | None:
     body = {"apiVersion": f"{keys.VOLCANO_GROUP}/{keys.VOLCANO_VERSION}", "kind": "Queue",
             "metadata": {"name": f"greedy-{kit.namespace}"[:60]},
             "spec": {"capability": {"cpu": "4"}, "guarantee": {"resource": {"cpu": "8"}}}}
-    answer = await kit.raw("POST", f"{VOLCANO}/queues?dryRun=All", body=body)
+    answer = await kit.attempt("POST", f"{VOLCANO}/queues?dryRun=All", body=body)
     message = answer.get("message") or ""
     return answer if "spec.guarantee.resource.cpu (8) exceeds spec.capability.cpu (4)" in message else None
 

@@ -322,8 +322,10 @@ def test_the_narrowing_the_writer_makes_is_what_the_grant_accepts() -> None:
 
 def test_a_flood_of_gated_pods_is_decided_a_bounded_batch_at_a_time() -> None:
     from agent.planner.backfill import MAX_DECISIONS
+    # all within maxGateWait: past it, a pod is let go whatever its rank (test_backfill_gate_fairness)
     flood = [gated(f"f{i:04d}", runtime="10m", age=(10 + i) * S) for i in range(MAX_DECISIONS + 20)]
-    result, _ = run(flood)
+    result, _ = run(flood, config=CONFIG.model_copy(update={"backfill": CONFIG.backfill.model_copy(
+        update={"max_gate_wait": timedelta(minutes=10)})}))
     assert len(result.backfill.released) == MAX_DECISIONS
     assert {r.name for r in result.backfill.released} == {f"f{i:04d}" for i in range(20, MAX_DECISIONS + 20)}, \
         "the oldest first"

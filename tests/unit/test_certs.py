@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from certs.rotation import Subject, due, ensure
 
 SUBJECT = Subject("reservoir-webhook", "reservoir-system", ips=("127.0.0.1",))
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 CA_LIFE = timedelta(days=900)
 
 
@@ -20,10 +21,14 @@ def load(path: Path) -> list[x509.Certificate]:
 
 
 def verifies(ca: x509.Certificate, cert: x509.Certificate) -> bool:
+    """`cert`'s signature is `ca`'s; False only for a signature that does not verify (any other error fails the
+    test: a key that is not ECDSA, a certificate that cannot be read)."""
+    key = ca.public_key()
+    assert isinstance(key, ec.EllipticCurvePublicKey) and cert.signature_hash_algorithm is not None
     try:
-        ca.public_key().verify(cert.signature, cert.tbs_certificate_bytes, ec.ECDSA(cert.signature_hash_algorithm))
+        key.verify(cert.signature, cert.tbs_certificate_bytes, ec.ECDSA(cert.signature_hash_algorithm))
         return True
-    except Exception:
+    except InvalidSignature:
         return False
 
 

@@ -26,7 +26,9 @@ CHART = DEPLOY / "helm" / "reservoir"
 VOLCANO_CRDS = {"queues.scheduling.volcano.sh", "podgroups.scheduling.volcano.sh"}
 PLURALS = {"ClusterRole": "clusterroles", "ClusterRoleBinding": "clusterrolebindings",
            "PriorityClass": "priorityclasses", "MutatingWebhookConfiguration": "mutatingwebhookconfigurations",
-           "ValidatingWebhookConfiguration": "validatingwebhookconfigurations"}
+           "ValidatingWebhookConfiguration": "validatingwebhookconfigurations",
+           "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
+           "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings"}
 
 
 def kustomize(path: Path, components: tuple[str, ...] = ()) -> list[dict[str, Any]]:

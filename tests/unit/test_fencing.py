@@ -346,23 +346,36 @@ def test_the_lease_namespace_is_the_agents_own_never_its_config_namespace(tmp_pa
     assert build_parser().parse_args(["agent", "--lease-namespace", "x"]).lease_namespace == "x"
 
 
-def test_the_loop_waits_for_the_plans_next_moment_and_a_change_does_not_push_the_resync_back() -> None:
+def test_the_loop_waits_for_the_plans_next_moment_and_a_change_does_not_push_the_resync_back(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """agent.controller.Agent.next_wait: the resync period counts from the last resync, not from the last
-    change; a plan's wake_at (a threshold crossed, a window opening) comes first when it is sooner."""
-    from datetime import UTC, datetime, timedelta
+    change; a plan's wake_at (a threshold crossed, a window opening) comes first when it is sooner (plus 0.05 s, so
+    the plan is made past it). It reads the wall clock for wake_at (`datetime.now(UTC)`): the test stops that clock at
+    NOW, so the waits are exact."""
+    from datetime import timedelta
     from types import SimpleNamespace
 
+    from agent import controller
     from agent.controller import Agent
     from agent.planner.model import Plan
     from shared.config import load_config
 
+    class Stopped(datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> datetime:  # type: ignore[override]
+            return NOW if tz is None else NOW.astimezone(tz)
+
+    monkeypatch.setattr(controller, "datetime", Stopped)
     config = load_config("resyncPeriod: 30s")
     me = SimpleNamespace(config=config, last_plan=None, writer=SimpleNamespace(retry_after=None))
     assert Agent.next_wait(me, last_resync=100.0, now=120.0) == (10.0, "resync")
     assert Agent.next_wait(me, last_resync=100.0, now=140.0) == (0.0, "resync")
-    me.last_plan = Plan(locks={}, wake_at=datetime.now(UTC) + timedelta(seconds=3))
-    wait, cause = Agent.next_wait(me, last_resync=100.0, now=101.0)
-    assert cause == "time" and 2.5 < wait <= 3.05
+    me.last_plan = Plan(locks={}, wake_at=NOW + timedelta(seconds=3))
+    assert Agent.next_wait(me, last_resync=100.0, now=101.0) == (pytest.approx(3.05), "time"), "sooner than 29 s"
+    me.last_plan = Plan(locks={}, wake_at=NOW + timedelta(seconds=40))
+    assert Agent.next_wait(me, last_resync=100.0, now=101.0) == (29.0, "resync"), "the resync is sooner"
+    me.last_plan = Plan(locks={}, wake_at=NOW - timedelta(seconds=3))
+    assert Agent.next_wait(me, last_resync=100.0, now=101.0) == (0.0, "time"), "already past: at once"
 
 
 def test_a_change_after_a_quiet_spell_is_planned_within_the_settle_and_a_stream_at_most_once_per_debounce() -> None:

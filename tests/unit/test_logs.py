@@ -129,8 +129,12 @@ def test_the_leader_election_library_is_quiet_at_info_and_heard_at_debug(monkeyp
     lines = [parse(line) for line in stream.getvalue().splitlines()]
     assert [line["msg"] for line in lines] == ["failed to renew", "ours"]
     logs.quiet_libraries(logging.DEBUG)
-    assert election.isEnabledFor(logging.DEBUG) or logging.getLogger().level > logging.DEBUG
-    assert logging.getLogger("kubernetes_asyncio").level == logging.NOTSET
+    assert all(logging.getLogger(name).level == logging.NOTSET for name in logs.QUIET_LOGGERS), "root's level rules"
+    logs.setup("DEBUG", "text")
+    election.debug("leader election renewed")
+    logging.getLogger("aiohttp.access").info("GET /metrics 200")
+    lines = [parse(line) for line in stream.getvalue().splitlines()]
+    assert [line["msg"] for line in lines] == ["failed to renew", "ours", "leader election renewed", "GET /metrics 200"]
 
 
 @pytest.mark.usefixtures("restore_logging")

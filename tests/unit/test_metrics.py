@@ -95,17 +95,20 @@ def test_the_revision_comes_from_the_image(monkeypatch: pytest.MonkeyPatch) -> N
     assert version.revision() == "unknown"
 
 
-def test_cache_freshness_is_when_each_cache_last_heard() -> None:
+def test_cache_freshness_is_when_each_cache_last_heard(monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
     agent = Agent(None)  # type: ignore[arg-type]
     before = samples(agent.metrics.registry, "reservoir_cache_last_heard_timestamp_seconds")
     assert {dict(k)["cache"] for k in before} == {c.name for c in agent.caches}
-    agent.nodes._created_at -= 1000  # never heard: its creation, 1000 s ago
-    agent.pods.heard(time.monotonic() - 30)
-    now = time.time()
+    mono, wall = time.monotonic(), 1_800_000_000.0
+    # the scrape's clocks, stopped: wall time `wall` when time.monotonic() is `mono`
+    monkeypatch.setattr(shared_metrics, "time", SimpleNamespace(time=lambda: wall, monotonic=lambda: mono))
+    agent.nodes._created_at = mono - 1000  # never heard: its creation, 1000 s ago
+    agent.pods.heard(mono - 30)
     after = {dict(k)["cache"]: v for k, v in samples(agent.metrics.registry,
                                                      "reservoir_cache_last_heard_timestamp_seconds").items()}
-    assert now - 1002 < after["nodes"] < now - 998
-    assert now - 32 < after["pods"] < now - 28
+    assert after["nodes"] == wall - 1000 and after["pods"] == wall - 30
 
 
 def test_a_reconcile_that_raises_is_counted() -> None:
@@ -163,16 +166,27 @@ async def test_evictions_are_counted_by_outcome(recorder: Recorder) -> None:  # 
         == {"blocked": 1.0, "gone": 1.0, "failed": 1.0, "evicted": 1.0}
 
 
-async def test_a_lifted_gate_observes_the_owners_wait_since_its_creation(recorder: Recorder) -> None:  # noqa: F811
+async def test_a_lifted_gate_observes_the_owners_wait_since_its_creation(
+        recorder: Recorder, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    from agent import writer as writer_module
+
+    now = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+
+    class Stopped(datetime):  # the writer's wall clock, stopped at `now`
+        @classmethod
+        def now(cls, tz: Any = None) -> datetime:  # type: ignore[override]
+            return now if tz is None else now.astimezone(tz)
+
+    monkeypatch.setattr(writer_module, "datetime", Stopped)
     waits: list[tuple[str, float]] = []
     writer, _ = new_writer()
     writer.on_handover = lambda how, waited: waits.append((how, waited))
-    created = (datetime.now(UTC) - timedelta(seconds=90)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    created = (now - timedelta(seconds=90)).strftime("%Y-%m-%dT%H:%M:%SZ")
     recorder.nodes["owner"] = {"metadata": {"name": "owner", "uid": "u1", "creationTimestamp": created},
                                "spec": {"schedulingGates": [{"name": "reservoir.sh/reservation-handover"}]}}
     await writer.handover(Handover(namespace="ns", name="owner", uid="u1", reservation="r1"))
     [(how, waited)] = waits
-    assert how == "ungate" and 89 <= waited <= 95
+    assert how == "ungate" and waited == 90
     recorder.nodes["plain"] = {"metadata": {"name": "plain", "uid": "u2", "creationTimestamp": created}, "spec": {}}
     await writer.handover(Handover(namespace="ns", name="plain", uid="u2", reservation="r1"))
     assert len(waits) == 1, "no gate lifted, nothing observed"

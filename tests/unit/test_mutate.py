@@ -48,7 +48,7 @@ LOOKUP = Lookup(
                       "cluster-default": pclass("cluster-default", 5, global_default=True)},
     reservations={"r1": reservation("r1", [{"labelSelector": {"matchLabels": {"app": "web"}}}]),
                   "r-pending": reservation("r-pending", [{"labelSelector": {"matchLabels": {"app": "web"}}}], "Pending"),
-                  "sel": reservation("sel", [{"object": {"name": "named"}}], labels={"pool": "gpu"})},
+                  "sel": reservation("sel", [{"object": {"name": "named", "namespace": NS}}], labels={"pool": "gpu"})},
     config=load_config("windows: [{name: nightly, resources: {cpu: 8}, schedule: '0 3 * * *', duration: 1h}]"),
 )
 
@@ -210,8 +210,13 @@ def test_generate_name_pod_without_controller_gets_queue_toleration_only() -> No
     assert tolerated_owners(out) == {queue_owner_id("default")}
 
 
-def test_mirror_pods_are_left_alone() -> None:
-    assert mutate_pod(pod(annotations={"kubernetes.io/config.mirror": "x"}, requests={"cpu": "1"}), NS, LOOKUP).patch == []
+def test_a_nodes_mirror_pods_are_left_alone_and_anyone_elses_are_mutated() -> None:
+    """Only a node's own identity makes a mirror pod (NodeRestriction): the annotation from a tenant is no exemption."""
+    mirror = pod(annotations={"kubernetes.io/config.mirror": "x"}, requests={"cpu": "1"})
+    assert mutate_pod(mirror, NS, LOOKUP, "system:node:n1").patch == []
+    for sender in ("", "system:serviceaccount:team-a:tenant", "alice", "system:nodes"):
+        assert mutate_pod(mirror, NS, LOOKUP, sender).patch == mutate_pod(pod(requests={"cpu": "1"}), NS, LOOKUP).patch
+        assert mutate_pod(mirror, NS, LOOKUP, sender).patch != []
 
 
 def test_annotation_keys_with_tilde_and_slash_are_escaped() -> None:
@@ -235,9 +240,15 @@ def test_podgroup_inherits_queue_class() -> None:
 
 @pytest.mark.parametrize("text", ["", "{", '{"name": 3}', '{"reservationSelector": "x"}'])
 def test_bad_reservation_affinity_warns_instead_of_failing(text: str) -> None:
+    """The pod is mutated as one without the annotation; an unreadable affinity adds a warning naming it, an empty
+    one is no affinity at all and adds none."""
     result = mutate_pod(pod(annotations={keys.RESERVATION_AFFINITY: text}, requests={"cpu": "1"}), NS, LOOKUP)
+    plain = mutate_pod(pod(annotations={}, requests={"cpu": "1"}), NS, LOOKUP)
+    assert result.patch == plain.patch != []
     if text:
-        assert result.warnings
+        assert [w for w in result.warnings if "reservation affinity" in w] and len(result.warnings) == 1
+    else:
+        assert result.warnings == plain.warnings == []
 
 
 def test_naming_a_reservation_narrows_but_never_grants_its_toleration() -> None:

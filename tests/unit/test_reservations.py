@@ -330,8 +330,15 @@ def test_a_handover_waits_while_the_node_is_locked_for_another_owner() -> None:
     cluster._lock(cluster.nodes["n1"], job_lock)
     cluster.add(pod_obj("o", "1", owner=True, gated=True))
     result = cluster.plan()
-    assert result.handovers == [] and "n1" not in result.locks or result.locks["n1"].owner != reservation_owner_id("r1")
-    assert cluster.pods["ns/o"]["spec"]["schedulingGates"], "still held"
+    assert result.handovers == [], "neither handed over nor let go: its gate stays"
+    assert "n1" not in result.locks or result.locks["n1"].owner != reservation_owner_id("r1"), "no lock for r1"
+    assert [s.owners for s in result.reservations if s.name == "r1"] == [()], "not claimed while it waits"
+    # the other owner's lock gone, the handover goes on: r1 claims the pod and locks n1 for it, then hands it over
+    cluster.reconcile(bind=False)
+    claimed = cluster.reconcile(bind=False)
+    assert [p.name for p in cluster.status("r1").owners] == ["o"]
+    assert claimed.locks["n1"].owner == reservation_owner_id("r1")
+    assert [(h.key, h.node) for h in cluster.reconcile(bind=False).handovers] == [("ns/o", "n1")]
 
 
 def test_a_placeholder_deleted_by_hand_comes_back_and_a_full_node_is_drained_for_it() -> None:
@@ -347,6 +354,10 @@ def test_a_placeholder_deleted_by_hand_comes_back_and_a_full_node_is_drained_for
     cluster.add(pod_obj("stranger", "2", node_name="n1"))
     waiting = cluster.reconcile()
     assert cluster.status("r1").phase == "Waiting" and waiting.locks["n1"].owner == reservation_owner_id("r1")
+    # and says what happened, for as long as it waits (an Event goes with the phase change: agent/writer.py)
+    assert cluster.status("r1").reason == "PlaceholderLost" and "placeholder" in cluster.status("r1").message
+    cluster.reconcile()
+    assert cluster.status("r1").phase == "Waiting" and cluster.status("r1").reason == "PlaceholderLost"
     cluster.pods["ns/stranger"]["status"]["phase"] = "Succeeded"
     cluster.reconcile()
     assert list(cluster.placeholders()) == [name] and "n1" in cluster.last.locks, "the lock stays until it stands"
@@ -359,6 +370,7 @@ def test_pre_allocation_waits_on_a_full_node_until_it_drains() -> None:
     cluster = Cluster.of(node_obj("n1"), pods=running, reservations=(reservation("pre", "3", preAllocation=True),))
     cluster.reconcile()
     assert cluster.status("pre").phase == "Waiting" and "n1" in cluster.last.locks
+    assert cluster.status("pre").reason == "Waiting", "no placeholder stood yet: none was lost"
     plain = Cluster.of(node_obj("n1"), pods=running, reservations=(reservation("plain", "3"),))
     plain.reconcile()
     assert plain.status("plain").phase == "Pending"
@@ -501,8 +513,9 @@ def test_a_claimed_owner_edited_while_gated_to_exclude_the_node_is_let_go_and_th
 
 def test_a_waiting_reservation_says_when_it_is_expected_to_start_in_its_ready_message() -> None:
     """Issue 17: pre-allocation on a full 4-cpu node whose four 1-cpu pods declare 60 s and started 10, 20, 30 and 40 s
-    ago (ending at +50, +40, +30, +20 s): its 3 cpu are free when the third of them ends, 40 s from now. Its Ready message ends with that time, written
-    once: a later plan whose estimate moved less than the tolerance keeps the text (no status write at every plan)."""
+    ago (ending at +50, +40, +30, +20 s): its 3 cpu are free when the third of them ends, 40 s from now. Its Ready
+    message ends with that time, written once: a later plan whose estimate moved less than the tolerance keeps the
+    text (no status write at every plan)."""
     running = []
     for i in range(4):
         raw = pod_obj(f"run-{i}", "1", node_name="n1")

@@ -196,9 +196,20 @@ def test_config_yaml_alias_bomb_is_refused() -> None:
     ("dryRun: true\n# " + "x" * 70_000, "at most 65536"),
     ("guarantee: {searchBudget: " + "9" * 5000 + "}", 'data["config.yaml"]'),
 ])
-def test_config_yaml_out_of_bounds_is_refused(text: str, message: str) -> None:
+@pytest.mark.parametrize("loader", ["libyaml", "pure Python"])
+def test_config_yaml_out_of_bounds_is_refused(text: str, message: str, loader: str,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both of PyYAML's parsers are held to the same refusal: libyaml stops at its own nesting limit while it scans
+    ahead, the pure-Python parser hands the walk every event."""
+    import yaml
+
+    from shared import config
+    if loader == "libyaml":
+        assert config._YAML_LOADER is yaml.CSafeLoader, "PyYAML was installed without libyaml"
+    else:
+        monkeypatch.setattr(config, "_YAML_LOADER", yaml.SafeLoader)
     verdict = _config(text)
-    assert not verdict.allowed and message in verdict.message
+    assert not verdict.allowed and message in verdict.message, verdict.message
 
 
 def test_config_with_anchors_within_bounds_is_accepted() -> None:

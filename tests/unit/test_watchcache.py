@@ -65,7 +65,8 @@ def cache_of(watched: kinds.Watched = kinds.PODGROUPS, api: Any = None) -> tuple
 
 # --- one object at a time ---
 
-def test_an_unreadable_object_is_skipped_named_and_counted_and_the_rest_goes_on(caplog: pytest.LogCaptureFixture) -> None:
+def test_an_unreadable_object_is_skipped_named_and_counted_and_the_rest_goes_on(
+        caplog: pytest.LogCaptureFixture) -> None:
     cache, seen = cache_of()
     with caplog.at_level(logging.WARNING, "reservoir.watchcache"):
         cache.apply_event({"type": "ADDED", "object": podgroup("good", rv="10")})
@@ -194,10 +195,29 @@ def test_parse_json_reads_what_json_loads_cannot() -> None:
     assert parse_json("[" * 5000 + "]" * 5000) is not None
 
 
-def test_parse_json_is_fast_on_a_deep_document() -> None:
-    started = time.perf_counter()
-    parse_json(deep(10_000))
-    assert time.perf_counter() - started < 2.0
+def test_parse_json_bounds_the_c_passes_on_a_deep_document(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cost is counted as passes of the C parser that run out of recursion (each may read the whole document),
+    never timed here (`python -m bench.unit_speed` times it): json.loads's one, then at most _C_RETRIES."""
+    from shared import watchcache
+
+    passes = {"tried": 0, "failed": 0}
+    real = watchcache._DECODER
+
+    class Counting:
+        def raw_decode(self, text: str, pos: int = 0) -> tuple[Any, int]:
+            passes["tried"] += 1
+            try:
+                return real.raw_decode(text, pos)
+            except RecursionError:
+                passes["failed"] += 1
+                raise
+
+    monkeypatch.setattr(watchcache, "_DECODER", Counting())
+    value = parse_json(deep(10_000))
+    for _ in range(10_000):
+        value = value["x"]
+    assert value == 1
+    assert 0 < passes["failed"] <= watchcache._C_RETRIES and passes["tried"] <= watchcache._C_RETRIES + 1, passes
 
 
 @pytest.mark.parametrize("text", ['{"a": }', "[1,]", '{"a" 1}', "nul", "[1] x", '{"a": [' * 2000, "[" * 3000])
@@ -253,10 +273,11 @@ async def fake() -> AsyncIterator[tuple[FakeApiServer, client.ApiClient]]:
 
 
 def list_body(*items: str, rv: str = "100") -> bytes:
-    return ('{"kind": "List", "metadata": {"resourceVersion": "%s"}, "items": [%s]}' % (rv, ", ".join(items))).encode()
+    return (f'{{"kind": "List", "metadata": {{"resourceVersion": "{rv}"}}, "items": [{", ".join(items)}]}}').encode()
 
 
-async def test_a_list_with_poison_still_syncs_with_everything_else(fake: tuple[FakeApiServer, client.ApiClient]) -> None:
+async def test_a_list_with_poison_still_syncs_with_everything_else(
+        fake: tuple[FakeApiServer, client.ApiClient]) -> None:
     """The issue's PodGroups: 1000-deep JSON under spec (json.loads of the whole list used to raise RecursionError),
     `minResources.cpu` banana and 1e1.5 (not read by the view: they stay), and one the view cannot read."""
     server, api = fake
@@ -282,9 +303,7 @@ async def test_a_queue_with_a_bad_quantity_is_skipped_by_name(fake: tuple[FakeAp
     good = {"kind": "Queue", "metadata": {"name": "good", "uid": "w", "resourceVersion": "5"}, "spec": {"weight": 2}}
     server.lists[QUEUES] = (200, list_body(json.dumps(queue), json.dumps(huge), json.dumps(good)))
     cache, _ = cache_of(kinds.QUEUES, api)
-    started = time.perf_counter()
     await cache.list()
-    assert time.perf_counter() - started < 1.0, "1e10000000 is refused by its bounds, not computed"
     assert list(cache.items) == ["good"] and isinstance(cache.items["good"], QueueView)
     assert "spec.capability.cpu" in cache.skipped["bad"] and "banana" in cache.skipped["bad"]
     assert "spec.deserved.cpu" in cache.skipped["huge"] and "exponent" in cache.skipped["huge"]
@@ -337,8 +356,10 @@ def test_stale_for_counts_from_the_last_answer() -> None:
     cache.heard(now=start)
     assert cache.stale_for(start + 30) == 30 and cache.heard_within(60, now=start + 30)
     assert not cache.heard_within(60, now=start + 61)
+    cache.heard(now=start - 100)
+    before = time.monotonic()
     cache.apply_event({"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "1"}}})
-    assert cache.stale_for() < 5, "a bookmark is word from the API server"
+    assert cache.heard_at is not None and cache.heard_at >= before, "a bookmark is word from the API server"
 
 
 def test_the_stated_bound_allows_two_watch_cycles() -> None:
@@ -354,10 +375,17 @@ def test_stale_caches_names_the_cache_and_how_long() -> None:
     assert stale_caches([fresh, silent], now=now) == ["queues: no word from the API server for 700s (more than 640s)"]
 
 
-async def test_readyz_is_false_while_a_cache_is_stale_and_true_again_when_it_hears(aiohttp_client: Any) -> None:
+async def test_readyz_is_false_while_a_cache_is_stale_and_true_again_when_it_hears(
+        aiohttp_client: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    from shared import serving
+
     cache, _ = cache_of()
     cache.synced.set()
-    cache.heard(now=time.monotonic() - STALE_AFTER - 5)
+    now = time.monotonic()
+    monkeypatch.setattr(serving, "time", SimpleNamespace(monotonic=lambda: now))  # /readyz's clock, stopped
+    cache.heard(now=now - STALE_AFTER - 5)
     app = add_probes(web.Application(), CollectorRegistry(), waiting=lambda: [], describe=str, caches=lambda: [cache])
     http = await aiohttp_client(app)
     answer = await http.get("/readyz")

@@ -1,0 +1,311 @@
+"""What a trace replay measured, as an operator reads it: per pod class how long pods waited to be placed, how much of
+the cluster's GPUs were in use, what the locks cost (nodes locked, GPUs held idle on them), what backfill gave back,
+how often a big pod was overtaken by later ones, and what was never placed.
+
+Pure: the replay driver (bench/trace/run.py) records the moments it saw; this module only reads them. Percentiles are
+linear interpolation between closest ranks (numpy's default); time averages treat samples as steps (each sample's
+value holds until the next sample).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.trace.trace import CLASSES
+
+
+@dataclass(frozen=True)
+class PodRecord:
+    """One replayed pod as the run saw it: created, bound (None if never), ended (None if not seen ending), in seconds
+    on one clock; the node it was bound to ("" if none); whether it was backfilled onto a locked node."""
+
+    name: str
+    klass: str
+    gpus: int
+    created: float
+    bound: float | None
+    ended: float | None
+    node: str
+    backfilled: bool
+
+
+@dataclass(frozen=True)
+class Sample:
+    """The cluster at one moment `t` (seconds from the arm's start): GPUs requested by pods bound and not ended, nodes
+    locked, GPUs on locked nodes no running pod requests, pods of 2+ GPUs created and not bound."""
+
+    t: float
+    gpu_allocated: int
+    locked_nodes: int
+    locked_idle_gpus: int
+    pending_multi_gpu: int
+
+
+@dataclass
+class Arm:
+    """One arm of a run (kube-scheduler alone, or with Reservoir): its pods, its samples, the GPUs of its nodes, the
+    owners' delays caused by backfill (empty when nothing was measured), how long it ran."""
+
+    name: str
+    records: list[PodRecord]
+    samples: list[Sample]
+    total_gpus: int
+    owner_delays: list[float]
+    seconds: float
+
+
+def percentile(values: Iterable[float], q: float) -> float:
+    """The q-th percentile (0..100) by linear interpolation between closest ranks: rank (n - 1) * q / 100 of the
+    sorted values. Refuses an empty list: a percentile of nothing is no number."""
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("percentile of no values")
+    if not 0 <= q <= 100:
+        raise ValueError(f"percentile {q}: expected 0..100")
+    rank = (len(ordered) - 1) * q / 100
+    low = math.floor(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def waits(records: Iterable[PodRecord]) -> list[float]:
+    """Creation to bind, of the pods bound."""
+    return [r.bound - r.created for r in records if r.bound is not None]
+
+
+def classes(arms: Iterable[Arm]) -> list[str]:
+    """The classes to report: the README's six in order, then any other class met (such as "other GPU"), sorted."""
+    extra = sorted({r.klass for a in arms for r in a.records} - set(CLASSES))
+    return [*CLASSES, *extra]
+
+
+def class_rows(arm: Arm) -> list[dict[str, Any]]:
+    """Per class (CLASSES order, then others met): pods, placed, unplaced and the placed pods' waits p50 / p95 / max
+    (None when none was placed)."""
+    rows = []
+    for klass in classes([arm]):
+        records = [r for r in arm.records if r.klass == klass]
+        placed = waits(records)
+        rows.append({"class": klass, "pods": len(records), "placed": len(placed),
+                     "unplaced": len(records) - len(placed),
+                     "wait_p50": percentile(placed, 50) if placed else None,
+                     "wait_p95": percentile(placed, 95) if placed else None,
+                     "wait_max": max(placed) if placed else None})
+    return rows
+
+
+def _step_mean(samples: Sequence[Sample], value: Callable[[Sample], float], start: float, end: float) -> float:
+    """The time average over [start, end] of value(sample), each sample holding until the next; outside the samples'
+    span nothing is known, so the interval is cut to it. A zero-length interval gives the value holding at start."""
+    if not samples:
+        return 0.0
+    start, end = max(start, samples[0].t), min(end, samples[-1].t)
+    if end <= start:
+        holding = [s for s in samples if s.t <= start] or [samples[0]]
+        return float(value(holding[-1]))
+    total = 0.0
+    for here, after in zip(samples, samples[1:], strict=False):
+        lo, hi = max(here.t, start), min(after.t, end)
+        if hi > lo:
+            total += value(here) * (hi - lo)
+    return total / (end - start)
+
+
+def _step_integral(samples: Sequence[Sample], value: Callable[[Sample], float]) -> float:
+    return sum(value(here) * (after.t - here.t) for here, after in zip(samples, samples[1:], strict=False))
+
+
+def _ratio(arm: Arm) -> Callable[[Sample], float]:
+    return lambda s: s.gpu_allocated / arm.total_gpus if arm.total_gpus else 0.0
+
+
+def gpu_allocation(arm: Arm) -> float:
+    """The time average of GPUs allocated / GPUs in the cluster over the arm's samples (steps: each sample holds until
+    the next). 0.0 with no samples."""
+    if not arm.samples:
+        return 0.0
+    return _step_mean(arm.samples, _ratio(arm), arm.samples[0].t, arm.samples[-1].t)
+
+
+def per_minute(arm: Arm) -> list[float]:
+    """The GPU allocation ratio of each minute [60 m, 60 m + 60) from the arm's start to its last sample, averaged as
+    gpu_allocation does over the part of the minute the samples cover."""
+    if not arm.samples:
+        return []
+    minutes = max(1, math.ceil(arm.samples[-1].t / 60))
+    return [_step_mean(arm.samples, _ratio(arm), 60.0 * m, 60.0 * (m + 1)) for m in range(minutes)]
+
+
+def locked_idle_gpu_seconds(arm: Arm) -> float:
+    """GPU-seconds held idle on locked nodes: locked_idle_gpus integrated over time (steps)."""
+    return _step_integral(arm.samples, lambda s: s.locked_idle_gpus)
+
+
+def max_locked(arm: Arm) -> int:
+    return max((s.locked_nodes for s in arm.samples), default=0)
+
+
+def backfilled(arm: Arm) -> int:
+    return sum(1 for r in arm.records if r.backfilled)
+
+
+def unplaced(arm: Arm) -> int:
+    return sum(1 for r in arm.records if r.bound is None)
+
+
+def overtaken(arm: Arm) -> list[int]:
+    """For each 8-GPU pod (by creation, then name), how many pods created after it were bound before it: what
+    starvation looks like from the big pod's side. An 8-GPU pod never bound counts every later pod bound in the run."""
+    out = []
+    for big in sorted((r for r in arm.records if r.klass == "8 GPU"), key=lambda r: (r.created, r.name)):
+        out.append(sum(1 for r in arm.records if r.created > big.created and r.bound is not None
+                       and (big.bound is None or r.bound < big.bound)))
+    return out
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _count(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:.1f}"
+
+
+def summary(arm: Arm) -> dict[str, Any]:
+    """The figures of an arm below its table."""
+    passed = overtaken(arm)
+    return {"gpu_allocation": gpu_allocation(arm), "max_locked": max_locked(arm),
+            "locked_idle_gpu_seconds": locked_idle_gpu_seconds(arm), "backfilled": backfilled(arm),
+            "owner_delay_mean": statistics.mean(arm.owner_delays) if arm.owner_delays else None,
+            "owner_delay_max": max(arm.owner_delays) if arm.owner_delays else None,
+            "overtaken_median": statistics.median(passed) if passed else None,
+            "unplaced": unplaced(arm), "seconds": arm.seconds}
+
+
+def table(arms: Sequence[Arm]) -> str:
+    """A Markdown table, a row per class, per arm the waits p50 / p95 / max (seconds) and placed / pods; then a line
+    per arm of what the cluster as a whole saw."""
+    head = ["class"]
+    for a in arms:
+        head += [f"{a.name} wait p50 / p95 / max (s)", f"{a.name} placed / pods"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    by_arm = [{row["class"]: row for row in class_rows(a)} for a in arms]
+    for klass in classes(arms):
+        cells = [klass]
+        for rows in by_arm:
+            row = rows.get(klass, {"pods": 0, "placed": 0, "wait_p50": None, "wait_p95": None, "wait_max": None})
+            cells += [" / ".join(_seconds(row[k]) for k in ("wait_p50", "wait_p95", "wait_max")),
+                      f"{row['placed']} / {row['pods']}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    for a in arms:
+        s = summary(a)
+        delay = ("n/a" if s["owner_delay_mean"] is None
+                 else f"mean {s['owner_delay_mean']:.1f} s / max {s['owner_delay_max']:.1f} s")
+        passed = "n/a" if s["overtaken_median"] is None else _count(s["overtaken_median"])
+        lines.append(f"- {a.name}: GPU allocation {s['gpu_allocation']:.3f}, max nodes locked {s['max_locked']}, "
+                     f"locked-idle GPU-s {s['locked_idle_gpu_seconds']:.0f}, backfilled {s['backfilled']}, "
+                     f"owner delay {delay}, 8-GPU overtaken median {passed}, unplaced pods {s['unplaced']}")
+    return "\n".join(lines)
+
+
+def _p95(arm: Arm, klass: str) -> float | None:
+    placed = waits(r for r in arm.records if r.klass == klass)
+    return percentile(placed, 95) if placed else None
+
+
+def last_line(alone: Arm, reservoir: Arm) -> str:
+    """`trace: 8gpu p95 A s -> B s (xR), 1gpu p95 C s -> D s, gpu alloc E -> F, backfilled N, unplaced U`: the 8-GPU
+    and 1-GPU pods' wait p95 and the GPU allocation, kube-scheduler alone -> with Reservoir; R = A / B ("inf" when B
+    is 0 and A is not, "1.0" when both are 0; "n/a" when a side placed no 8-GPU pod, and that side's p95 too); N and
+    U: pods backfilled and pods never placed with Reservoir."""
+    a, b = _p95(alone, "8 GPU"), _p95(reservoir, "8 GPU")
+    c, d = _p95(alone, "1 GPU"), _p95(reservoir, "1 GPU")
+    if a is None or b is None:
+        ratio = "n/a"
+    elif b > 0:
+        ratio = f"{a / b:.1f}"
+    else:
+        ratio = "inf" if a > 0 else "1.0"
+
+    def s(value: float | None) -> str:
+        return "n/a" if value is None else f"{value:.1f}"
+    return (f"trace: 8gpu p95 {s(a)} s -> {s(b)} s (x{ratio}), 1gpu p95 {s(c)} s -> {s(d)} s, "
+            f"gpu alloc {gpu_allocation(alone):.3f} -> {gpu_allocation(reservoir):.3f}, "
+            f"backfilled {backfilled(reservoir)}, unplaced {unplaced(reservoir)}")
+
+
+def plot(arms: Sequence[Arm], out_dir: Path) -> list[Path]:
+    """Two pictures in out_dir: `trace-timeline.png`, GPU allocation and pending multi-GPU pods over the run per arm;
+    `trace-waits.png`, per class the CDF of waits per arm (log x, waits below 0.1 s drawn at 0.1 s; the curve ends
+    at placed / pods, short of 1.0 when pods were never placed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    timeline, waits_png = out_dir / "trace-timeline.png", out_dir / "trace-waits.png"
+
+    figure, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(10, 7))
+    for a in arms:
+        t = [s.t for s in a.samples]
+        top.step(t, [s.gpu_allocated / a.total_gpus if a.total_gpus else 0.0 for s in a.samples], where="post",
+                 label=a.name)
+        bottom.step(t, [s.pending_multi_gpu for s in a.samples], where="post", label=a.name)
+    top.set_title("GPU allocation (GPUs requested by running pods / GPUs in the cluster)")
+    top.set_ylabel("allocation ratio")
+    top.set_ylim(0, 1.05)
+    top.legend()
+    bottom.set_title("Pending multi-GPU pods (2+ GPUs, created, not bound)")
+    bottom.set_ylabel("pods")
+    bottom.set_xlabel("seconds from the arm's start")
+    bottom.legend()
+    figure.tight_layout()
+    figure.savefig(timeline, dpi=100)
+    plt.close(figure)
+
+    present = [k for k in classes(arms) if any(r.klass == k for a in arms for r in a.records)] or ["(no pods)"]
+    columns = min(3, len(present))
+    rows = math.ceil(len(present) / columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(5 * columns, 3.6 * rows), squeeze=False)
+    for i, klass in enumerate(present):
+        ax = axes[i // columns][i % columns]
+        for a in arms:
+            records = [r for r in a.records if r.klass == klass]
+            placed = sorted(max(0.1, w) for w in waits(records))
+            if records and placed:
+                ys = [(k + 1) / len(records) for k in range(len(placed))]
+                ax.step([placed[0], *placed], [0.0, *ys], where="post",
+                        label=f"{a.name} ({len(placed)}/{len(records)})")
+            elif records:
+                ax.plot([], [], label=f"{a.name} (0/{len(records)})")
+        ax.set_xscale("log")
+        ax.set_ylim(0, 1.02)
+        ax.set_title(f"{klass}: wait CDF")
+        ax.set_xlabel("wait, creation to bind (s)")
+        ax.set_ylabel("share of the class's pods placed")
+        ax.legend(fontsize="small")
+    for j in range(len(present), rows * columns):
+        axes[j // columns][j % columns].set_visible(False)
+    figure.tight_layout()
+    figure.savefig(waits_png, dpi=100)
+    plt.close(figure)
+    return [timeline, waits_png]
+
+
+def write_json(arms: Sequence[Arm], path: Path) -> None:
+    """Every pod's record and every sample, per arm, with the arm's per-class rows and summary figures."""
+    body = {"arms": [{"name": a.name, "total_gpus": a.total_gpus, "seconds": a.seconds,
+                      "owner_delays": a.owner_delays, "summary": summary(a), "classes": class_rows(a),
+                      "overtaken": overtaken(a), "per_minute": per_minute(a),
+                      "records": [asdict(r) for r in a.records], "samples": [asdict(s) for s in a.samples]}
+                     for a in arms]}
+    Path(path).write_text(json.dumps(body, indent=1) + "\n")

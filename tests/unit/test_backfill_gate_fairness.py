@@ -1,0 +1,49 @@
+"""The backfill gate across tenants (agent/planner/backfill.py plan_backfill, fair_share): one plan decides at most
+MAX_DECISIONS gated pods, taken in turns across namespaces, and lets go every pod past backfill.maxGateWait whatever
+its rank, so one tenant's flood of older gated pods keeps no other tenant's pods on the gate."""
+from __future__ import annotations
+
+from datetime import timedelta
+
+from agent.planner.backfill import MAX_DECISIONS, fair_share
+from shared.config import load_config
+from tests.unit.test_backfill_plan import gated, run
+
+S = timedelta(seconds=1)
+CONFIG = load_config("""
+maxLockedNodePercent: 90
+starvation: {starvingJobTimeThreshold: 60s, reservedNodePercent: 100}
+backfill: {namespaces: ['*'], margin: 5s, maxGateWait: 30s}
+""")
+
+
+def test_turns_across_namespaces_oldest_first_in_each() -> None:
+    flood = [gated(f"a-{i}", ns="flood", age=(500 - i) * S) for i in range(300)]  # all older than anyone else's
+    others = [gated(f"b-{i}", ns="team-b", age=(20 - i) * S) for i in range(3)] + [gated("c-0", ns="team-c", age=S)]
+    chosen = fair_share(flood + others, 10)
+    assert len(chosen) == 10
+    keys = {p.key for p in chosen}
+    assert {"team-b/b-0", "team-b/b-1", "team-b/b-2", "team-c/c-0"} <= keys, keys
+    assert {p.key for p in chosen if p.namespace == "flood"} == {f"flood/a-{i}" for i in range(6)}
+    assert [p.created for p in chosen] == sorted(p.created for p in chosen)
+    assert fair_share(others, 10) == sorted(others, key=lambda p: (p.created, p.key))
+
+
+def test_a_flood_of_older_gated_pods_keeps_no_other_tenant_on_the_gate() -> None:
+    flood = [gated(f"a-{i}", ns="flood", runtime="10m", age=(20 + i % 5) * S) for i in range(2 * MAX_DECISIONS)]
+    mine = gated("mine", ns="team-b", runtime="10s", age=2 * S)
+    result, lock = run([*flood, mine], config=CONFIG)
+    decided = {p.pod.key for p in result.backfill.placed} | {f"{r.namespace}/{r.name}" for r in result.backfill.released}
+    assert "team-b/mine" in decided, "the other tenant's pod waited behind the flood"
+    assert len(decided) == MAX_DECISIONS
+
+
+def test_every_pod_past_max_gate_wait_is_let_go_whatever_its_rank() -> None:
+    overdue = [gated(f"old-{i}", ns="flood", age=(31 + i) * S) for i in range(3 * MAX_DECISIONS)]
+    fresh = [gated(f"new-{i}", ns="flood", runtime="10m", age=S) for i in range(2 * MAX_DECISIONS)]
+    result, _ = run([*overdue, *fresh], config=CONFIG)
+    released = {f"{r.namespace}/{r.name}": r.reason for r in result.backfill.released}
+    for pod in overdue:
+        assert "maxGateWait" in released.get(pod.key, ""), (pod.key, released.get(pod.key))
+    decided_fresh = [p for p in fresh if p.key in released or p.key in {b.pod.key for b in result.backfill.placed}]
+    assert len(decided_fresh) == MAX_DECISIONS

@@ -1,0 +1,386 @@
+"""The production GPU trace benchmark's pure parts (bench/trace): the openb CSV format read and written exactly, bad
+files refused with the file, line, column and value named; the synthetic trace holding the README's figures
+(/work/shared/fixtures/traces/README.md); the stratified node subset; the compressed replay; and the report's
+figures on hand-made runs whose expectations are worked out in the comments."""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from bench.trace import report, trace
+from bench.trace.report import Arm, PodRecord, Sample
+from bench.trace.trace import NodeRow, PodRow
+
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+@pytest.fixture(scope="module")
+def synthetic0() -> tuple[list[NodeRow], list[PodRow]]:
+    return trace.synthetic(0)
+
+
+def pod(name: str = "p", *, num_gpu: int = 0, gpu_milli: int = 0, created: float = 0.0,
+        scheduled: float | None = 0.0, deleted: float | None = 60.0, spec: str = "") -> PodRow:
+    return PodRow(name=name, cpu_milli=1000, memory_mib=1024, num_gpu=num_gpu, gpu_milli=gpu_milli, gpu_spec=spec,
+                  qos="LS", pod_phase="Succeeded", creation_time=created, deletion_time=deleted,
+                  scheduled_time=scheduled)
+
+
+# --- the CSV format --------------------------------------------------------------------------------------------------
+
+
+def test_nodes_and_pods_round_trip_exactly(tmp_path: Path) -> None:
+    nodes = [NodeRow("openb-node-0001", 96000, 393216, 8, "G2"), NodeRow("cpu,odd \"name\"", 32000, 262144, 0, "")]
+    pods = [pod("openb-pod-0001", num_gpu=1, gpu_milli=470, created=12.0, scheduled=13.0, deleted=100.0, spec="T4"),
+            pod("never", created=1.5, scheduled=None, deleted=None),
+            pod("odd, name", num_gpu=8, gpu_milli=1000, created=0.1 + 0.2, scheduled=1e9 + 0.25, deleted=None,
+                spec="V100M16|V100M32"),
+            PodRow("blank", 0, 0, 0, 0, "", "", "", 7.0, None, None)]
+    trace.write_nodes(tmp_path / "nodes.csv", nodes)
+    trace.write_pods(tmp_path / "pods.csv", pods)
+    assert trace.read_nodes(tmp_path / "nodes.csv") == nodes
+    assert trace.read_pods(tmp_path / "pods.csv") == pods
+    # the trace's own format: its header, whole seconds without a decimal point, empty optional fields
+    text = (tmp_path / "pods.csv").read_text().splitlines()
+    assert text[0] == ",".join(trace.POD_COLUMNS)
+    assert text[2] == "never,1000,1024,0,0,,LS,Succeeded,1.5,,"
+
+
+def test_columns_are_found_by_name_and_extra_columns_ignored(tmp_path: Path) -> None:
+    path = tmp_path / "nodes.csv"
+    path.write_text("model,extra,gpu,sn,memory_mib,cpu_milli\nT4,x,2,n1,524288,104000\n,y,0,n2,1024,500\n")
+    assert trace.read_nodes(path) == [NodeRow("n1", 104000, 524288, 2, "T4"), NodeRow("n2", 500, 1024, 0, "")]
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    # a bad whole number on the file's third line
+    ("sn,cpu_milli,memory_mib,gpu,model\nn1,1000,1024,0,\nn2,12x,1024,0,\n",
+     [":3:", "'cpu_milli'", "'12x'", "whole number"]),
+    ("sn,cpu_milli,memory_mib,gpu,model\nn1,1000,1024,-2,\n", [":2:", "'gpu'", "'-2'", "whole number >= 0"]),
+    # a missing column, named with the header found and the columns expected
+    ("sn,cpu_milli,memory_mib,model\nn1,1000,1024,\n", [":1:", "'gpu'", "sn,cpu_milli,memory_mib,model", "expected"]),
+    ("sn,cpu_milli,memory_mib,gpu,model\nn1,1000\n", [":2:", "'memory_mib'", "no value"]),
+])
+def test_malformed_nodes_are_refused_naming_file_line_column_value(tmp_path: Path, text: str,
+                                                                   expected: list[str]) -> None:
+    path = tmp_path / "nodes.csv"
+    path.write_text(text)
+    with pytest.raises(trace.TraceError) as refused:
+        trace.read_nodes(path)
+    message = str(refused.value)
+    assert str(path) in message
+    for part in expected:
+        assert part in message
+
+
+def test_a_pod_list_without_creation_times_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "openb_pod_list_multigpu20.csv"
+    path.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\nopenb-pod-0001,8000,30720,2,1000\n")
+    with pytest.raises(trace.TraceError, match="creation_time") as refused:
+        trace.read_pods(path)
+    assert f"{path}:1:" in str(refused.value) and "replay" in str(refused.value)
+
+
+def test_a_bad_time_is_refused(tmp_path: Path) -> None:
+    good = tmp_path / "good.csv"
+    trace.write_pods(good, [pod("a"), pod("b")])
+    lines = good.read_text().splitlines()
+    lines[2] = lines[2].replace(",0,60,0", ",soon,60,0")  # pod b's creation_time
+    bad = tmp_path / "bad.csv"
+    bad.write_text("\n".join(lines) + "\n")
+    with pytest.raises(trace.TraceError) as refused:
+        trace.read_pods(bad)
+    message = str(refused.value)
+    assert f"{bad}:3:" in message and "'creation_time'" in message and "'soon'" in message and "seconds" in message
+
+
+# --- classes and shapes ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("num_gpu", "gpu_milli", "klass"), [
+    (0, 0, "CPU only"), (1, 470, "GPU share"), (1, 1000, "1 GPU"), (1, 0, "1 GPU"), (2, 1000, "2 GPU"),
+    (4, 1000, "4 GPU"), (8, 1000, "8 GPU"), (3, 1000, "other GPU"), (16, 1000, "other GPU")])
+def test_pod_class(num_gpu: int, gpu_milli: int, klass: str) -> None:
+    assert trace.pod_class(pod(num_gpu=num_gpu, gpu_milli=gpu_milli)) == klass
+
+
+def test_node_shape_name() -> None:
+    assert trace.node_shape_name(NodeRow("x", 96000, 393216, 8, "G2")) == "g8-g2-96c-384g"
+    assert trace.node_shape_name(NodeRow("x", 32000, 262144, 0, "")) == "cpu-32c-256g"
+
+
+# --- the synthetic trace ---------------------------------------------------------------------------------------------
+
+
+def test_synthetic_nodes_are_the_readme_shapes(synthetic0: tuple[list[NodeRow], list[PodRow]]) -> None:
+    nodes, _ = synthetic0
+    assert len(trace.SHAPES) == 27
+    assert len(nodes) == 1523 and sum(n.gpu for n in nodes) == 6212 and sum(n.cpu_milli for n in nodes) == 125514000
+    assert Counter(trace.shape_of(n) for n in nodes) == {
+        (s.cores * 1000, s.memory_gib * 1024, s.gpus, s.model): s.nodes for s in trace.SHAPES}
+    assert len({n.sn for n in nodes}) == 1523 and nodes[0].sn == "openb-node-0001"
+
+
+def test_synthetic_pods_hold_the_readme_figures(synthetic0: tuple[list[NodeRow], list[PodRow]]) -> None:
+    nodes, pods = synthetic0
+    assert len(pods) == 8152 and len({p.name for p in pods}) == 8152
+    assert Counter(trace.pod_class(p) for p in pods) == {
+        "CPU only": 1088, "GPU share": 3078, "1 GPU": 3911, "2 GPU": 16, "4 GPU": 15, "8 GPU": 44}
+    assert {p.gpu_milli for p in pods if trace.pod_class(p) == "GPU share"} == {320, 470, 650, 810}
+    assert Counter(p.qos for p in pods) == {"LS": 4647, "BE": 3398, "Burstable": 100, "Guaranteed": 7}
+    assert Counter(p.gpu_spec for p in pods if p.gpu_spec) == {
+        "T4": 1291, "G2": 331, "P100": 279, "V100M16|V100M32": 141}
+    assert all(p.scheduled_time is not None and p.deletion_time is not None
+               and p.creation_time <= p.scheduled_time <= p.deletion_time for p in pods)
+    assert all(0 <= p.creation_time < 34 * 86400 for p in pods)
+    # a pod naming models fits, GPUs, cores and memory, on some node of one of them
+    for p in pods:
+        if p.gpu_spec:
+            models = set(p.gpu_spec.split("|"))
+            assert any(n.model in models and n.gpu >= p.num_gpu and n.cpu_milli >= p.cpu_milli
+                       and n.memory_mib >= p.memory_mib for n in nodes), p
+    # medians per class: cpu within 5% of the README's for every class; runtime (deletion - scheduled) p50 within 5%
+    # for the three big classes and 25% for the 2-, 4- and 8-GPU pods (15 to 44 pods with runtime spreads of 2 to 4
+    # in log: one stratum either side of the middle moves the median that much); p90 within 5% for the big three
+    figures = {f.klass: f for f in trace.FIGURES}
+    for klass, f in figures.items():
+        of = [p for p in pods if trace.pod_class(p) == klass]
+        assert statistics.median(p.cpu_milli for p in of) == pytest.approx(f.cpu_milli[0], rel=0.05), klass
+        assert max(p.cpu_milli for p in of) <= f.cpu_milli[2] and max(p.memory_mib for p in of) <= f.memory_mib[1]
+        runtimes = sorted((p.deletion_time or 0.0) - (p.scheduled_time or 0.0) for p in of)
+        big = f.pods > 1000
+        assert statistics.median(runtimes) == pytest.approx(f.runtime[0], rel=0.05 if big else 0.25), klass
+        if big:
+            assert report.percentile(runtimes, 90) == pytest.approx(f.runtime[1], rel=0.05), klass
+    # arrivals: mean 10 an hour, p90 about 20, the last two days busier
+    per_hour = Counter(int(p.creation_time // 3600) for p in pods)
+    hours = [per_hour.get(h, 0) for h in range(34 * 24)]
+    assert 17 <= report.percentile(hours, 90) <= 23
+    assert statistics.mean(hours[-48:]) > 1.4 * statistics.mean(hours[:-48])
+
+
+def test_synthetic_is_deterministic_per_seed(synthetic0: tuple[list[NodeRow], list[PodRow]]) -> None:
+    assert trace.synthetic(0) == synthetic0
+    other = trace.synthetic(1)
+    assert other[0] == synthetic0[0]  # the nodes are the table, whatever the seed
+    assert other[1] != synthetic0[1]
+    assert Counter(map(trace.pod_class, other[1])) == Counter(map(trace.pod_class, synthetic0[1]))
+
+
+def test_synthetic_trace_round_trips_through_csv(tmp_path: Path,
+                                                 synthetic0: tuple[list[NodeRow], list[PodRow]]) -> None:
+    nodes, pods = synthetic0
+    trace.write_nodes(tmp_path / "n.csv", nodes)
+    trace.write_pods(tmp_path / "p.csv", pods)
+    assert (trace.read_nodes(tmp_path / "n.csv"), trace.read_pods(tmp_path / "p.csv")) == (nodes, pods)
+
+
+# --- the subset ------------------------------------------------------------------------------------------------------
+
+
+def test_subset_of_a_tenth_is_the_readmes(synthetic0: tuple[list[NodeRow], list[PodRow]]) -> None:
+    nodes, _ = synthetic0
+    chosen = trace.subset_nodes(nodes, 0.1)
+    # 1,523 / 10 = 152.3 -> 152; the floors give 140, the 12 largest remainders are the six .9s (549, 129, 59, 39,
+    # 19, 9 nodes), the two .8s (28, 8) and the four .7s (387, 107, 17, 7): no tie crosses the cut
+    assert len(chosen) == 152
+    assert sum(n.gpu for n in chosen) == 626
+    assert sum(1 for n in chosen if n.gpu == 8) == 62
+    by_shape = Counter(trace.shape_of(n) for n in chosen)
+    assert by_shape[(96000, 384 * 1024, 8, "G2")] == 55 and by_shape[(104000, 512 * 1024, 2, "T4")] == 39
+    assert by_shape[(128000, 768 * 1024, 8, "G3")] == 4 and by_shape[(82000, 336 * 1024, 8, "V100M16")] == 0
+    assert trace.subset_nodes(nodes, 0.1) == chosen
+    assert chosen == [n for n in nodes if n in chosen]  # the given order kept
+    assert trace.subset_nodes(nodes, 1.0) == nodes and trace.subset_nodes(nodes, 0.0) == []
+
+
+def test_subset_ties_go_to_the_larger_shape_then_the_first() -> None:
+    a = [NodeRow(f"a{i}", 1000, 1024, 0, "") for i in range(3)]
+    b = [NodeRow("b0", 2000, 1024, 0, "")]
+    c = [NodeRow("c0", 3000, 1024, 0, "")]
+    # 5 nodes at 0.5: 2.5 -> 3 (half up); exact shares 1.5, 0.5, 0.5: floors 1, 0, 0; the two left go to the .5s,
+    # ties by size (a, 3 nodes, first) then by first met (b before c)
+    assert [n.sn for n in trace.subset_nodes([*a, *b, *c], 0.5)] == ["a0", "a1", "b0"]
+    assert [n.sn for n in trace.subset_nodes([*c, *b, *a], 0.5)] == ["c0", "a0", "a1"]
+
+
+# --- the replay ------------------------------------------------------------------------------------------------------
+
+
+def test_replay_compresses_arrivals_and_runtimes() -> None:
+    pods = [
+        pod("b", created=100.0, scheduled=110.0, deleted=110.0 + 600),  # runtime 600 / 30 = 20 s
+        pod("A_first", created=0.0, scheduled=5.0, deleted=5.0 + 30),  # 1 s -> the floor, 2 s
+        pod("c", num_gpu=1, gpu_milli=470, created=1000.0, scheduled=1000.0, deleted=1000.0 + 10000,
+            spec="V100M16|V100M32"),  # 333 s -> the cap, 120 s; a share: one whole GPU
+        pod("pending", created=500.0, scheduled=None, deleted=600.0),  # never scheduled
+        pod("gone", created=400.0, scheduled=410.0, deleted=None),  # runtime unknown
+    ]
+    # span 0 .. 1000 into 10 s: 100 trace seconds a replay second
+    result = trace.replay(pods, arrival_seconds=10.0)
+    assert result.factor == 100.0 and result.skipped == 2 and result.outside_window == 0
+    assert [(p.name, p.arrival, p.runtime) for p in result.pods] == [
+        ("a-first", 0.0, 2.0), ("b", 1.0, 20.0), ("c", 10.0, 120.0)]
+    share = result.pods[2]
+    assert (share.klass, share.gpus, share.gpu_milli, share.gpu_models) == ("GPU share", 1, 470, ("V100M16", "V100M32"))
+    assert result.pods[0].gpu_models == () and result.pods[0].gpus == 0
+    # a window keeps the first part of the arrivals at the same pace
+    windowed = trace.replay(pods, arrival_seconds=10.0, window=5.0)
+    assert [p.name for p in windowed.pods] == ["a-first", "b"] and windowed.outside_window == 1
+    assert windowed.factor == 100.0
+    tuned = trace.replay(pods, arrival_seconds=10.0, runtime_factor=10.0, runtime_floor=5.0, runtime_cap=50.0)
+    assert [p.runtime for p in tuned.pods] == [5.0, 50.0, 50.0]
+
+
+def test_replay_names_are_valid_and_unique() -> None:
+    long = "Job/" + "x" * 100
+    pods = [pod("POD", created=0.0), pod("pod", created=0.0), pod("pod-2", created=1.0), pod("__", created=2.0),
+            pod(long, created=3.0), pod(long + "!", created=3.0), pod("Äbc.def_1", created=4.0)]
+    names = [p.name for p in trace.replay(pods).pods]
+    assert all(DNS_LABEL.match(n) and len(n) <= 63 for n in names), names
+    assert len(set(names)) == len(names)
+    # POD and pod both make "pod" (POD first: it sorts first), the second taking "pod-2", so the trace's own pod-2
+    # takes "pod-2-2" and "__" (nothing valid left: "pod") "pod-3"; the long names are cut to 63 characters, the
+    # second then suffixed within 63 (and sorting first: '-' < 'x'); 'Ä' is not [a-z0-9-]
+    assert names == ["pod", "pod-2", "pod-2-2", "pod-3", "job-" + "x" * 57 + "-2", "job-" + "x" * 59, "bc-def-1"]
+
+
+def test_replay_of_the_synthetic_trace(synthetic0: tuple[list[NodeRow], list[PodRow]]) -> None:
+    result = trace.replay(synthetic0[1])
+    assert result.factor == pytest.approx(4895, rel=0.01)
+    assert result.skipped == 0 and len(result.pods) == 8152
+    assert all(2.0 <= p.runtime <= 120.0 and 0.0 <= p.arrival <= 600.0 for p in result.pods)
+    assert [(p.arrival, p.name) for p in result.pods] == sorted((p.arrival, p.name) for p in result.pods)
+    assert len({p.name for p in result.pods}) == 8152 and all(DNS_LABEL.match(p.name) for p in result.pods)
+    half = trace.replay(synthetic0[1], window=300.0)
+    assert 0 < len(half.pods) < 8152 and half.outside_window == 8152 - len(half.pods)
+
+
+# --- the report ------------------------------------------------------------------------------------------------------
+
+
+def test_percentile_linear_between_closest_ranks() -> None:
+    values = [50.0, 15.0, 40.0, 20.0, 35.0]  # sorted: 15 20 35 40 50, ranks 0..4
+    assert report.percentile(values, 0) == 15.0
+    assert report.percentile(values, 50) == 35.0  # rank 2
+    assert report.percentile(values, 40) == pytest.approx(29.0)  # rank 1.6: 20 + 0.6 * 15
+    assert report.percentile(values, 95) == pytest.approx(48.0)  # rank 3.8: 40 + 0.8 * 10
+    assert report.percentile(values, 100) == 50.0
+    assert report.percentile([7.0], 95) == 7.0
+    with pytest.raises(ValueError):
+        report.percentile([], 50)
+
+
+def rec(name: str, klass: str, created: float, bound: float | None, *, gpus: int = 1,
+        backfilled: bool = False) -> PodRecord:
+    return PodRecord(name, klass, gpus, created, bound, None if bound is None else bound + 5, "n" if bound else "",
+                     backfilled)
+
+
+def arm(name: str, records: list[PodRecord], samples: list[Sample] | None = None, total: int = 16,
+        delays: list[float] | None = None) -> Arm:
+    return Arm(name, records, samples or [], total, delays or [], 60.0)
+
+
+def test_class_rows() -> None:
+    a = arm("x", [rec("b1", "8 GPU", 0, 10, gpus=8), rec("b2", "8 GPU", 0, 30, gpus=8), rec("b3", "8 GPU", 5, None),
+                  rec("s1", "1 GPU", 1, 2), rec("o", "other GPU", 0, 4, gpus=3)])
+    rows = {r["class"]: r for r in report.class_rows(a)}
+    assert [r["class"] for r in report.class_rows(a)] == [*trace.CLASSES, "other GPU"]
+    # 8 GPU: waits 10 and 30 (b3 never placed): p50 rank 0.5 -> 20, p95 rank 0.95 -> 10 + 0.95 * 20 = 29, max 30
+    assert rows["8 GPU"]["pods"] == 3 and rows["8 GPU"]["placed"] == 2 and rows["8 GPU"]["unplaced"] == 1
+    assert rows["8 GPU"]["wait_p50"] == pytest.approx(20.0) and rows["8 GPU"]["wait_p95"] == pytest.approx(29.0)
+    assert rows["8 GPU"]["wait_max"] == 30.0
+    assert rows["1 GPU"]["wait_p95"] == 1.0 and rows["other GPU"]["wait_max"] == 4.0
+    assert rows["CPU only"] == {"class": "CPU only", "pods": 0, "placed": 0, "unplaced": 0, "wait_p50": None,
+                                "wait_p95": None, "wait_max": None}
+
+
+def test_overtaken() -> None:
+    a = arm("x", [
+        rec("big1", "8 GPU", 0, 50, gpus=8),
+        rec("a", "1 GPU", 1, 2),  # after big1, bound before it: counts for big1
+        rec("b", "1 GPU", 3, 60),  # bound after big1; created before big2: counts for neither
+        rec("big2", "8 GPU", 4, None, gpus=8),  # never bound: every later pod bound counts
+        rec("c", "1 GPU", 5, 6),  # counts for both
+        rec("d", "1 GPU", 10, None),  # never bound: counts for neither
+        rec("e", "CPU only", 0, 1),  # created with big1, not after it: counts for neither
+        rec("f", "GPU share", 20, 40),  # counts for both
+    ])
+    # big1: a, c, f = 3; big2 (created at 4): c, f = 2
+    assert report.overtaken(a) == [3, 2]
+
+
+def test_gpu_allocation_and_locks_on_hand_samples() -> None:
+    samples = [Sample(0, 0, 0, 0, 0), Sample(10, 5, 1, 2, 0), Sample(30, 10, 2, 4, 0), Sample(40, 0, 0, 0, 0)]
+    a = arm("x", [], samples, total=10)
+    # steps: 0 for 10 s, 0.5 for 20 s, 1.0 for 10 s over 40 s: (0 + 10 + 10) / 40 = 0.5
+    assert report.gpu_allocation(a) == pytest.approx(0.5)
+    # idle GPUs on locked nodes: 2 for 20 s + 4 for 10 s = 80 GPU-s
+    assert report.locked_idle_gpu_seconds(a) == pytest.approx(80.0)
+    assert report.max_locked(a) == 2
+    assert report.per_minute(a) == [pytest.approx(0.5)]
+    # minute 0 at 1.0 (16 of 16), minute 1 at 0.5
+    b = arm("y", [], [Sample(0, 16, 0, 0, 0), Sample(60, 8, 0, 0, 0), Sample(120, 0, 0, 0, 0)])
+    assert report.per_minute(b) == [pytest.approx(1.0), pytest.approx(0.5)]
+    assert report.gpu_allocation(arm("z", [])) == 0.0 and report.per_minute(arm("z", [])) == []
+
+
+def pair(reservoir_8gpu: tuple[float, float]) -> tuple[Arm, Arm]:
+    # alone: 8-GPU waits 10, 30 -> p95 29.0; 1-GPU waits 1, 3 -> p95 1 + 0.95 * 2 = 2.9; allocation 0.5 for 10 s
+    # then 1.0 for 10 s: 0.75
+    alone = arm("alone", [rec("b1", "8 GPU", 0, 10, gpus=8), rec("b2", "8 GPU", 0, 30, gpus=8),
+                          rec("s1", "1 GPU", 0, 1), rec("s2", "1 GPU", 0, 3)],
+                [Sample(0, 8, 0, 0, 1), Sample(10, 16, 0, 0, 0), Sample(20, 16, 0, 0, 0)])
+    # with Reservoir: 1-GPU waits 1, 1 -> 1.0; one backfilled, one CPU pod never placed; allocation 1.0 throughout
+    reservoir = arm("backfill", [rec("b1", "8 GPU", 0, reservoir_8gpu[0], gpus=8),
+                                 rec("b2", "8 GPU", 0, reservoir_8gpu[1], gpus=8),
+                                 rec("s1", "1 GPU", 0, 1, backfilled=True), rec("s2", "1 GPU", 0, 1),
+                                 rec("c", "CPU only", 0, None, gpus=0)],
+                    [Sample(0, 16, 1, 2, 0), Sample(20, 16, 0, 0, 0)], delays=[0.5, 1.5])
+    return alone, reservoir
+
+
+def test_last_line() -> None:
+    # 8-GPU with Reservoir waits 2, 6 -> p95 2 + 0.95 * 4 = 5.8; 29.0 / 5.8 = 5.0
+    assert report.last_line(*pair((2, 6))) == ("trace: 8gpu p95 29.0 s -> 5.8 s (x5.0), 1gpu p95 2.9 s -> 1.0 s, "
+                                               "gpu alloc 0.750 -> 1.000, backfilled 1, unplaced 1")
+    assert "8gpu p95 29.0 s -> 0.0 s (xinf)," in report.last_line(*pair((0, 0)))
+    alone, _ = pair((0, 0))
+    nothing = arm("alone", [rec("b1", "8 GPU", 0, 0, gpus=8)])
+    assert report.last_line(nothing, pair((0, 0))[1]).startswith("trace: 8gpu p95 0.0 s -> 0.0 s (x1.0), ")
+    never = arm("backfill", [rec("b1", "8 GPU", 0, None, gpus=8)])
+    assert report.last_line(alone, never).startswith("trace: 8gpu p95 29.0 s -> n/a s (xn/a), 1gpu p95 2.9 s -> n/a s")
+
+
+def test_table_and_json(tmp_path: Path) -> None:
+    alone, reservoir = pair((2, 6))
+    text = report.table([alone, reservoir])
+    lines = text.splitlines()
+    assert lines[0] == ("| class | alone wait p50 / p95 / max (s) | alone placed / pods "
+                        "| backfill wait p50 / p95 / max (s) | backfill placed / pods |")
+    assert "| 8 GPU | 20.0 / 29.0 / 30.0 | 2 / 2 | 4.0 / 5.8 / 6.0 | 2 / 2 |" in lines
+    assert "| CPU only | - / - / - | 0 / 0 | - / - / - | 0 / 1 |" in lines
+    assert ("- backfill: GPU allocation 1.000, max nodes locked 1, locked-idle GPU-s 40, backfilled 1, "
+            "owner delay mean 1.0 s / max 1.5 s, 8-GPU overtaken median 0, unplaced pods 1") in lines
+    assert any(line.startswith("- alone: GPU allocation 0.750,") and "owner delay n/a" in line for line in lines)
+    report.write_json([alone, reservoir], tmp_path / "trace.json")
+    body = json.loads((tmp_path / "trace.json").read_text())
+    assert [a["name"] for a in body["arms"]] == ["alone", "backfill"]
+    assert len(body["arms"][1]["records"]) == 5 and len(body["arms"][1]["samples"]) == 2
+    assert body["arms"][1]["summary"]["unplaced"] == 1 and body["arms"][0]["summary"]["gpu_allocation"] == 0.75
+
+
+def test_plot_writes_two_pngs(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    alone, reservoir = pair((2, 6))
+    paths = report.plot([alone, reservoir], tmp_path / "out")
+    assert [p.name for p in paths] == ["trace-timeline.png", "trace-waits.png"]
+    for p in paths:
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 1000
