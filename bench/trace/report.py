@@ -58,6 +58,9 @@ class Arm:
     total_gpus: int
     owner_delays: list[float]
     seconds: float
+    # the arrival window, seconds from the arm's start: GPU allocation is averaged over it, the same span in every arm
+    # (an arm that drains its last pods longer would otherwise look emptier for it); None: over all samples
+    window: float | None = None
 
 
 def percentile(values: Iterable[float], q: float) -> float:
@@ -126,11 +129,12 @@ def _ratio(arm: Arm) -> Callable[[Sample], float]:
 
 
 def gpu_allocation(arm: Arm) -> float:
-    """The time average of GPUs allocated / GPUs in the cluster over the arm's samples (steps: each sample holds until
-    the next). 0.0 with no samples."""
+    """The time average of GPUs allocated / GPUs in the cluster over the arm's arrival window (`Arm.window`; all its
+    samples when None), samples as steps (each holds until the next). 0.0 with no samples."""
     if not arm.samples:
         return 0.0
-    return _step_mean(arm.samples, _ratio(arm), arm.samples[0].t, arm.samples[-1].t)
+    end = arm.samples[-1].t if arm.window is None else min(arm.window, arm.samples[-1].t)
+    return _step_mean(arm.samples, _ratio(arm), arm.samples[0].t, end)
 
 
 def per_minute(arm: Arm) -> list[float]:

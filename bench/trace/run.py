@@ -268,7 +268,8 @@ async def arm(api: Api, kubectl: list[str], name: str, node_rows: Sequence[trace
                                 node=seen.node.get(p.name, ""), backfilled=p.name in seen.backfilled)
                for p in replay]
     result = report.Arm(name=name, records=records, samples=samples, total_gpus=sum(r.gpu for r in node_rows),
-                        owner_delays=owner_delays(seen, pods, nodes, namespace), seconds=seconds)
+                        owner_delays=owner_delays(seen, pods, nodes, namespace), seconds=seconds,
+                        window=last_arrival)
     await api.call("DELETE", f"/api/v1/namespaces/{namespace}/pods?gracePeriodSeconds=0", ok=(200, 202, 404))
     await api.call("DELETE", f"/api/v1/namespaces/{namespace}", ok=(200, 202, 404))
     for node in nodes:

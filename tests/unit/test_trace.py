@@ -384,3 +384,14 @@ def test_plot_writes_two_pngs(tmp_path: Path) -> None:
     assert [p.name for p in paths] == ["trace-timeline.png", "trace-waits.png"]
     for p in paths:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 1000
+
+
+def test_gpu_allocation_is_averaged_over_the_arrival_window_when_given() -> None:
+    """Two arms alike over their 100 s window; one drains 300 s more at a low allocation: over the window they agree,
+    over all samples the slow drain looks emptier (0.5 over the window; (0.5 * 100 + 0.1 * 300) / 400 = 0.2 over all)."""
+    samples = [report.Sample(t=0.0, gpu_allocated=5, locked_nodes=0, locked_idle_gpus=0, pending_multi_gpu=0),
+               report.Sample(t=100.0, gpu_allocated=1, locked_nodes=0, locked_idle_gpus=0, pending_multi_gpu=0),
+               report.Sample(t=400.0, gpu_allocated=1, locked_nodes=0, locked_idle_gpus=0, pending_multi_gpu=0)]
+    whole = report.Arm("slow", [], samples, 10, [], 400.0)
+    assert report.gpu_allocation(whole) == pytest.approx(0.2)
+    assert report.gpu_allocation(report.Arm("slow", [], samples, 10, [], 400.0, window=100.0)) == pytest.approx(0.5)
