@@ -543,8 +543,8 @@ class Writer:
             await self.write_placeholders(result.placeholders,
                                           [p for p in snapshot.pods if placeholder_of(p) is not None])
             await self.handovers(result.handovers)
+            await self.cut_deadlines(result.backfill.cuts)  # first: they keep owners' promises, releases can wait
             await self.backfills(result.backfill)
-            await self.cut_deadlines(result.backfill.cuts)
             await self.estimates(result.backfill.estimate_marks)
             pods = {p.key: p for p in snapshot.pods} if any(g.evict for g in result.guarantees) else {}
             await self.write_queues(result.guarantees, snapshot.queues, pods=pods)

@@ -101,6 +101,7 @@ MIRROR_POD = "kubernetes.io/config.mirror"  # pod annotation: a static pod's mir
 # so only such a request's mirror pod is left alone (`is_kubelets_mirror_pod`); deploy/webhook-configurations.yaml's
 # matchConditions say the same in CEL
 NODE_USER_PREFIX = "system:node:"
+NODE_GROUP = "system:nodes"  # ...and a node's requests carry this group (NodeRestriction checks both)
 CONTROL_PLANE_LABELS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")  # any value
 NOT_READY_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 
@@ -188,7 +189,9 @@ def job_full_name(namespace: str, kind: str, name: str) -> str:
     return f"{namespace}/{kind}/{name}"
 
 
-def is_kubelets_mirror_pod(annotations: object, username: str) -> bool:
+def is_kubelets_mirror_pod(annotations: object, username: str, groups: tuple[str, ...] = ()) -> bool:
     """A mirror pod the webhooks step aside for: the annotation `MIRROR_POD`, on a request made as a node's own
-    identity (`NODE_USER_PREFIX`). Any pod may carry the annotation; whoever else sends one is judged as any pod."""
-    return isinstance(annotations, dict) and MIRROR_POD in annotations and username.startswith(NODE_USER_PREFIX)
+    identity (user `NODE_USER_PREFIX`<name> in group `NODE_GROUP`, as NodeRestriction reads it). Any pod may carry the
+    annotation; whoever else sends one is judged as any pod."""
+    return (isinstance(annotations, dict) and MIRROR_POD in annotations and username.startswith(NODE_USER_PREFIX)
+            and NODE_GROUP in groups)

@@ -306,14 +306,17 @@ class OwnerRef:
 
 
 def _runtime(annotations: Mapping[str, str]) -> timedelta | None:
-    """`volcano.sh/maximum-runtime`, parsed once; None when absent or unreadable (the webhook rejects bad ones)."""
+    """`volcano.sh/maximum-runtime`, parsed once; None when absent, unreadable or not positive (the webhook rejects
+    such values, but a pod admitted while it was down, or labelled reservoir.sh/ignore, still carries them: "-1h"
+    would read as a pod that ended an hour before it started)."""
     text = annotations.get(keys.MAXIMUM_RUNTIME)
     if not text:
         return None
     try:
-        return parse_duration(text)
+        runtime = parse_duration(text)
     except ValueError:  # DurationError: malformed, or beyond Go's 2^63-1 ns
         return None
+    return runtime if runtime > timedelta(0) else None
 
 
 def _unschedulable_since(status: Mapping[str, Any]) -> datetime | None:

@@ -316,6 +316,7 @@ class Request:
     obj: Mapping[str, Any]
     old: Mapping[str, Any] | None = None  # `oldObject` on UPDATE (and DELETE): what the update changes is judged
     username: str = ""  # `userInfo.username`: who sent it (a node's own identity is `system:node:<name>`)
+    groups: tuple[str, ...] = ()  # `userInfo.groups` (a node's: `system:nodes`)
 
 
 def _not_json(constant: str) -> Any:
@@ -375,6 +376,7 @@ def parse_review(body: bytes, shape: Shape | None = None) -> Request:
     kind = request.get("kind") or {}
     user = request.get("userInfo")
     username = user.get("username") if isinstance(user, dict) else None
+    groups = user.get("groups") if isinstance(user, dict) else None
     return Request(
         uid=uid,
         operation=operation,
@@ -384,6 +386,7 @@ def parse_review(body: bytes, shape: Shape | None = None) -> Request:
         obj=obj,
         old=old,
         username=username if isinstance(username, str) else "",
+        groups=tuple(g for g in groups[:64] if isinstance(g, str)) if isinstance(groups, list) else (),
     )
 
 

@@ -171,16 +171,18 @@ def required_reservations(annotations: Mapping[str, str], lookup: Lookup,
     return sorted(reservation_owner_id(name) for name in named) or None
 
 
-def mutate_pod(pod: Mapping[str, Any], namespace: str, lookup: Lookup, username: str = "") -> Mutation:
+def mutate_pod(pod: Mapping[str, Any], namespace: str, lookup: Lookup, username: str = "",
+               groups: tuple[str, ...] = ()) -> Mutation:
     """DESIGN section 3, mutating pod CREATE, steps 1-7 in order: 1 and 2 for every pod; then 3, 4 and 6 (the locks
     the pod is entitled to, and the handover gate of a Reservation's owner) or 7 (issue 17, the backfill gate), or 5
     instead for a pod exempt from locks. Seed 004 (step 1, and windows in step 3), seed 001 (step 2), seed 003
     (Reservations in steps 3, 4 and 6), seed 000 (BestEffort pods in step 5). A kubelet's mirror pod (the annotation
-    on a request made as a node, `username`) is left alone; the annotation alone, from anyone else, is not enough."""
+    on a request made as a node, `username` and `groups`) is left alone; the annotation alone, from anyone else, is
+    not enough."""
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
     annotations = dict(meta.get("annotations") or {})
-    if keys.is_kubelets_mirror_pod(annotations, username):
+    if keys.is_kubelets_mirror_pod(annotations, username, groups):
         return Mutation([], reasons=["mirror pod: left alone"])
     reasons: list[str] = []
     warnings: list[str] = []

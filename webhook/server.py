@@ -133,7 +133,7 @@ def _route_mutate_pod(request: Request, lookup: Lookup) -> ReviewResponse:
     INFO when it grants the toleration of a lock held now (granted_locks) or warns; else, routine, at DEBUG."""
     if request.operation != "CREATE":
         return admission.response(request.uid)
-    result = mutate.mutate_pod(request.obj, request.namespace, lookup, request.username)
+    result = mutate.mutate_pod(request.obj, request.namespace, lookup, request.username, request.groups)
     granted = granted_locks(result.patch, lookup)
     level = logging.INFO if granted or result.warnings else logging.DEBUG
     if (result.reasons or result.warnings) and log.isEnabledFor(level):

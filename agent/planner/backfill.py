@@ -88,6 +88,9 @@ SECOND = timedelta(seconds=1)
 # them). A plan weighs each candidate against every open node and every slot: this bounds what a flood of gated pods
 # (anyone may create pods) costs one plan, so it cannot stall the locks of everyone else.
 MAX_DECISIONS = 100
+# pods past maxGateWait let go in one plan, in turns across namespaces (fair_share): letting go needs no decision,
+# but each is a write, and the writer's batch must not be held for minutes by one tenant's flood
+MAX_OVERDUE_RELEASES = 1000
 # a pod's terminationGracePeriodSeconds as backfill counts it: any int64 is accepted by the API server, and one far
 # beyond any needed-by time only refuses the pod; capped so the time arithmetic never overflows (a year)
 MAX_GRACE_SECONDS = 365 * 24 * 3600
@@ -368,7 +371,10 @@ def plan_backfill(*, pods: Sequence[PodView], nodes: Mapping[str, NodeView], sta
     # every pod past maxGateWait goes, whatever its rank: letting go costs nothing to decide, and no tenant's pods,
     # however many and however old, keep another's on the gate past the wait the config promises
     overdue = [pod for pod in gated if now - pod.created > settings.max_gate_wait]
-    for pod in overdue:
+    if len(overdue) > MAX_OVERDUE_RELEASES:  # each is a write: a flood of them (a tenant can write the gate itself)
+        notes.append(f"decision=defer pods={len(overdue) - MAX_OVERDUE_RELEASES} reason=more than "
+                     f"{MAX_OVERDUE_RELEASES} pods past backfill.maxGateWait: the rest are let go in the next plan")
+    for pod in fair_share(overdue, MAX_OVERDUE_RELEASES):
         release(pod, f"held on the gate {seconds(now - pod.created)}, over backfill.maxGateWait "
                      f"{seconds(settings.max_gate_wait)}")
     gated = [pod for pod in gated if now - pod.created <= settings.max_gate_wait]

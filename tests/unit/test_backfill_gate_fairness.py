@@ -47,3 +47,15 @@ def test_every_pod_past_max_gate_wait_is_let_go_whatever_its_rank() -> None:
         assert "maxGateWait" in released.get(pod.key, ""), (pod.key, released.get(pod.key))
     decided_fresh = [p for p in fresh if p.key in released or p.key in {b.pod.key for b in result.backfill.placed}]
     assert len(decided_fresh) == MAX_DECISIONS
+
+
+def test_pods_past_max_gate_wait_are_let_go_a_bounded_batch_a_plan_in_turns() -> None:
+    """Each release is a write: at most MAX_OVERDUE_RELEASES a plan, taken in turns across namespaces, so a tenant's
+    flood of pods carrying the gate (any pod may write it) neither holds the writer for minutes nor another's pods."""
+    from agent.planner.backfill import MAX_OVERDUE_RELEASES
+    flood = [gated(f"a-{i}", ns="flood", age=(500 + i) * S) for i in range(MAX_OVERDUE_RELEASES + 50)]
+    mine = gated("mine", ns="team-b", age=40 * S)
+    result, _ = run([*flood, mine], config=CONFIG)
+    released = {f"{r.namespace}/{r.name}" for r in result.backfill.released}
+    assert len(released) == MAX_OVERDUE_RELEASES and "team-b/mine" in released
+    assert any(f"decision=defer pods=51" in n for n in result.notes), result.notes

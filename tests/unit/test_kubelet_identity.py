@@ -14,16 +14,21 @@ from webhook.admission import parse_review
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize(("annotations", "username", "left_alone"), [
-    ({keys.MIRROR_POD: "x"}, "system:node:n1", True),
-    ({keys.MIRROR_POD: "x"}, "system:serviceaccount:team-a:tenant", False),
-    ({keys.MIRROR_POD: "x"}, "", False),
-    ({keys.MIRROR_POD: "x"}, "system:nodes", False),  # the nodes' group name is not a node's user name
-    ({}, "system:node:n1", False),  # a node's pod without the annotation is an ordinary pod
-    ("not a map", "system:node:n1", False),
+NODES = ("system:nodes", "system:authenticated")
+
+
+@pytest.mark.parametrize(("annotations", "username", "groups", "left_alone"), [
+    ({keys.MIRROR_POD: "x"}, "system:node:n1", NODES, True),
+    ({keys.MIRROR_POD: "x"}, "system:node:n1", ("system:authenticated",), False),  # named like a node, not one
+    ({keys.MIRROR_POD: "x"}, "system:serviceaccount:team-a:tenant", NODES, False),
+    ({keys.MIRROR_POD: "x"}, "", NODES, False),
+    ({keys.MIRROR_POD: "x"}, "system:nodes", NODES, False),  # the nodes' group name is not a node's user name
+    ({}, "system:node:n1", NODES, False),  # a node's pod without the annotation is an ordinary pod
+    ("not a map", "system:node:n1", NODES, False),
 ])
-def test_only_a_nodes_own_identity_makes_a_mirror_pod(annotations: object, username: str, left_alone: bool) -> None:
-    assert keys.is_kubelets_mirror_pod(annotations, username) is left_alone
+def test_only_a_nodes_own_identity_makes_a_mirror_pod(annotations: object, username: str, groups: tuple[str, ...],
+                                                       left_alone: bool) -> None:
+    assert keys.is_kubelets_mirror_pod(annotations, username, groups) is left_alone
 
 
 def test_the_review_carries_who_sent_it() -> None:
@@ -31,9 +36,10 @@ def test_the_review_carries_who_sent_it() -> None:
         return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
             "uid": "u", "operation": "CREATE", "namespace": "ns", "object": {"metadata": {"name": "p"}},
             "userInfo": user}}).encode()
-    assert parse_review(body({"username": "system:node:n1", "groups": ["system:nodes"]})).username == "system:node:n1"
-    for odd in (None, "system:node:n1", {"username": 7}, {"username": ["system:node:n1"]}):
-        assert parse_review(body(odd)).username == ""
+    review = parse_review(body({"username": "system:node:n1", "groups": ["system:nodes", 5, "system:authenticated"]}))
+    assert (review.username, review.groups) == ("system:node:n1", ("system:nodes", "system:authenticated"))
+    for odd in (None, "system:node:n1", {"username": 7, "groups": "system:nodes"}, {"username": ["system:node:n1"]}):
+        assert (parse_review(body(odd)).username, parse_review(body(odd)).groups) == ("", ())
 
 
 def test_every_webhook_that_steps_aside_for_mirror_pods_asks_who_sent_them() -> None:
@@ -46,6 +52,7 @@ def test_every_webhook_that_steps_aside_for_mirror_pods_asks_who_sent_them() -> 
                     stepping_aside.append(hook["name"])
                     assert f"request.userInfo.username.startsWith('{keys.NODE_USER_PREFIX}')" in \
                         condition["expression"], (hook["name"], condition)
+                    assert f"('{keys.NODE_GROUP}' in request.userInfo.groups)" in condition["expression"], condition
     assert sorted(stepping_aside) == ["pod-locks.validate.reservoir.sh", "pods.mutate.reservoir.sh"]
 
 

@@ -213,7 +213,9 @@ def test_generate_name_pod_without_controller_gets_queue_toleration_only() -> No
 def test_a_nodes_mirror_pods_are_left_alone_and_anyone_elses_are_mutated() -> None:
     """Only a node's own identity makes a mirror pod (NodeRestriction): the annotation from a tenant is no exemption."""
     mirror = pod(annotations={"kubernetes.io/config.mirror": "x"}, requests={"cpu": "1"})
-    assert mutate_pod(mirror, NS, LOOKUP, "system:node:n1").patch == []
+    assert mutate_pod(mirror, NS, LOOKUP, "system:node:n1", ("system:nodes", "system:authenticated")).patch == []
+    # a user named like a node but not in the nodes' group (a misconfigured authenticator) is no node
+    assert mutate_pod(mirror, NS, LOOKUP, "system:node:n1", ("system:authenticated",)).patch != []
     for sender in ("", "system:serviceaccount:team-a:tenant", "alice", "system:nodes"):
         assert mutate_pod(mirror, NS, LOOKUP, sender).patch == mutate_pod(pod(requests={"cpu": "1"}), NS, LOOKUP).patch
         assert mutate_pod(mirror, NS, LOOKUP, sender).patch != []

@@ -106,3 +106,12 @@ def test_a_backfilled_pods_raised_runtime_does_not_open_the_node_to_a_second_bac
     assert not allowed and "after n1 is needed" in reason, reason
     # and a window's future idle reads the same bound
     assert future_idle(state([filler, lying], grants), NOW + 116 * S).get("cpu") == 4000
+
+
+def test_a_runtime_that_is_not_positive_says_nothing() -> None:
+    """"-1h" (admitted while the webhook was down, or past it with reservoir.sh/ignore) would read as a pod that ended
+    before it started: it is no runtime, and the pod's end is its other bounds'."""
+    for text in ("-1h", "0s", "-5m30s"):
+        assert running("p", "1", runtime=text, started_ago=10 * S).maximum_runtime is None
+        assert pod_end(running("p", "1", runtime=text, started_ago=10 * S)) is None
+        assert pod_end(running("p", "1", runtime=text, started_ago=10 * S, deadline=60, grace=0)) == NOW + 50 * S
