@@ -298,12 +298,14 @@ class Agent:
         self.queues = watched(kinds.QUEUES)
         self.priority_classes = watched(kinds.PRIORITY_CLASSES)
         self.reservations = watched(kinds.RESERVATIONS)
+        # issue 29: a pod's DaemonSet reference is believed only when it names a DaemonSet that exists with that uid
+        self.daemonsets = watched(kinds.DAEMONSETS)
         # issue 18: Koordinator's Reservations, followed only while `koordinator.reservations` is on
         self.koordinator = SwitchedCache(watched(kinds.KOORDINATOR_RESERVATIONS))
         self.configmaps = WatchCache.of(api, kinds.config_map(namespace), on_change=self._config_changed,
                                         on_skip=skip)
         self.caches = [self.nodes, self.pods, self.podgroups, self.queues, self.priority_classes, self.reservations,
-                       self.configmaps]
+                       self.daemonsets, self.configmaps]
         self._pending_events: list[PendingEvent] = []  # Warning Events the next reconcile records (leading)
         cache_freshness(self.metrics.registry, lambda: self.caches)
         self._expiries: tuple[int, list[tuple[tuple[str, str], float]]] = (-1, [])
@@ -368,6 +370,7 @@ class Agent:
             queues=dict(self.queues.items),
             priority_classes=dict(self.priority_classes.items),
             reservations={**self.reservations.items, **self.koordinator.items},  # keys never collide (kinds)
+            daemonsets=dict(self.daemonsets.items),
         )
 
     # --- one reconcile ---

@@ -48,7 +48,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from agent.planner.backfill import moved
-from agent.planner.guarantee import ALWAYS_PROTECTED_NAMESPACES, never_evicted, protected_namespaces
+from agent.planner.guarantee import ALWAYS_PROTECTED_NAMESPACES, Witnesses, never_evicted, protected_namespaces
 from agent.planner.model import (
     Backfill,
     BackfillPlan,
@@ -356,15 +356,19 @@ def owner_object(lock: Lock, snapshot: Snapshot | None = None) -> EventTarget | 
     return None
 
 
-def evict_refused(key: str, pods: Mapping[str, PodView] | None, protected: Collection[str]) -> str | None:
+NO_WITNESSES = Witnesses({}, {})  # no mirror or DaemonSet claim is believed
+
+
+def evict_refused(key: str, pods: Mapping[str, PodView] | None, protected: Collection[str],
+                  witnesses: Witnesses = NO_WITNESSES) -> str | None:
     """The writer's last check of a planned eviction (`key` "namespace/name"): why the guard rails refuse it
-    (guarantee.never_evicted), or None. With `pods` (the snapshot's, by key) the whole rule, and a pod not among them
-    is refused; without, its namespace only."""
+    (guarantee.never_evicted, the pod's mirror or DaemonSet claim checked against `witnesses`), or None. With `pods`
+    (the snapshot's, by key) the whole rule, and a pod not among them is refused; without, its namespace only."""
     namespace, _ = _split(key)
     if pods is None:
         return f"namespace {namespace} is protected" if namespace in protected else None
     pod = pods.get(key)
-    return "not in the snapshot the plan was made from" if pod is None else never_evicted(pod, protected)
+    return "not in the snapshot the plan was made from" if pod is None else never_evicted(pod, protected, witnesses)
 
 
 def _split(key: str) -> tuple[str, str]:
@@ -547,7 +551,7 @@ class Writer:
             await self.backfills(result.backfill)
             await self.estimates(result.backfill.estimate_marks)
             pods = {p.key: p for p in snapshot.pods} if any(g.evict for g in result.guarantees) else {}
-            await self.write_queues(result.guarantees, snapshot.queues, pods=pods)
+            await self.write_queues(result.guarantees, snapshot.queues, pods=pods, witnesses=Witnesses.of(snapshot))
         except Fenced as err:
             decision(log, "fenced", level=logging.WARNING, batch="plan", reason=str(err),
                      done="stopped mid-batch, the rest left unwritten")
@@ -930,13 +934,14 @@ class Writer:
     # Queues (seed 002)
 
     async def write_queues(self, outcomes: Sequence[QueueGuaranteeStatus], queues: Mapping[str, QueueView],
-                           pods: Mapping[str, PodView] | None = None) -> None:
+                           pods: Mapping[str, PodView] | None = None,
+                           witnesses: Witnesses = NO_WITNESSES) -> None:
         """Seed 002 outputs: each Queue's `status.reservation` (written when it changes, cleared when its guarantee
         goes), a Warning Event for a refused guarantee (once per change of its text), and, for `Guaranteed`,
         evictions of other pods on the locked nodes through the Eviction API (blocked ones are retried on the next
         reconcile and reported once). Each eviction passes the guard rails again (`evict_refused`, with `pods` the
-        snapshot's pods by "namespace/name") and the per-minute limit; those over the limit wait for a later
-        reconcile (`retry_after`)."""
+        snapshot's pods by "namespace/name" and `witnesses` its nodes' and DaemonSets' uids) and the per-minute
+        limit; those over the limit wait for a later reconcile (`retry_after`)."""
         if not self.may_write("queues"):
             return
         self.retry_after = None
@@ -962,7 +967,7 @@ class Writer:
                                  event_type="Warning", api_version=VOLCANO_API_VERSION)
             self._queue_warnings[name] = warning
             for key in outcome.evict if outcome is not None else ():
-                refused = evict_refused(key, pods, self.protected)
+                refused = evict_refused(key, pods, self.protected, witnesses)
                 if refused is not None:
                     decision(log, "evict-refused", level=logging.WARNING, policy="queue", pod=key, queue=name,
                              reason=refused, by="guard rail")

@@ -43,6 +43,7 @@ from shared.backfill import Grant, pinned_to
 from shared.config import ReservoirConfig
 from shared.ownership import (
     job_of,
+    pod_queue,
     podgroup_of,
     queue_of,
     queue_owner_id,
@@ -59,7 +60,7 @@ from shared.tolerations import (
     owner_tolerations,
     tolerates_taint,
 )
-from shared.views import PodGroupView, QueueView, ReservationView
+from shared.views import PodGroupView, PodView, QueueView, ReservationView
 
 USABLE_PHASES = ("Available",)
 MAX_GRANT_SECONDS = 10**9  # an activeDeadlineSeconds beyond any grant (31 years): refused before any arithmetic
@@ -144,6 +145,14 @@ def admitted_queue(queue: str, queues: Mapping[str, QueueView], namespace: str) 
     or its own annotation) is of that queue only when the Queue admits the namespace (`queue_admits`); else None,
     and the name opens nothing: not the queue's lock or guarantee, not a window's `queues`, not backfill's `queues`."""
     return queue if queue_admits(queues.get(queue), namespace) else None
+
+
+def pods_queue(pod: PodView, podgroups: Mapping[tuple[str, str], PodGroupView],
+               queues: Mapping[str, QueueView]) -> str | None:
+    """The queue a pod is of for every policy (`admitted_queue` of the queue it names, shared.ownership.pod_queue):
+    its job's place in queue order, its queue's usage and guarantee, backfill's and windows' `queues`; None when the
+    Queue it names does not admit its namespace (the pod then counts for no queue)."""
+    return admitted_queue(pod_queue(pod, podgroups), queues, pod.namespace)
 
 
 def daemonset_exemption(meta: Mapping[str, Any], namespace: str,

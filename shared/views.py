@@ -249,6 +249,8 @@ class NodeView:
     control_plane: bool = False  # labelled as a control-plane node (keys.CONTROL_PLANE_LABELS, any value)
     # issue 17: the agent's backfill grants on this node, by pod uid (shared.backfill; keys.BACKFILL_GRANTS)
     backfill_grants: Mapping[str, Grant] = field(default_factory=dict)
+    # metadata.uid: what a kubelet's mirror pod names in its ownerReference to this node (guarantee.Witnesses)
+    uid: str = ""
 
     @classmethod
     @_readable("Node")
@@ -278,6 +280,7 @@ class NodeView:
             control_plane=any(label in labels for label in keys.CONTROL_PLANE_LABELS),
             backfill_grants=(read_grants(annotations[keys.BACKFILL_GRANTS]) if keys.BACKFILL_GRANTS in annotations
                              else _NO_GRANTS),
+            uid=_text(meta.get("uid"), "metadata.uid"),
         )
 
     @property

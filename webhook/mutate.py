@@ -38,18 +38,22 @@ class Mutation:
     reasons: list[str] = field(default_factory=list)  # what was changed and why, for the log line
 
 
-def _inherit_priority(spec: Mapping[str, Any], podgroup: PodGroupView | None, queue_name: str, lookup: Lookup,
-                      with_value: bool) -> tuple[list[Op], str]:
+def _inherit_priority(spec: Mapping[str, Any], podgroup: PodGroupView | None, queue_name: str, namespace: str,
+                      lookup: Lookup, with_value: bool) -> tuple[list[Op], str]:
     """Seed 001 "Job's Priority inherits Queue's Priority", by the seed's `cache.go` rule (shared.priority.job_class,
     which the planner's job priority follows too): an object with no class chosen (none, or the cluster's
     globalDefault filled in by the Priority admission plugin) takes its PodGroup's own class, else its queue's. For
     pods, `priority` and `preemptionPolicy` are set from the class too, since the Priority plugin re-validates them
     after webhooks; the ResourceQuota admission plugin, after every webhook, judges the pod with that class as if the
-    tenant had named it (shared.priority: the PodGroup route gives no more than naming the class on the pod)."""
+    tenant had named it (shared.priority: the PodGroup route gives no more than naming the class on the pod). A queue
+    that does not admit `namespace` (shared.entitlement.admitted_queue, issue 29) lends it no class: naming a queue
+    bound to another team is no way to that team's priority."""
     chosen = spec.get("priorityClassName") or ""
     if chosen and chosen != lookup.global_default_class:
         return [], ""
-    found = job_class(podgroup, lookup.queues.get(queue_name), lookup.priority_classes)
+    admitted = admitted_queue(queue_name, lookup.queues, namespace)
+    found = job_class(podgroup, lookup.queues.get(admitted) if admitted is not None else None,
+                      lookup.priority_classes)
     if found is None or found[0].name == chosen:
         return [], ""
     inherited, source = found
@@ -194,7 +198,7 @@ def mutate_pod(pod: Mapping[str, Any], namespace: str, lookup: Lookup, username:
     annotations.update(copied)
 
     queue = queue_of(pod, podgroup)
-    priority_ops, why = _inherit_priority(spec, podgroup, queue, lookup, with_value=True)  # 2
+    priority_ops, why = _inherit_priority(spec, podgroup, queue, namespace, lookup, with_value=True)  # 2
     ops += priority_ops
     if why:
         reasons.append(why)
@@ -271,11 +275,12 @@ def handover_gate(spec: Mapping[str, Any], owners: Sequence[str], lookup: Lookup
     return _gate_ops(spec, keys.HANDOVER_GATE)
 
 
-def mutate_podgroup(podgroup: Mapping[str, Any], lookup: Lookup) -> Mutation:
-    """Seed 001 for PodGroups: no priorityClassName -> the queue's class (a PodGroup's own class comes first)."""
+def mutate_podgroup(podgroup: Mapping[str, Any], namespace: str, lookup: Lookup) -> Mutation:
+    """Seed 001 for PodGroups: no priorityClassName -> the queue's class (a PodGroup's own class comes first), when
+    the queue admits `namespace` (the request's)."""
     spec = podgroup.get("spec") or {}
     queue = spec.get("queue") or keys.DEFAULT_QUEUE
-    ops, why = _inherit_priority(spec, None, queue, lookup, with_value=False)
+    ops, why = _inherit_priority(spec, None, queue, namespace, lookup, with_value=False)
     if ops and podgroup.get("spec") is None:
         ops = [add("/spec", {"priorityClassName": ops[0]["value"]})]
     return Mutation(ops, reasons=[why] if why else [])

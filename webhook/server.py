@@ -151,7 +151,7 @@ def _route_mutate_podgroup(request: Request, lookup: Lookup) -> ReviewResponse:
     """Seed 001: a PodGroup inherits its queue's PriorityClass."""
     if request.operation != "CREATE":
         return admission.response(request.uid)
-    result = mutate.mutate_podgroup(request.obj, lookup)
+    result = mutate.mutate_podgroup(request.obj, request.namespace, lookup)
     return admission.response(request.uid, patch=result.patch)
 
 

@@ -75,9 +75,9 @@ from agent.planner.reserve import maximum_runtime, pod_group
 from shared import keys
 from shared.backfill import Grant, grants_text, hold_refusal
 from shared.config import ReservoirConfig
-from shared.entitlement import Grounds, admitted_queue, entitlement
+from shared.entitlement import Grounds, entitlement, pods_queue
 from shared.keys import LockKind
-from shared.ownership import pod_queue, reservation_owner_id
+from shared.ownership import reservation_owner_id
 from shared.predicates import schedulable_on
 from shared.resources import EMPTY, PODS, Resources
 from shared.timestamps import parse_time, stamp
@@ -386,7 +386,7 @@ def plan_backfill(*, pods: Sequence[PodView], nodes: Mapping[str, NodeView], sta
     for pod in gated:
         group = pod_group(pod, podgroups)
         why = hold_refusal(pod.annotations, group.annotations if group is not None else {}, namespace=pod.namespace,
-                           queue=admitted_queue(pod_queue(pod, podgroups), grounds.queues, pod.namespace),
+                           queue=pods_queue(pod, podgroups, grounds.queues),
                            config=settings)
         if why is not None:
             release(pod, why or f"it does not opt in ({keys.BACKFILL} is not \"true\" on it or its PodGroup)")

@@ -45,7 +45,7 @@ from fractions import Fraction
 from agent.planner.capacity import NodeState, schedulable
 from agent.planner.displacement import may_take
 from agent.planner.guarantee_search import Problem, best_of_each_shape, search, shape_of
-from agent.planner.model import Lock, QueueGuaranteeStatus
+from agent.planner.model import Lock, QueueGuaranteeStatus, Snapshot
 from agent.planner.policy import PlanContext, Policy, PolicyResult, Statuses, kept_since
 from agent.planner.reservations import pod_meta
 from shared import keys
@@ -332,15 +332,47 @@ def protected_namespaces(config: ReservoirConfig) -> frozenset[str]:
     return ALWAYS_PROTECTED_NAMESPACES | frozenset(config.guarantee.protected_namespaces)
 
 
-def never_evicted(pod: PodView, protected: Collection[str]) -> str | None:
-    """Guard rail (issue 10): why `pod` must not be evicted, or None when it may be: in a protected namespace, a mirror
-    pod, a DaemonSet pod (it would come back), at system-critical priority (>= 2000000000 or a system-*-critical
-    class), or being deleted already. The planner leaves such pods out; the writer checks again before each eviction."""
+@dataclass(frozen=True)
+class Witnesses:
+    """What the guard rails check a pod's claims against (issue 29): anyone who may create a pod may write the
+    mirror annotation or a DaemonSet ownerReference on it. Node uids by name; DaemonSet uids by (namespace, name)."""
+
+    nodes: Mapping[str, str]
+    daemonsets: Mapping[tuple[str, str], str]
+
+    @classmethod
+    def of(cls, snapshot: Snapshot) -> Witnesses:
+        return cls({name: node.uid for name, node in snapshot.nodes.items()}, snapshot.daemonsets)
+
+    def kubelets_mirror(self, pod: PodView) -> bool:
+        """A static pod's mirror: the annotation `kubernetes.io/config.mirror` and an ownerReference to the Node it
+        runs on, with that Node's uid, as the kubelet writes it (and NodeRestriction requires of a node's own mirror
+        pods). A kubelet old enough to write no such reference has its mirror pods outside the protected namespaces
+        judged as any pod's; evicting one deletes the mirror, not the static pod, which the kubelet mirrors again."""
+        if keys.MIRROR_POD not in pod.annotations or not pod.node_name:
+            return False
+        uid = self.nodes.get(pod.node_name)
+        return bool(uid) and any(o.kind == "Node" and o.name == pod.node_name and o.uid == uid for o in pod.owners)
+
+    def daemonset_pod(self, pod: PodView) -> bool:
+        """Controlled by a DaemonSet that exists with the uid its controller reference gives (the rule of
+        shared.entitlement.daemonset_exemption, read from the pod's view)."""
+        return any(o.controller and o.kind == "DaemonSet" and o.uid
+                   and self.daemonsets.get((pod.namespace, o.name)) == o.uid for o in pod.owners)
+
+
+def never_evicted(pod: PodView, protected: Collection[str], witnesses: Witnesses) -> str | None:
+    """Guard rail (issue 10): why `pod` must not be evicted, or None when it may be: in a protected namespace, a
+    kubelet's mirror pod, a DaemonSet's pod (it would come back), at system-critical priority (>= 2000000000 or a
+    system-*-critical class), or being deleted already. The planner leaves such pods out; the writer checks again
+    before each eviction. A mirror annotation or a DaemonSet reference is believed only as `witnesses` confirm it
+    (issue 29: a tenant's pod claiming either is judged as any pod; its priority is kept to its own by the
+    critical-priority policy)."""
     if pod.namespace in protected:
         return f"namespace {pod.namespace} is protected"
-    if keys.MIRROR_POD in pod.annotations:
+    if witnesses.kubelets_mirror(pod):
         return "mirror pod"
-    if pod.daemon:
+    if witnesses.daemonset_pod(pod):
         return "DaemonSet pod"
     if pod.priority >= SYSTEM_CRITICAL_PRIORITY or pod.priority_class_name in SYSTEM_CRITICAL_CLASSES:
         return "system-critical priority"
@@ -360,9 +392,10 @@ def guaranteed_evictions(seat: QueueSeat, *, nodes: Sequence[str], context: Plan
     snapshot, states = context.snapshot, seat.cluster.states
     grounds = Grounds(podgroups=snapshot.podgroups, queues=snapshot.queues, config=context.config)
     protected = protected_namespaces(context.config)
+    witnesses = Witnesses.of(snapshot)
     evict: list[str] = []
     for name in nodes:
-        evict += sorted(p.key for p in states[name].pods if never_evicted(p, protected) is None
+        evict += sorted(p.key for p in states[name].pods if never_evicted(p, protected, witnesses) is None
                         and not spared(p, seat.owner, grounds))
     return tuple(evict)
 

@@ -10,10 +10,15 @@ from functools import cached_property
 
 from agent.planner.capacity import NodeState
 from agent.planner.model import Snapshot
-from shared.ownership import JobRef, pod_queue
+from shared.entitlement import pods_queue
+from shared.ownership import JobRef
 from shared.priority import job_class, job_priority
 from shared.resources import Resources
-from shared.views import PodGroupView, PodView
+from shared.views import PodGroupView, PodView, QueueView
+
+# the queue of a pod that names none Reservoir honours (a Queue that does not admit its namespace): ranks after every
+# queue in queue order, and no Queue's usage, guarantee or priority class is its
+NO_QUEUE = ""
 
 
 @dataclass
@@ -21,7 +26,7 @@ class Job:
     """Seed 000's job (DESIGN section 1): a PodGroup, else a controller, else a lone pod, with its pods."""
 
     ref: JobRef
-    queue: str
+    queue: str  # shared.entitlement.pods_queue of its first pod, NO_QUEUE when the Queue it names does not admit it
     created: datetime
     min_member: int
     pods: list[PodView] = field(default_factory=list)
@@ -63,14 +68,16 @@ class Job:
         return self.bound >= self.min_member
 
 
-def usage_by_queue(states: Mapping[str, NodeState],
-                   podgroups: Mapping[tuple[str, str], PodGroupView]) -> dict[str, dict[str, Resources]]:
+def usage_by_queue(states: Mapping[str, NodeState], podgroups: Mapping[tuple[str, str], PodGroupView],
+                   queues: Mapping[str, QueueView]) -> dict[str, dict[str, Resources]]:
     """Seed 001 "allocated" and seed 002 "queue already used": queue -> node -> the queue's requests on that node,
-    in one pass over the pods holding resources."""
+    in one pass over the pods holding resources. A pod counts for the queue it names only when that Queue admits its
+    namespace (shared.entitlement.pods_queue, issue 29); else for NO_QUEUE."""
     sums: dict[str, dict[str, list[Resources]]] = {}
     for name, state in states.items():
         for pod in state.pods:
-            sums.setdefault(pod_queue(pod, podgroups), {}).setdefault(name, []).append(pod.requests)
+            queue = pods_queue(pod, podgroups, queues) or NO_QUEUE
+            sums.setdefault(queue, {}).setdefault(name, []).append(pod.requests)
     return {q: {n: Resources.total(r) for n, r in nodes.items()} for q, nodes in sums.items()}
 
 
@@ -102,6 +109,6 @@ def build_jobs(snapshot: Snapshot) -> list[Job]:
             created, min_member = group.created, group.min_member
         else:
             created, min_member = min(p.created for p in pods), 1
-        queue = pod_queue(pods[0], snapshot.podgroups)
+        queue = pods_queue(pods[0], snapshot.podgroups, snapshot.queues) or NO_QUEUE
         jobs.append(Job(ref, queue, created, min_member, pods, job_class_value(group, queue, snapshot)))
     return jobs

@@ -27,6 +27,9 @@ class Snapshot:
     queues: Mapping[str, QueueView] = field(default_factory=dict)
     priority_classes: Mapping[str, PriorityClassView] = field(default_factory=dict)
     reservations: Mapping[str, ReservationView] = field(default_factory=dict)
+    # each DaemonSet's uid by (namespace, name): a pod's DaemonSet controller reference is believed only when it names
+    # one that exists with that uid (guarantee.Witnesses)
+    daemonsets: Mapping[tuple[str, str], str] = field(default_factory=dict)
 
 
 class LockInfo(TypedDict, total=False):

@@ -33,7 +33,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from fractions import Fraction
 
 from agent.planner.capacity import NodeState, schedulable
-from agent.planner.jobs import Job, usage_by_queue
+from agent.planner.jobs import NO_QUEUE, Job, usage_by_queue
 from agent.planner.model import QueueScore as QueueScore  # re-exported: agent/commands.py imports it from here
 from agent.planner.model import Snapshot
 from shared.config import QueueOrderConfig
@@ -100,9 +100,12 @@ def deserved(queues: Sequence[QueueView], cluster: Resources) -> dict[str, Resou
 
 def queue_scores(queues: Mapping[str, QueueView], named: Iterable[str], classes: Mapping[str, PriorityClassView],
                  allocated: Mapping[str, Resources], cluster: Resources, config: QueueOrderConfig) -> list[QueueScore]:
-    """Seed 001 QueueScoreOrder: every Queue object and every queue in `named` (queues pods name), best first."""
+    """Seed 001 QueueScoreOrder: every Queue object and every queue in `named` (queues pods name), best first.
+    NO_QUEUE (the pods of a Queue that does not admit them) has no score: its jobs rank after every queue's."""
     everyone = dict(queues)
     for name in named:
+        if name == NO_QUEUE:
+            continue
         everyone.setdefault(name, QueueView(name=name, uid="", annotations={}, weight=1, priority=None,
                                             priority_class_name="", capability=Resources(), guarantee=None,
                                             created=EPOCH))
@@ -130,7 +133,7 @@ def score_queues(snapshot: Snapshot, states: Mapping[str, NodeState], named: Ite
                  usage: Mapping[str, Mapping[str, Resources]] | None = None) -> list[QueueScore]:
     """Seed 001: queue_scores over a snapshot: allocation from `usage` (queue -> node -> requests,
     jobs.usage_by_queue; computed here when not given), the cluster from the allocatable of schedulable nodes."""
-    usage = usage if usage is not None else usage_by_queue(states, snapshot.podgroups)
+    usage = usage if usage is not None else usage_by_queue(states, snapshot.podgroups, snapshot.queues)
     cluster = Resources.total(s.node.allocatable for s in states.values() if schedulable(s.node))
     allocated = {q: Resources.total(by_node.values()) for q, by_node in usage.items()}
     return queue_scores(snapshot.queues, named, snapshot.priority_classes, allocated, cluster, config)

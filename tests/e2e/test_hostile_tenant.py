@@ -20,13 +20,17 @@ from typing import Any
 
 import pytest
 
+from agent.planner.backfill import MAX_DECISIONS
+from agent.published import MAX_BYTES
 from localcluster.agent_process import AgentProcess
 from localcluster.cluster import COMPLETE_AFTER
 from localcluster.webhook_process import WebhookProcess
 from shared import keys
 from shared.kube import new_api_client
 from shared.ownership import JobRef, queue_owner_id, reservation_owner_id
+from shared.timestamps import parse_time
 from shared.tolerations import lock_toleration
+from tests import logfmt
 from tests.e2e.kit import Kit, apply_setup, running_webhook
 from tests.e2e.scenarios import QUEUE_CONFIG, SETUP, STARVATION_CONFIG, configure, locked_nodes, spare_node
 
@@ -629,3 +633,174 @@ def _tolerated(pod: dict[str, Any]) -> set[str]:
     """The lock owners a pod's Equal lock tolerations name."""
     return {str(t.get("value")) for t in (pod.get("spec") or {}).get("tolerations") or []
             if t.get("key") == keys.LOCK and (t.get("operator") or "Equal") == "Equal"}
+
+
+# --- issue 29: floods of the tenant's own objects ---
+
+GATE_WAIT = 30  # seconds: backfill.maxGateWait of gate_flood_world
+OPTING_IN = {keys.BACKFILL: "true", keys.MAXIMUM_RUNTIME: "60s"}  # held on the backfill gate by the webhook
+
+
+@pytest.fixture
+async def gate_flood_world(kit: Kit) -> AsyncIterator[World]:
+    """Backfill open to every namespace; starvation off, so the gate is all the agent plans for."""
+    async for world in _world(kit, QUEUE_CONFIG + f"backfill: {{namespaces: ['*'], margin: 5s, "
+                                                  f"maxGateWait: {GATE_WAIT}s}}\n"):
+        yield world
+
+
+def _gated(pod: dict[str, Any]) -> bool:
+    return any(g.get("name") == keys.BACKFILL_GATE for g in (pod.get("spec") or {}).get("schedulingGates") or [])
+
+
+async def _create_all(kit: Kit, bodies: list[dict[str, Any]], parallel: int = 8) -> list[dict[str, Any]]:
+    """Create every pod of `bodies` as `kit`, in its namespace, `parallel` at a time; the pods as created."""
+    slots = asyncio.Semaphore(parallel)
+
+    async def one(body: dict[str, Any]) -> dict[str, Any]:
+        async with slots:
+            made: dict[str, Any] = await kit.raw("POST", f"/api/v1/namespaces/{kit.namespace}/pods", body=body)
+            return made
+    return list(await asyncio.gather(*(one(body) for body in bodies)))
+
+
+def _created(pod: dict[str, Any]) -> float:
+    moment = parse_time(pod["metadata"]["creationTimestamp"])
+    assert moment is not None, pod["metadata"]
+    return moment.timestamp()
+
+
+async def test_a_flood_of_older_gated_pods_keeps_no_other_tenants_pod_on_the_backfill_gate(
+        kit: Kit, gate_flood_world: World) -> None:
+    """The agent is down (an upgrade, a crash) while the tenant floods the backfill gate: MAX_DECISIONS + 20 pods, left
+    until they are past maxGateWait, then 2 x MAX_DECISIONS more, all older than team-b's 3. One plan decides
+    MAX_DECISIONS gated pods. When the agent is back, its first plan lets go every pod past maxGateWait whatever its
+    rank (more than MAX_DECISIONS of them), and decides team-b's pods in turns with the flood's (fair_share): team-b's
+    leave the gate before about a hundred of the flood's, not after the whole flood as oldest first would have them
+    (the first plan would then decide the oldest hundred of the flood, and nothing else). Every pod leaves the gate
+    by maxGateWait after its creation, or after the agent is back, give or take a few plans' writes.
+
+    Read from the agent's log: a plan logs its decisions (`decision=release`), then writes them
+    (`decision=backfill-release`, one line per gate lifted, in order), so the first plan's decisions are the lines
+    before the first gate lifted after the agent is back."""
+    world = gate_flood_world
+    overdue_count, fresh_count, slack = MAX_DECISIONS + 20, 2 * MAX_DECISIONS, 20.0  # slack: seconds, a slow machine
+    for who in (world.tenant, world.team_b):
+        async def holding(who: Kit = who) -> bool:  # the webhook has the config
+            made = await who.raw("POST", f"/api/v1/namespaces/{who.namespace}/pods?dryRun=All",
+                                 body=who.pod_body("probe", {"cpu": "1"}, annotations=OPTING_IN))
+            return _gated(made)
+        await kit.wait_for(holding, what=f"the webhook holding {who.namespace}'s pods for backfill",
+                           timeout=SEES_WITHIN)
+    world.agent.stop(remove_files=False)  # its log stays: the agent started again appends to it
+    began_at = time.time()
+    tenant, team_b = world.tenant, world.team_b
+    overdue = await _create_all(tenant, [tenant.pod_body(f"old-{i:03d}", {"cpu": "1"}, annotations=OPTING_IN)
+                                         for i in range(overdue_count)])
+    await asyncio.sleep(max(0.0, max(map(_created, overdue)) + GATE_WAIT + 1 - time.time()))
+    fresh = await _create_all(tenant, [tenant.pod_body(f"new-{i:03d}", {"cpu": "1"}, annotations=OPTING_IN)
+                                       for i in range(fresh_count)])
+    mine = await _create_all(team_b, [team_b.pod_body(f"b-{i}", {"cpu": "1"}, annotations=OPTING_IN)
+                                      for i in range(3)])
+    every = {f"{p['metadata']['namespace']}/{p['metadata']['name']}": p for p in overdue + fresh + mine}
+    assert all(map(_gated, every.values())), "a pod that opts in was let in ungated"
+    offset = len(world.agent.log_text())
+    world.agent.start()
+
+    async def all_let_go() -> bool:
+        for namespace in (TEAM_A, TEAM_B):
+            if any(map(_gated, (await kit.raw("GET", f"/api/v1/namespaces/{namespace}/pods"))["items"])):
+                return False
+        return True
+    await kit.wait_for(all_let_go, what="every pod let off the gate", timeout=GATE_WAIT + 60, interval=1)
+
+    records = logfmt.records(world.agent.log_text()[offset:])
+    back = next((i for i, r in enumerate(records) if r.get("leader") == "acquired"), None)
+    assert back is not None, world.agent.log_text()[offset:][-3000:]
+    back_at = _log_time(records[back])
+    first_plan: dict[str, str] = {}
+    lifted: list[tuple[str, float]] = []  # (pod, when), in the order the gates were lifted
+    for record in records[back:]:
+        if record.get("decision") == "backfill-release":
+            lifted.append((record["pod"], _log_time(record)))
+        elif record.get("decision") == "release" and record.get("policy") == "backfill" and not lifted:
+            first_plan[record["pod"]] = record.get("reason", "")
+    theirs = [key for key in every if key.startswith(f"{TEAM_B}/")]
+    flood_first = sum(1 for key in first_plan if key.startswith(f"{TEAM_A}/"))
+    assert all(key in first_plan for key in theirs), (
+        f"team-b's pods were not decided in the first plan after the agent came back ({len(first_plan)} decisions, "
+        f"{flood_first} of them the flood's): {sorted(k for k in first_plan if not k.startswith(f'{TEAM_A}/old-'))}")
+    late = [key for key in every if key.startswith(f"{TEAM_A}/old-")
+            and "maxGateWait" not in first_plan.get(key, "")]
+    assert not late, (f"{len(late)} of the {overdue_count} pods past maxGateWait were not let go in the first plan "
+                      f"(it let go {len(first_plan)}): {late[:5]}")
+
+    when = dict(lifted)  # the last time each pod's gate was lifted (once, normally)
+    assert set(when) >= set(every), f"gates the agent did not lift: {sorted(set(every) - set(when))[:5]}"
+    order = [pod for pod, _ in lifted]
+    after = sum(1 for pod in order[max(order.index(key) for key in theirs) + 1:] if pod.startswith(f"{TEAM_A}/"))
+    # the first plan decides MAX_DECISIONS - 3 of the fresh flood beside team-b's: the rest leave the gate after them
+    assert after >= 50, (
+        f"team-b's pods left the gate after all but {after} of the flood's {overdue_count + fresh_count}")
+    print(f"\ngate flood: {len(every)} pods, the agent down {back_at - began_at:.0f}s; the first plan back decided "
+          f"{len(first_plan)}; team-b's off the gate {max(when[k] for k in theirs) - back_at:.1f}s after it came back, "
+          f"before {after} of the flood's; all of them {max(when.values()) - back_at:.1f}s after")
+    for key, pod in every.items():
+        due = max(_created(pod) + GATE_WAIT, back_at) + slack
+        assert when[key] <= due, (f"{key} left the gate {when[key] - _created(pod):.0f}s after its creation, "
+                                  f"{when[key] - back_at:.0f}s after the agent came back")
+    for key in theirs:
+        assert when[key] - back_at <= slack, f"{key} left the gate {when[key] - back_at:.0f}s after the agent came back"
+
+
+def _log_time(record: dict[str, str]) -> float:
+    moment = parse_time(record.get("time"))
+    assert moment is not None, record
+    return moment.timestamp()
+
+
+STARVING_FLOOD = 260  # jobs of 2340 bytes each in the document (see below): 222 fit in MAX_BYTES, the rest are cut
+
+
+async def test_a_flood_of_starving_jobs_pushes_no_other_teams_job_out_of_the_published_status(
+        kit: Kit, starvation_world: World) -> None:
+    """The tenant makes STARVING_FLOOD starving jobs (a pod each, too big for any node), each as large in the
+    published document as a tenant can make it: a 253-character name, and a Queue named in 256 non-ASCII letters,
+    each written as a 6-byte JSON escape. The document must be cut to MAX_BYTES; team-a sorts before team-b, so a cut
+    by name would take team-b's one starving job first. The jobs are kept in turns across namespaces
+    (agent.published.jobs_in_turns): team-b's is still listed, and `omitted` counts the flood's jobs left out."""
+    world = starvation_world
+    tenant = world.tenant
+    queue = "\u00e9" * 256
+    bodies = [tenant.pod_body(f"flood-{i:03d}-".ljust(253, "x"), {"cpu": "64"}, annotations={keys.QUEUE_NAME: queue})
+              for i in range(STARVING_FLOOD)]
+    await _create_all(tenant, bodies)
+    theirs = await world.team_b.create_pod("starving", {"cpu": "64"})
+    subject = keys.job_full_name(TEAM_B, "Pod", "starving")
+    # starving 3 s after its creation (to the second): a plan at least 5 s after it judges it so
+    judged_from = _created(theirs) + 5
+    path = f"/api/v1/namespaces/{keys.NAMESPACE}/configmaps/{keys.STATUS_CONFIGMAP}"
+
+    async def published() -> tuple[dict[str, Any], int] | None:
+        configmap = await kit.attempt("GET", path)
+        text = ((configmap or {}).get("data") or {}).get(keys.STATUS_KEY)
+        if not text:
+            return None
+        document = json.loads(text)
+        planned = parse_time(document.get("planned"))
+        counted = len(document["jobs"]) + document["omitted"].get("jobs", 0)
+        if planned is None or planned.timestamp() < judged_from or counted != STARVING_FLOOD + 1:
+            return None
+        return document, len(text.encode())
+    document, size = await kit.wait_for(published, what="a status published with every job judged", timeout=60,
+                                        interval=1)
+    jobs = {job["subject"]: job for job in document["jobs"]}
+    omitted = document["omitted"].get("jobs", 0)
+    print(f"\nstatus flood: {STARVING_FLOOD + 1} jobs, {len(jobs)} kept and {omitted} omitted in {size} bytes")
+    assert size <= MAX_BYTES and omitted > 0, (
+        f"the flood did not force the cut: {size} bytes, {len(jobs)} jobs, omitted {document['omitted']}")
+    assert omitted == STARVING_FLOOD + 1 - len(jobs), (omitted, len(jobs))
+    listed = subject in jobs
+    assert listed, (f"team-b's starving job was cut from the published status ({len(jobs)} jobs kept, {omitted} "
+                    f"omitted, {sum(1 for s in jobs if s.startswith(f'{TEAM_A}/'))} of them the flood's)")
+    assert jobs[subject]["starving"], jobs[subject]

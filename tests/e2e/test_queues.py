@@ -254,6 +254,60 @@ async def test_guaranteed_policy_evicts_other_pods_and_respects_disruption_budge
         await kit.raw("DELETE", f"/apis/policy/v1/namespaces/{kit.namespace}/poddisruptionbudgets/keep")
 
 
+async def test_guaranteed_policy_believes_a_mirror_or_daemonset_claim_only_when_the_uid_backs_it(
+        kit: Kit, queues: list[str], webhook: WebhookProcess) -> None:
+    """Issue 29: the mirror annotation and a DaemonSet ownerReference are words any pod creator may write. On the
+    node a `Guaranteed` queue locks, a DaemonSet's real pod (made by the DaemonSet controller) and a pod that names
+    the node by its uid as a kubelet's mirror does are spared; a pod carrying only the mirror annotation is evicted
+    like any other. (A DaemonSet reference with a made-up uid is the garbage collector's to delete, so it is judged
+    in the unit tests, tests/unit/test_guard_rails.py.)"""
+    await configure(kit, QUEUE_CONFIG)
+    await kit.create_node("claims-1", {"cpu": "4", "memory": "16Gi"})
+    await kit.create_node("claims-spare", {"cpu": "100m", "memory": "1Gi"})
+    node_uid = (await kit.read_node("claims-1"))["metadata"]["uid"]
+    daemonset = await kit.raw("POST", f"/apis/apps/v1/namespaces/{kit.namespace}/daemonsets", body={
+        "apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "logs"},
+        "spec": {"selector": {"matchLabels": {"app": "logs"}}, "template": {
+            "metadata": {"labels": {"app": "logs"}},
+            "spec": {"nodeSelector": {"kubernetes.io/hostname": "claims-1"}, "terminationGracePeriodSeconds": 0,
+                     "containers": [{"name": "main", "image": "registry.invalid/reservoir-test:1",
+                                     "resources": {"requests": {"cpu": "100m"}}}]}}}})
+    mirror = {"kubernetes.io/config.mirror": "static-hash"}
+    on_node = {"nodeName": "claims-1"}
+    await kit.raw("POST", f"/api/v1/namespaces/{kit.namespace}/pods", body={
+        **(body := kit.pod_body("as-kubelet", {"cpu": "100m"}, annotations=mirror, extra_spec=on_node)),
+        "metadata": {**body["metadata"], "ownerReferences": [
+            {"apiVersion": "v1", "kind": "Node", "name": "claims-1", "uid": node_uid, "controller": True}]}})
+    await kit.create_pod("forged-mirror", {"cpu": "100m"}, annotations=mirror, extra_spec=on_node)
+
+    async def daemon_pod() -> str | None:
+        pods = (await kit.raw("GET", f"/api/v1/namespaces/{kit.namespace}/pods?labelSelector=app%3Dlogs"))["items"]
+        return next((p["metadata"]["name"] for p in pods if p["spec"].get("nodeName") == "claims-1"
+                     and p["metadata"]["ownerReferences"][0]["uid"] == daemonset["metadata"]["uid"]), None)
+    made = await kit.wait_for(daemon_pod, what="the DaemonSet controller's pod on claims-1", timeout=30)
+    queue = f"claims-{kit.namespace[-5:]}"
+    await apply_queue(kit, queues, queue, {"weight": 1, "guarantee": {"policy": "Guaranteed",
+                                                                      "resource": {"cpu": "3"}}}, OPT_IN)
+    agent = AgentProcess(kit.cluster)
+    agent.start()
+    try:
+        await wait_locks(kit, ["claims-1"], {queue_owner_id(queue): 1})
+
+        async def forged_gone() -> bool:
+            pods = (await kit.raw("GET", f"/api/v1/namespaces/{kit.namespace}/pods"))["items"]
+            return "forged-mirror" not in {p["metadata"]["name"] for p in pods}
+        await kit.wait_for(forged_gone, what="the pod with only the mirror annotation evicted", timeout=30)
+        assert logfmt.find(agent.log_text(), pod=f"{kit.namespace}/forged-mirror", decision="evict",
+                           outcome="evicted")
+        await asyncio.sleep(4)  # two more reconciles (resync 2s): the spared pods stay spared
+        for name in ("as-kubelet", made):
+            assert (await kit.read_pod(name))["metadata"].get("deletionTimestamp") is None, name
+            assert not logfmt.find(agent.log_text(), pod=f"{kit.namespace}/{name}", decision="evict"), name
+    finally:
+        agent.stop()
+        await kit.raw("DELETE", f"/apis/apps/v1/namespaces/{kit.namespace}/daemonsets/logs")
+
+
 async def test_queue_priority_class_lets_kube_scheduler_preempt_a_lower_queue(
         kit: Kit, queues: list[str], webhook: WebhookProcess) -> None:
     """Seed 001: pods take their queue's PriorityClass (the webhook); kube-scheduler's own preemption then puts

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from agent.planner.capacity import control_plane, schedulable
-from agent.planner.guarantee import never_evicted, protected_namespaces
+from agent.planner.guarantee import Witnesses, never_evicted, protected_namespaces
 from agent.planner.model import Lock, Snapshot
 from agent.planner.plan import plan, plan_context
 from agent.writer import EvictionBudget
@@ -31,7 +31,7 @@ GUARANTEED = "starvation: {enabled: false}\nmaxLockedNodePercent: 90\n"
 
 def node(name: str, cpu: str = "4", *, labels: dict[str, str] | None = None, ready: str | None = "True",
          taints: list[dict[str, str]] | None = None, lock: Lock | None = None) -> NodeView:
-    meta: dict[str, Any] = {"name": name, "labels": dict(labels or {}), "annotations": {},
+    meta: dict[str, Any] = {"name": name, "uid": f"node-uid-{name}", "labels": dict(labels or {}), "annotations": {},
                             "creationTimestamp": stamp(NOW - timedelta(days=1))}
     spec: dict[str, Any] = {"taints": list(taints or [])}
     if lock is not None:
@@ -66,7 +66,7 @@ def pod(name: str, cpu: str = "1", *, ns: str = "team", node_name: str = "", pri
 def snapshot(nodes: list[NodeView], pods: list[PodView], queues: list[QueueView] = (),
              reservations: list[ReservationView] = ()) -> Snapshot:
     return Snapshot(nodes={n.name: n for n in nodes}, pods=pods, queues={q.name: q for q in queues},
-                    reservations={r.name: r for r in reservations})
+                    reservations={r.name: r for r in reservations}, daemonsets=DAEMONSETS)
 
 
 def guaranteed_queue(cpu: str = "8") -> QueueView:
@@ -78,6 +78,13 @@ def guaranteed_queue(cpu: str = "8") -> QueueView:
 # --- what `Guaranteed` never evicts ---
 
 DAEMONSET = [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "logs", "uid": "ds-1", "controller": True}]
+DAEMONSETS = {("team", "logs"): "ds-1"}  # the DaemonSets that exist, with their uids
+MIRROR = {"kubernetes.io/config.mirror": "abc"}
+
+
+def node_owner(name: str, uid: str | None = None) -> list[dict[str, Any]]:
+    """The ownerReference a kubelet writes on its mirror pods: its Node, by name and uid."""
+    return [{"apiVersion": "v1", "kind": "Node", "name": name, "uid": uid or f"node-uid-{name}", "controller": True}]
 
 
 def test_a_guaranteed_queue_evicts_only_ordinary_pods_of_other_queues() -> None:
@@ -89,8 +96,15 @@ def test_a_guaranteed_queue_evicts_only_ordinary_pods_of_other_queues() -> None:
         pod("webhook", ns=keys.NAMESPACE, node_name="n1"),
         pod("agent", ns="ops-reservoir", node_name="n1"),  # the agent's own --namespace
         pod("vault", ns="secrets", node_name="n1"),  # listed in guarantee.protectedNamespaces
-        pod("static", node_name="n1", annotations={"kubernetes.io/config.mirror": "abc"}),
+        pod("static", node_name="n1", annotations=MIRROR, owners=node_owner("n1")),
         pod("logs-x", node_name="n1", owners=DAEMONSET),
+        # issue 29: claims a tenant can write, which nothing backs, are judged as any pod's
+        pod("forged-mirror", node_name="n1", annotations=MIRROR),
+        pod("mirror-of-n2", node_name="n1", annotations=MIRROR, owners=node_owner("n2")),
+        pod("mirror-guessed-uid", node_name="n1", annotations=MIRROR, owners=node_owner("n1", "guess")),
+        pod("no-such-daemonset", node_name="n1", owners=[{**DAEMONSET[0], "name": "gone"}]),
+        pod("daemonset-uid-forged", node_name="n1", owners=[{**DAEMONSET[0], "uid": "ds-2"}]),
+        pod("daemonset-not-controller", node_name="n1", owners=[{**DAEMONSET[0], "controller": False}]),
         pod("critical", node_name="n1", priority=2_000_000_000),
         pod("node-critical", node_name="n1", priority_class="system-node-critical"),
         pod("leaving", node_name="n1", deleting=True),
@@ -99,7 +113,8 @@ def test_a_guaranteed_queue_evicts_only_ordinary_pods_of_other_queues() -> None:
     result = plan(snapshot(nodes, on_n1, [guaranteed_queue()]), config, NOW)
     (gold,) = result.guarantees
     assert gold.nodes == ("n1",) and set(result.locks) == {"n1"}
-    assert gold.evict == ("team/plain",)
+    assert gold.evict == ("team/daemonset-not-controller", "team/daemonset-uid-forged", "team/forged-mirror",
+                          "team/mirror-guessed-uid", "team/mirror-of-n2", "team/no-such-daemonset", "team/plain")
 
 
 def test_without_the_agents_namespace_in_the_config_its_pods_would_be_evictable() -> None:
@@ -116,8 +131,12 @@ def test_without_the_agents_namespace_in_the_config_its_pods_would_be_evictable(
 @pytest.mark.parametrize(("kw", "why"), [
     ({"ns": "kube-system"}, "namespace kube-system is protected"),
     ({"ns": keys.NAMESPACE}, f"namespace {keys.NAMESPACE} is protected"),
-    ({"annotations": {"kubernetes.io/config.mirror": "x"}}, "mirror pod"),
+    ({"annotations": MIRROR, "owners": node_owner("n1")}, "mirror pod"),
+    ({"annotations": MIRROR}, None),
+    ({"annotations": MIRROR, "owners": node_owner("n1", "guess")}, None),
     ({"owners": DAEMONSET}, "DaemonSet pod"),
+    ({"owners": [{**DAEMONSET[0], "uid": "ds-2"}]}, None),
+    ({"owners": DAEMONSET, "ns": "other"}, None),
     ({"priority": 2_000_000_000}, "system-critical priority"),
     ({"priority": 2_000_001_000}, "system-critical priority"),
     ({"priority_class": "system-cluster-critical"}, "system-critical priority"),
@@ -126,7 +145,8 @@ def test_without_the_agents_namespace_in_the_config_its_pods_would_be_evictable(
     ({"owners": [{"kind": "ReplicaSet", "name": "web", "uid": "rs", "controller": True}]}, None),
 ])
 def test_never_evicted_names_the_guard_rail(kw: dict[str, Any], why: str | None) -> None:
-    assert never_evicted(pod("p", node_name="n1", **kw), protected_namespaces(ReservoirConfig())) == why
+    witnesses = Witnesses.of(snapshot([node("n1")], []))
+    assert never_evicted(pod("p", node_name="n1", **kw), protected_namespaces(ReservoirConfig()), witnesses) == why
 
 
 # --- nodes never locked, and not in the cap's base ---

@@ -232,12 +232,29 @@ def test_annotation_keys_with_tilde_and_slash_are_escaped() -> None:
 
 def test_podgroup_inherits_queue_class() -> None:
     group = {"metadata": {"name": "g", "namespace": NS}, "spec": {"queue": "research", "minMember": 1}}
-    result = mutate_podgroup(group, LOOKUP)
+    result = mutate_podgroup(group, "team", LOOKUP)
     assert apply(group, result.patch)["spec"]["priorityClassName"] == "research-high"
-    assert mutate_podgroup(apply(group, result.patch), LOOKUP).patch == []
+    assert mutate_podgroup(apply(group, result.patch), "team", LOOKUP).patch == []
     explicit = copy.deepcopy(group)
     explicit["spec"]["priorityClassName"] = "batch-low"
-    assert mutate_podgroup(explicit, LOOKUP).patch == []
+    assert mutate_podgroup(explicit, "team", LOOKUP).patch == []
+
+
+def test_a_queue_bound_to_another_namespace_lends_no_priority_class() -> None:
+    """Issue 29: naming a Queue whose reservoir.sh/namespaces leaves the namespace out gives neither the pod nor the
+    PodGroup its PriorityClass; a namespace it lists gets it."""
+    bound = queue("research", "research-high")
+    bound = replace(bound, annotations={keys.QUEUE_NAMESPACES: "lab, other"})
+    lookup = replace(LOOKUP, queues={**LOOKUP.queues, "research": bound})
+    named = pod(annotations={keys.QUEUE_NAME: "research"}, requests={"cpu": "1"})
+    out, _ = mutated(named, lookup)
+    assert "priorityClassName" not in out["spec"] and "priority" not in out["spec"]
+    group = {"metadata": {"name": "g", "namespace": NS}, "spec": {"queue": "research", "minMember": 1}}
+    assert mutate_podgroup(group, NS, lookup).patch == []
+    assert apply(group, mutate_podgroup(group, "lab", lookup).patch)["spec"]["priorityClassName"] == "research-high"
+    out = apply(named, mutate_pod({**named, "metadata": {**named["metadata"], "namespace": "lab"}}, "lab",
+                                  lookup).patch)
+    assert out["spec"]["priorityClassName"] == "research-high"
 
 
 @pytest.mark.parametrize("text", ["", "{", '{"name": 3}', '{"reservationSelector": "x"}'])

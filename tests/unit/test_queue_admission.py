@@ -1,13 +1,20 @@
 """A queue admits a namespace before the namespace may use the queue (shared.entitlement.admitted_queue): naming a
 queue whose Queue lists other namespaces (`reservoir.sh/namespaces`) opens nothing that the queue's name opens: not
-its lock, not a window limited to it, not backfill's `queues`."""
+its lock, not a window limited to it, not backfill's `queues`, not the queue's usage, rank or PriorityClass."""
 from __future__ import annotations
 
+from dataclasses import replace
+from datetime import timedelta
+
+from agent.planner.capacity import node_states
+from agent.planner.jobs import NO_QUEUE, build_jobs, usage_by_queue
+from agent.planner.ordering import order_jobs, score_queues
 from shared import keys
 from shared.backfill import hold_refusal
 from shared.config import load_config
 from shared.entitlement import Grounds, admitted_queue, entitlement
 from shared.ownership import queue_owner_id, window_owner_id
+from tests import builders
 from tests.unit.test_entitlement import pod, queue
 
 CONFIG = load_config("""
@@ -48,3 +55,26 @@ def test_backfill_queues_are_entered_only_through_an_admitting_queue() -> None:
     wildcard = CONFIG.backfill.model_copy(update={"queues": ["*"]})
     assert not wildcard.covers("team-b", admitted_queue("gold", GOLD_FOR_TEAM_A, "team-b"))
     assert wildcard.covers("team-a", admitted_queue("gold", GOLD_FOR_TEAM_A, "team-a"))
+
+
+def test_a_pod_of_another_namespace_counts_for_no_queue_in_usage_or_queue_order() -> None:
+    """The queue's usage (seed 001 "allocated", seed 002 "queue already used") and its jobs' place in queue order
+    count the pods the Queue admits, nothing else: a team-b pod naming gold neither fills gold's guarantee nor takes
+    gold's rank for its own job."""
+    running = replace(builders.pod("b-run", "2", node_name="n1", ns="team-b"), annotations=NAMING_GOLD)
+    own = replace(builders.pod("a-run", "1", node_name="n1", ns="team-a"), annotations=NAMING_GOLD)
+    waiting_b = replace(builders.pod("b-wait", "1", ns="team-b", age=timedelta(hours=1)), annotations=NAMING_GOLD)
+    waiting_a = replace(builders.pod("a-wait", "1", ns="team-a"), annotations=NAMING_GOLD)
+    plain = builders.pod("c-wait", "1", ns="team-c", age=timedelta(minutes=30))
+    snapshot = replace(builders.snap([builders.node("n1")], [running, own, waiting_b, waiting_a, plain]),
+                       queues={**GOLD_FOR_TEAM_A, keys.DEFAULT_QUEUE: queue(keys.DEFAULT_QUEUE)})
+    states = node_states(snapshot.nodes, snapshot.pods)
+    usage = usage_by_queue(states, snapshot.podgroups, snapshot.queues)
+    assert usage["gold"] == {"n1": own.requests}, usage
+    assert usage[NO_QUEUE] == {"n1": running.requests}
+    jobs = {j.ref.name: j for j in build_jobs(snapshot)}
+    assert (jobs["a-wait"].queue, jobs["b-wait"].queue, jobs["c-wait"].queue) == ("gold", NO_QUEUE, "default")
+    scores = score_queues(snapshot, states, {j.queue for j in jobs.values()}, CONFIG.queue_order, usage)
+    assert NO_QUEUE not in {s.name for s in scores}
+    ordered = [j.ref.name for j in order_jobs(jobs.values(), scores, "queue-first")]
+    assert ordered[-1] == "b-wait", f"the oldest job, naming a queue that does not admit it, ranks last: {ordered}"

@@ -16,6 +16,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from agent import writer as writer_module
+from agent.planner.guarantee import Witnesses
 from agent.planner.model import Lock, Plan, Repair, Snapshot, lock_on
 from agent.writer import (
     MAX_ATTEMPTS,
@@ -506,14 +507,19 @@ async def test_the_writer_refuses_evictions_the_guard_rails_forbid(recorder: Rec
         "ops/agent": running_pod("ops", "agent"),
         "vault/v": running_pod("vault", "v"),
         "ns/ds": running_pod("ns", "ds", ownerReferences=daemonset),
-        "ns/mirror": running_pod("ns", "mirror", annotations={"kubernetes.io/config.mirror": "x"}),
+        "ns/mirror": running_pod("ns", "mirror", annotations={"kubernetes.io/config.mirror": "x"},
+                                 ownerReferences=[{"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "n1-uid"}]),
         "ns/ok": running_pod("ns", "ok"),
+        # issue 29: the same claims, unbacked by the node's or the DaemonSet's uid, are any pod's
+        "ns/forged-ds": running_pod("ns", "forged-ds", ownerReferences=[{**daemonset[0], "uid": "v"}]),
+        "ns/forged-mirror": running_pod("ns", "forged-mirror", annotations={"kubernetes.io/config.mirror": "x"}),
     }
     planned = [Guarantee("gold", evict=(*pods, "ns/unknown"))]
+    witnesses = Witnesses({"n1": "n1-uid"}, {("ns", "ds"): "u"})
     with caplog.at_level(logging.INFO, logger="reservoir.agent"):
-        await writer.write_queues(planned, {"gold": queue()}, pods=pods)
+        await writer.write_queues(planned, {"gold": queue()}, pods=pods, witnesses=witnesses)
     assert [s.path for s in recorder.of("POST") if s.path.endswith("/eviction")] == [
-        "/api/v1/namespaces/ns/pods/ok/eviction"]
+        f"/api/v1/namespaces/ns/pods/{name}/eviction" for name in ("ok", "forged-ds", "forged-mirror")]
     for key, why in [("kube-system/dns", "namespace kube-system is protected"), ("ops/agent", "namespace ops"),
                      ("vault/v", "namespace vault"), ("ns/ds", "DaemonSet pod"), ("ns/mirror", "mirror pod"),
                      ("ns/unknown", "not in the snapshot")]:
