@@ -27,7 +27,7 @@ from types import MappingProxyType
 from typing import Any, TypeVar
 
 from shared import keys
-from shared.backfill import Grant, read_grants
+from shared.backfill import Grant, Room, read_grants, read_room
 from shared.duration import parse_duration
 from shared.ownership import daemonset_node, is_daemonset_pod, job_identity
 from shared.predicates import NodeAffinity, Placement, required_node_affinity
@@ -249,6 +249,8 @@ class NodeView:
     control_plane: bool = False  # labelled as a control-plane node (keys.CONTROL_PLANE_LABELS, any value)
     # issue 17: the agent's backfill grants on this node, by pod uid (shared.backfill; keys.BACKFILL_GRANTS)
     backfill_grants: Mapping[str, Grant] = field(default_factory=dict)
+    # issue 30: the agent's note of this locked node's backfill room (shared.backfill.Room; keys.BACKFILL_ROOM)
+    backfill_room: Room | None = None
 
     @classmethod
     @_readable("Node")
@@ -278,6 +280,7 @@ class NodeView:
             control_plane=any(label in labels for label in keys.CONTROL_PLANE_LABELS),
             backfill_grants=(read_grants(annotations[keys.BACKFILL_GRANTS]) if keys.BACKFILL_GRANTS in annotations
                              else _NO_GRANTS),
+            backfill_room=read_room(annotations.get(keys.BACKFILL_ROOM)),
         )
 
     @property
