@@ -48,7 +48,7 @@ WEBHOOK_CONFIGURATIONS = (
 # What the agent writes on a node (agent/writer.py node_patch and its marks), and so what uninstall removes
 NODE_TAINTS = keys.LOCK_TAINT_KEYS
 NODE_LABELS = (keys.LOCK, keys.LOCK_KIND)
-NODE_ANNOTATIONS = (keys.LOCK_INFO, keys.LOCK_EXPIRED, keys.BACKFILL_GRANTS)
+NODE_ANNOTATIONS = (keys.LOCK_INFO, keys.LOCK_EXPIRED, keys.BACKFILL_GRANTS, keys.BACKFILL_ROOM)
 GATE_PREFIX = f"{keys.DOMAIN}/"
 AGENT_DEPLOYMENT = "reservoir-agent"
 AGENT_POD_SELECTOR = "app.kubernetes.io/name=reservoir-agent"

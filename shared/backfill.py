@@ -12,6 +12,14 @@ write nodes, and a pod's uid is the API server's, so a grant names one pod that 
 forge one: the entitlement check (shared.entitlement) accepts the lock's toleration on that pod, pinned to that node,
 because of this record. The agent drops a grant once its pod is gone or finished.
 
+Room (issue 30): the agent's note, on each locked node backfill could use now, of what a backfilled pod could still
+take there and by when it must have ended: the node annotation keys.BACKFILL_ROOM, JSON `{"room": ResourceList,
+"until": RFC 3339}` (the slot's room after the owner's tasks that fit now and the pods granted there; its needed-by
+time less the margin). The webhook gates a pod that opts in only when some locked node's room takes it in time
+(`room_for`): where nothing is locked, or no lock has room for it, the pod's wait is kube-scheduler's alone. The
+agent rewrites the note when it changes and removes it when the node's slot goes; the webhook reads it only on a
+node that carries a lock.
+
 Read total over any text (a hand edit must not stop the agent or the webhook): what is not JSON, not an object, or an
 entry of the wrong shape is skipped, never an error.
 """
@@ -21,13 +29,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from shared import keys
 from shared.config import BackfillConfig
 from shared.duration import DurationError, parse_duration
 from shared.predicates import NODE_NAME_FIELD
+from shared.resources import Resources
 from shared.timestamps import in_range, parse_time, stamp
 
 
@@ -105,6 +114,51 @@ def pinned_to(spec: Mapping[str, Any], node: str) -> bool:
     return all(isinstance(term, Mapping) and isinstance(term.get("matchFields"), list) and any(
         isinstance(r, Mapping) and r.get("key") == NODE_NAME_FIELD and r.get("operator") == "In"
         and r.get("values") == [node] for r in term["matchFields"]) for term in terms)
+
+
+@dataclass(frozen=True, slots=True)
+class Room:
+    """One locked node's backfill room (module docstring, "Room"): what a pod may take there, and by when it must
+    have ended."""
+
+    room: Resources
+    until: datetime
+
+    def text(self) -> str:
+        return json.dumps({"room": self.room.to_quantities(), "until": stamp(self.until)}, sort_keys=True,
+                          separators=(",", ":"))
+
+    def takes(self, requests: Mapping[str, int], runtime: timedelta, now: datetime) -> bool:
+        """A pod of these `requests` running `runtime` from `now` fits the room in time (the agent's own rule,
+        agent/planner/backfill.py, decides for real: this one only says whether holding the pod could lead to
+        anything)."""
+        return now + runtime <= self.until and self.room.covers(
+            {name: amount for name, amount in requests.items() if name != "pods"})
+
+
+def read_room(text: str | None) -> Room | None:
+    """The room an annotation holds; None when absent or unreadable (the webhook then holds no pod for that node)."""
+    if not text:
+        return None
+    try:
+        data = json.loads(text)
+        if not isinstance(data, dict) or not isinstance(data.get("until"), str):
+            return None
+        until = parse_time(data["until"])
+        room = Resources.parse(data.get("room")) if isinstance(data.get("room"), dict) else None
+    except (ValueError, TypeError, RecursionError):
+        return None
+    return Room(room, until) if room is not None and until is not None and in_range(until) else None
+
+
+def declared_runtime(annotations: Mapping[str, str], podgroup_annotations: Mapping[str, str]) -> timedelta | None:
+    """The pod's `volcano.sh/maximum-runtime`, else its PodGroup's; None when neither is a positive duration."""
+    text = annotations.get(keys.MAXIMUM_RUNTIME) or podgroup_annotations.get(keys.MAXIMUM_RUNTIME)
+    try:
+        runtime = parse_duration(text) if text else None
+    except DurationError:
+        return None
+    return runtime if runtime is not None and runtime.total_seconds() > 0 else None
 
 
 def hold_refusal(annotations: Mapping[str, str], podgroup_annotations: Mapping[str, str], *, namespace: str,

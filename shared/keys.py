@@ -76,6 +76,9 @@ BACKFILL_GATE = f"{DOMAIN}/backfill-check"
 # "namespace/name", "owner": lock owner id, "until": RFC 3339}}. The entitlement check accepts the lock's toleration
 # on that pod because this record says so (shared.entitlement), never because of anything on the pod.
 BACKFILL_GRANTS = f"{DOMAIN}/backfill-grants"
+# issue 30: node annotation, the agent's: the backfill room of a locked node, JSON {"room": ResourceList, "until":
+# RFC 3339} (shared.backfill.Room); the webhook gates a pod only when some locked node's room takes it in time
+BACKFILL_ROOM = f"{DOMAIN}/backfill-room"
 # issue 17: an owner's expected start as the agent last estimated it (agent/planner/backfill.start_estimates), on its
 # PodGroup, else on its pending pods: an RFC 3339 time, or "unknown: N pods without a maximum runtime on node X". The
 # agent rewrites it when the estimate moves (by 5 s or more) and leaves the last one in place once the owner starts.

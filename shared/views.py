@@ -27,7 +27,7 @@ from types import MappingProxyType
 from typing import Any, TypeVar
 
 from shared import keys
-from shared.backfill import Grant, read_grants
+from shared.backfill import Grant, Room, read_grants, read_room
 from shared.duration import parse_duration
 from shared.ownership import daemonset_node, is_daemonset_pod, job_identity
 from shared.predicates import NodeAffinity, Placement, required_node_affinity
@@ -251,6 +251,8 @@ class NodeView:
     backfill_grants: Mapping[str, Grant] = field(default_factory=dict)
     # metadata.uid: what a kubelet's mirror pod names in its ownerReference to this node (guarantee.Witnesses)
     uid: str = ""
+    # issue 30: the agent's note of this locked node's backfill room (shared.backfill.Room; keys.BACKFILL_ROOM)
+    backfill_room: Room | None = None
 
     @classmethod
     @_readable("Node")
@@ -281,6 +283,7 @@ class NodeView:
             backfill_grants=(read_grants(annotations[keys.BACKFILL_GRANTS]) if keys.BACKFILL_GRANTS in annotations
                              else _NO_GRANTS),
             uid=_text(meta.get("uid"), "metadata.uid"),
+            backfill_room=read_room(annotations.get(keys.BACKFILL_ROOM)),
         )
 
     @property

@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from functools import cached_property
 
-from shared.backfill import Grant
+from shared.backfill import Grant, Room
 from shared.config import ReservoirConfig
 from shared.entitlement import Grounds
 from shared.resources import Resources
@@ -42,6 +43,16 @@ class Lookup:
     def lock_of_node(self) -> dict[str, str]:
         """node -> owner id of the Reservoir lock it carries, for the nodeName check."""
         return {name: owner for name, node in self.nodes.items() if (owner := node.lock_owner) is not None}
+
+    @cached_property
+    def backfill_rooms(self) -> list[Room]:
+        """Issue 30: the backfill room the agent noted on each node that carries a lock (shared.backfill "Room")."""
+        return [node.backfill_room for node in self.nodes.values()
+                if node.backfill_room is not None and node.lock_owner is not None]
+
+    def backfill_room_for(self, requests: Resources, runtime: timedelta, now: datetime) -> bool:
+        """Some locked node's room takes a pod of `requests` running `runtime` from `now`."""
+        return any(room.takes(requests, runtime, now) for room in self.backfill_rooms)
 
     @cached_property
     def held_owners(self) -> frozenset[str]:

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from shared import keys
-from shared.backfill import hold_refusal
+from shared.backfill import declared_runtime, hold_refusal
 from shared.entitlement import Entitlement, admitted_queue, entitlement
 from shared.jsonpatch import Op, add, pointer
 from shared.keys import LockKind, owner_kind
@@ -23,6 +24,7 @@ from shared.ownership import (
 )
 from shared.priority import job_class
 from shared.reservation_affinity import affinity_text, ignores_reservations, parse_reservation_affinity
+from shared.resources import pod_requests
 from shared.tolerations import toleration_ops
 from shared.views import PodGroupView
 from webhook.lookup import Lookup
@@ -227,28 +229,39 @@ def mutate_pod(pod: Mapping[str, Any], namespace: str, lookup: Lookup, username:
     if gate_ops:
         reasons.append("held for its Reservation's handover")
     else:
-        gate_ops = backfill_gate(spec, annotations, podgroup, namespace, queue, lookup, warnings)  # 7
+        gate_ops, why_not = backfill_gate(spec, annotations, podgroup, namespace, queue, lookup, warnings)  # 7
         if gate_ops:
             reasons.append("held for the agent's backfill choice")
+        elif why_not:
+            reasons.append(why_not)
     return Mutation(ops + gate_ops, warnings, reasons)
 
 
 def backfill_gate(spec: Mapping[str, Any], annotations: Mapping[str, str], podgroup: PodGroupView | None,
-                  namespace: str, queue: str, lookup: Lookup, warnings: list[str]) -> list[Op]:
+                  namespace: str, queue: str, lookup: Lookup, warnings: list[str],
+                  now: datetime | None = None) -> tuple[list[Op], str]:
     """Step 7, issue 17: a pod backfill may hold (shared.backfill.hold_refusal: it opts in, the config's switch covers
     it, it declares a maximum runtime) gets the scheduling gate keys.BACKFILL_GATE, which the agent lifts within one
     resync (agent/planner/backfill.py); not a bound pod, not in a dry run. A pod that opts in but may not be held is
-    let in ungated, with a warning that says why."""
+    let in ungated, with a warning that says why. Issue 30: held only when some locked node's backfill room takes it
+    in time (Lookup.backfill_room_for, shared.backfill "Room"); else let in ungated, so that where nothing is
+    locked, or no lock has room for it, its wait is kube-scheduler's alone. Returns the patch, and why a pod that
+    may be held is not (for the log)."""
     config = lookup.grounds.config
     if spec.get("nodeName") or config.dry_run:
-        return []
-    why = hold_refusal(annotations, podgroup.annotations if podgroup is not None else {}, namespace=namespace,
+        return [], ""
+    group_annotations = podgroup.annotations if podgroup is not None else {}
+    why = hold_refusal(annotations, group_annotations, namespace=namespace,
                        queue=admitted_queue(queue, lookup.grounds.queues, namespace), config=config.backfill)
     if why is not None:
         if why:
             warnings.append(why)
-        return []
-    return _gate_ops(spec, keys.BACKFILL_GATE)
+        return [], ""
+    runtime = declared_runtime(annotations, group_annotations)
+    assert runtime is not None, "hold_refusal lets through only pods that declare a positive runtime"
+    if not lookup.backfill_room_for(pod_requests(spec), runtime, now or datetime.now(UTC)):
+        return [], "not held for backfill: no locked node has room for it in time"
+    return _gate_ops(spec, keys.BACKFILL_GATE), ""
 
 
 def _gate_ops(spec: Mapping[str, Any], name: str) -> list[Op]:

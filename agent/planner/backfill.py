@@ -70,10 +70,11 @@ from agent.planner.model import (
     ReservationStatus,
     StartEstimate,
 )
+from agent.planner.policy import merged_marks
 from agent.planner.reservations import pod_meta
 from agent.planner.reserve import maximum_runtime, pod_group
 from shared import keys
-from shared.backfill import Grant, grants_text, hold_refusal
+from shared.backfill import Grant, Room, grants_text, hold_refusal
 from shared.config import ReservoirConfig
 from shared.entitlement import Grounds, entitlement, pods_queue
 from shared.keys import LockKind
@@ -353,7 +354,9 @@ def plan_backfill(*, pods: Sequence[PodView], nodes: Mapping[str, NodeView], sta
     marks_of_estimates = estimate_marks(estimates, {p.key: p for p in pods}, podgroups, now)
     gated = sorted(gated_pods(pods), key=lambda p: (p.created, p.key))
     by_uid = {p.uid: p for p in pods if p.uid}
-    marks = grant_marks(nodes, by_uid, (), now)
+    rooms = room_marks(nodes, slots, already or {}, margin=config.backfill.margin, now=now,
+                       enabled=config.backfill.enabled and not config.dry_run)
+    marks = merged_marks(grant_marks(nodes, by_uid, (), now), rooms)
     cuts = deadline_cuts(nodes, by_uid, locks)
     if not gated:
         return (BackfillPlan(marks=marks, slots=tuple(slots), estimates=estimates, estimate_marks=marks_of_estimates,
@@ -416,7 +419,8 @@ def plan_backfill(*, pods: Sequence[PodView], nodes: Mapping[str, NodeView], sta
         notes.append(f"pod={b.pod.key} decision=backfill node={b.node} owner={b.owner} deadline={b.deadline}s "
                      f"reason={b.reason}")
     return BackfillPlan(placed=chosen.placed, released=tuple(released),
-                        marks=grant_marks(nodes, by_uid, chosen.placed, now), slots=tuple(slots), notes=tuple(notes),
+                        marks=merged_marks(grant_marks(nodes, by_uid, chosen.placed, now), rooms), slots=tuple(slots),
+                        notes=tuple(notes),
                         estimates=estimates, estimate_marks=marks_of_estimates, cuts=cuts)
 
 
@@ -710,6 +714,28 @@ def grant_marks(nodes: Mapping[str, NodeView], by_uid: Mapping[str, PodView], pl
         want = {g.uid: g for g in keep + new.get(name, [])}
         if want.keys() != have.keys() or any(have[u] != g for u, g in want.items()):
             marks[name] = {keys.BACKFILL_GRANTS: grants_text(want.values())}
+    return marks
+
+
+def room_marks(nodes: Mapping[str, NodeView], slots: Sequence[BackfillSlot], already: Mapping[str, Sequence[PodView]],
+               *, margin: timedelta, now: datetime, enabled: bool = True) -> dict[str, dict[str, str | None]]:
+    """node -> {keys.BACKFILL_ROOM: text or None} where the node's room note must change (shared.backfill, "Room"):
+    on each slot whose needed-by time is known, its room (clause 7's, after the pods granted there and not bound
+    yet: `already`) where some resource is left, until the needed-by time less the margin, while that is later than
+    `now`; removed from every other node that carries one (and from all when backfill is off or a dry run)."""
+    want: dict[str, Room] = {}
+    for slot in slots if enabled else ():
+        if slot.needed_by is None or slot.needed_by - margin <= now:
+            continue
+        left = Resources({name: amount for name, amount in room(slot, already.get(slot.node, ())).items()
+                          if amount > 0 and name != "pods"})
+        if left:
+            want[slot.node] = Room(left, slot.needed_by - margin)
+    marks: dict[str, dict[str, str | None]] = {}
+    for name in sorted(set(want) | {n for n, v in nodes.items() if v.backfill_room is not None}):
+        node = nodes.get(name)
+        if node is not None and node.backfill_room != want.get(name):
+            marks[name] = {keys.BACKFILL_ROOM: want[name].text() if name in want else None}
     return marks
 
 

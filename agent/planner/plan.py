@@ -17,7 +17,7 @@ from agent.planner.guarantee import GUARANTEES, guaranteed_queues
 from agent.planner.jobs import build_jobs, usage_by_queue
 from agent.planner.model import NO_BACKFILL, BackfillPlan, Lock, Plan, Snapshot, lock_on
 from agent.planner.ordering import score_queues
-from agent.planner.policy import PlanContext, Policy, Statuses, cap, earliest, tagged
+from agent.planner.policy import PlanContext, Policy, Statuses, cap, earliest, merged_marks, tagged
 from agent.planner.repair import plan_repairs
 from agent.planner.reservations import RESERVATIONS
 from agent.planner.reserve import with_group_runtimes
@@ -76,15 +76,6 @@ def plan(snapshot: Snapshot, config: ReservoirConfig, now: datetime,
                 wake_at=wake_at, backfill=backfill)
 
 
-def merged_marks(*marks: Mapping[str, Mapping[str, str | None]]) -> dict[str, dict[str, str | None]]:
-    """Plan.node_marks: node -> every annotation to write there, of each source (they write distinct keys)."""
-    out: dict[str, dict[str, str | None]] = {}
-    for source in marks:
-        for node, wanted in source.items():
-            out.setdefault(node, {}).update(wanted)
-    return out
-
-
 def plan_backfill_of(context: PlanContext, locks: Mapping[str, Lock], statuses: Statuses) -> BackfillPlan:
     """Issue 17: the slots under this plan's locks that wait for capacity (backfill.backfill_slots: the windows'
     starts and their pending reserve pods, the Waiting Reservations, the starvation jobs' pending tasks), the start
@@ -92,7 +83,7 @@ def plan_backfill_of(context: PlanContext, locks: Mapping[str, Lock], statuses: 
     snapshot = context.snapshot
     waits = [lock for lock in locks.values() if lock.kind in (LockKind.JOB, LockKind.WINDOW, LockKind.RESERVATION)]
     if not waits and not any(p.backfill_gated for p in snapshot.pods) and not any(
-            n.backfill_grants for n in snapshot.nodes.values()):
+            n.backfill_grants or n.backfill_room for n in snapshot.nodes.values()):
         return NO_BACKFILL
     window_starts = {window_owner_id(w.name): w.start for w in statuses.windows if w.active}
     window_tasks: dict[str, list[PodView]] = {}

@@ -143,3 +143,12 @@ def kept_since(current: Mapping[str, Lock], *, node: str, owner: str, now: datet
     `now` (a node changing hands starts afresh)."""
     kept = current.get(node)
     return kept.since if kept is not None and kept.owner == owner else now
+
+
+def merged_marks(*marks: NodeMarks) -> dict[str, dict[str, str | None]]:
+    """Plan.node_marks: node -> every annotation to write there, of each source (they write distinct keys)."""
+    out: dict[str, dict[str, str | None]] = {}
+    for source in marks:
+        for node, wanted in source.items():
+            out.setdefault(node, {}).update(wanted)
+    return out

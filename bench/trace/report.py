@@ -13,7 +13,7 @@ import json
 import math
 import statistics
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,17 @@ class Sample:
     pending_multi_gpu: int
 
 
+@dataclass(frozen=True)
+class LockSpan:
+    """One lock as the node watch saw it: its node, the class of the pod it was held for ("other" for an owner that is
+    not one replayed pod), from and until (None: still held when the arm ended), on the records' clock."""
+
+    node: str
+    owner_class: str
+    since: float
+    until: float | None
+
+
 @dataclass
 class Arm:
     """One arm of a run (kube-scheduler alone, or with Reservoir): its pods, its samples, the GPUs of its nodes, the
@@ -61,6 +72,8 @@ class Arm:
     # the arrival window, seconds from the arm's start: GPU allocation is averaged over it, the same span in every arm
     # (an arm that drains its last pods longer would otherwise look emptier for it); None: over all samples
     window: float | None = None
+    locks: list[LockSpan] = field(default_factory=list)
+    node_gpus: dict[str, int] = field(default_factory=dict)  # GPUs of each node, by name
 
 
 def percentile(values: Iterable[float], q: float) -> float:
@@ -173,6 +186,46 @@ def overtaken(arm: Arm) -> list[int]:
     return out
 
 
+def lock_rows(arm: Arm) -> list[dict[str, Any]]:
+    """Per class of the pod a lock was held for: how many locks, node-seconds locked, and GPU-seconds those nodes held
+    idle while locked (GPUs no running pod requested, from the pods' own bind and end moments). Which locks cost what
+    the other classes wait for."""
+    end = max([arm.seconds + min((r.created for r in arm.records), default=0.0)]
+              + [r.ended or r.bound or r.created for r in arm.records])
+    on_node: dict[str, list[PodRecord]] = {}
+    for r in arm.records:
+        if r.node and r.bound is not None:
+            on_node.setdefault(r.node, []).append(r)
+    rows: dict[str, dict[str, Any]] = {}
+    for span in arm.locks:
+        until = span.until if span.until is not None else end
+        row = rows.setdefault(span.owner_class, {"class": span.owner_class, "locks": 0, "node_seconds": 0.0,
+                                                 "idle_gpu_seconds": 0.0})
+        row["locks"] += 1
+        row["node_seconds"] += max(0.0, until - span.since)
+        row["idle_gpu_seconds"] += _idle_gpu_seconds(arm.node_gpus.get(span.node, 0), on_node.get(span.node, ()),
+                                                     span.since, until)
+    order = {k: i for i, k in enumerate(classes([arm]))}
+    return sorted(rows.values(), key=lambda row: order.get(row["class"], len(order)))
+
+
+def _idle_gpu_seconds(gpus: int, pods: Iterable[PodRecord], since: float, until: float) -> float:
+    """The integral over [since, until] of the node's GPUs that no running pod requests."""
+    if until <= since or gpus <= 0:
+        return 0.0
+    changes: list[tuple[float, int]] = []
+    for r in pods:
+        assert r.bound is not None
+        start, stop = max(r.bound, since), min(r.ended if r.ended is not None else until, until)
+        if r.gpus and start < stop:
+            changes += [(start, r.gpus), (stop, -r.gpus)]
+    total, used, last = 0.0, 0, since
+    for moment, delta in sorted(changes):
+        total += max(0, gpus - used) * (moment - last)
+        used, last = used + delta, moment
+    return total + max(0, gpus - used) * (until - last)
+
+
 def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
@@ -216,6 +269,11 @@ def table(arms: Sequence[Arm]) -> str:
         lines.append(f"- {a.name}: GPU allocation {s['gpu_allocation']:.3f}, max nodes locked {s['max_locked']}, "
                      f"locked-idle GPU-s {s['locked_idle_gpu_seconds']:.0f}, backfilled {s['backfilled']}, "
                      f"owner delay {delay}, 8-GPU overtaken median {passed}, unplaced pods {s['unplaced']}")
+        held = lock_rows(a)
+        if held:
+            lines.append(f"  - {a.name} locks by the class they were held for: " + "; ".join(
+                f"{row['class']} {row['locks']} locks, {row['node_seconds']:.0f} node-s, "
+                f"{row['idle_gpu_seconds']:.0f} idle GPU-s" for row in held))
     return "\n".join(lines)
 
 
@@ -309,6 +367,7 @@ def write_json(arms: Sequence[Arm], path: Path) -> None:
     """Every pod's record and every sample, per arm, with the arm's per-class rows and summary figures."""
     body = {"arms": [{"name": a.name, "total_gpus": a.total_gpus, "seconds": a.seconds,
                       "owner_delays": a.owner_delays, "summary": summary(a), "classes": class_rows(a),
+                      "locks_by_class": lock_rows(a),
                       "overtaken": overtaken(a), "per_minute": per_minute(a),
                       "records": [asdict(r) for r in a.records], "samples": [asdict(s) for s in a.samples]}
                      for a in arms]}

@@ -21,7 +21,7 @@ from localcluster import binaries
 from localcluster.agent_process import AgentProcess
 from localcluster.cluster import COMPLETE_AFTER, PARKED_RETRY_SECONDS, free_port, parks_pods
 from shared import keys
-from shared.backfill import pinned_to, read_grants
+from shared.backfill import pinned_to, read_grants, read_room
 from shared.ownership import JobRef, window_owner_id
 from shared.timestamps import parse_time, stamp
 from tests.e2e.kit import Kit, apply_setup, running_webhook
@@ -57,7 +57,9 @@ def opting_in(runtime: str, runs: str | None) -> dict[str, str]:
 
 
 async def webhook_gating(kit: Kit, gating: bool) -> None:
-    """Wait until the webhook's caches have the config: a dry-run pod that opts in comes back gated, or not."""
+    """Wait until the webhook's caches have the config and the locks' backfill room (issue 30: a pod is held only
+    where a locked node's room takes it in time): a dry-run pod of 1 cpu and 10 s that opts in comes back gated, or
+    not."""
     async def probe() -> bool:
         body = kit.pod_body("probe", {"cpu": "1"}, annotations=opting_in("10s", "5s"))
         made = await kit.raw("POST", f"/api/v1/namespaces/{kit.namespace}/pods?dryRun=All", body=body)
@@ -69,13 +71,13 @@ async def webhook_gating(kit: Kit, gating: bool) -> None:
 async def seed_000_locked(kit: Kit) -> str:
     """Seed 000 at Time2 on NODE (pod-1 done, pod-2 and pod-3 running RUNNING s with their runtimes declared), beside
     a tiny spare node (one node alone locks nothing: 90%), the webhook gating, and pod-4 of 3 cpu starving until the
-    node is locked for it: pod-4's owner id."""
+    node is locked for it, its backfill room noted and seen by the webhook: pod-4's owner id."""
     await kit.create_node(NODE, {"cpu": "3", "memory": "16Gi"})
     await kit.create_node("spare", {"cpu": "100m", "memory": "1Gi"})
     for i in (2, 3):
         await kit.create_pod(f"pod-{i}", {"cpu": "1"}, extra_spec={"nodeName": NODE},
                              annotations={keys.MAXIMUM_RUNTIME: f"{RUNNING}s", COMPLETE_AFTER: f"{RUNNING}s"})
-    await webhook_gating(kit, True)
+    await webhook_gating(kit, False)  # nothing locked yet: a pod that opts in goes to kube-scheduler at once
     await kit.create_pod("pod-4", {"cpu": "3"})
     owner = JobRef(kit.namespace, "Pod", "pod-4").owner_id
 
@@ -83,6 +85,7 @@ async def seed_000_locked(kit: Kit) -> str:
         node = await kit.read_node(NODE)
         return any(t["key"] == keys.LOCK and t.get("value") == owner for t in node["spec"].get("taints") or [])
     await kit.wait_for(locked, what="the node locked for the starving pod-4", timeout=30)
+    await webhook_gating(kit, True)
     return owner
 
 
@@ -100,10 +103,14 @@ async def test_a_runtime_raised_after_the_grant_does_not_open_the_node_to_a_seco
         return pod if pod["spec"].get("nodeName") else None
     liar = await kit.wait_for(bound_liar, what="the liar backfilled onto the locked node", timeout=20)
     assert liar["spec"]["nodeName"] == NODE and liar["spec"]["activeDeadlineSeconds"] == 10, liar["spec"]
+    await asyncio.sleep(RESYNC_SECONDS)  # a plan has seen it bound
+    before = read_room((await kit.read_node(NODE))["metadata"]["annotations"].get(keys.BACKFILL_ROOM))
     await kit.raw("PATCH", f"/api/v1/namespaces/{kit.namespace}/pods/liar",
                   content_type="application/merge-patch+json",
                   body={"metadata": {"annotations": {keys.MAXIMUM_RUNTIME: "3h"}}})
     await asyncio.sleep(RESYNC_SECONDS)  # a plan has read the lie
+    after = read_room((await kit.read_node(NODE))["metadata"]["annotations"].get(keys.BACKFILL_ROOM))
+    assert before is not None and after == before, f"the room the webhook reads moved with the lie: {before} {after}"
     await kit.create_pod("second", {"cpu": "500m"}, annotations=opting_in("60s", None))
 
     async def let_go() -> dict | None:
@@ -120,8 +127,9 @@ async def test_seed_000_a_short_pod_backfills_the_draining_node_and_the_big_pod_
 
     short = await kit.create_pod("short", {"cpu": "1"}, annotations=opting_in("10s", "8s"))
     assert any(g["name"] == keys.BACKFILL_GATE for g in short["spec"].get("schedulingGates") or []), short["spec"]
+    # issue 30: a pod no locked node's room takes in time is not held at all: its wait is kube-scheduler's alone
     long = await kit.create_pod("long", {"cpu": "1"}, annotations=opting_in("10m", "8s"))
-    assert any(g["name"] == keys.BACKFILL_GATE for g in long["spec"].get("schedulingGates") or [])
+    assert not long["spec"].get("schedulingGates"), long["spec"]
 
     async def bound_short() -> dict | None:
         pod = await kit.read_pod("short")
@@ -246,7 +254,7 @@ class Story:
         self.backfilled: list[dict] = []  # pods other than pod-4 bound on the node while it was locked
 
 
-async def seed_000_story(kit: Kit, prefix: str) -> Story:
+async def seed_000_story(kit: Kit, prefix: str, backfill: bool) -> Story:
     node, story = f"{prefix}-node", Story()
     await kit.create_node(node, {"cpu": "3", "memory": "16Gi"})
     for i in (2, 3):
@@ -259,6 +267,8 @@ async def seed_000_story(kit: Kit, prefix: str) -> Story:
         return any(t["key"] == keys.LOCK and t.get("value") == owner
                    for t in (await kit.read_node(node))["spec"].get("taints") or [])
     await kit.wait_for(lock_held, what=f"{node} locked for {prefix}-pod-4", timeout=30)
+    if backfill:  # the stream is held for backfill once the agent has noted the lock's room and the webhook seen it
+        await webhook_gating(kit, True)
     began = time.monotonic()
     stream = iter(STREAM)
     due = next(stream, None)
@@ -302,16 +312,14 @@ async def test_seed_000_with_backfill_off_and_on_idle_locked_cpu_falls_and_pod_4
         kit: Kit, running: AgentProcess) -> None:
     await kit.create_node("spare", {"cpu": "100m", "memory": "1Gi"})  # one node alone locks nothing (90%)
     await configure(kit, STARVATION_CONFIG)  # backfill off: no namespace opts in
-    await webhook_gating(kit, False)
-    off = await seed_000_story(kit, "off")
+    off = await seed_000_story(kit, "off", backfill=False)
     assert off.backfilled == [], [p["metadata"]["name"] for p in off.backfilled]
     # the first run's node and pods go (its stream is still pending; its node, free again, would take the second's)
     await kit.raw("DELETE", f"/api/v1/namespaces/{kit.namespace}/pods")
     await kit.raw("DELETE", "/api/v1/nodes/off-node")
 
-    await configure(kit, BACKFILL_CONFIG)
-    await webhook_gating(kit, True)
-    on = await seed_000_story(kit, "on")
+    await configure(kit, BACKFILL_CONFIG)  # the stream's pods are held once the lock's room is noted (issue 30)
+    on = await seed_000_story(kit, "on", backfill=True)
     assert on.backfilled, "no short pod backfilled the draining node"
     for pod in on.backfilled:  # every backfilled pod carries the deadline that ends it in time, and was ended by it
         assert pod["spec"].get("activeDeadlineSeconds") == 10, pod["spec"]

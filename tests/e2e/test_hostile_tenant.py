@@ -279,6 +279,23 @@ async def _reserved_untouched(world: World, node: str, owner: str) -> None:
 
 # --- backfill.queues entered by naming a queue ---
 
+async def _lock_with_backfill_room(world: World, runs: int = 120) -> None:
+    """Node LOCKED (4 cpu) half full of a team-b pod that ends in `runs` s, and team-b's `big` needing all of it: the
+    agent locks LOCKED for big's job and notes 2 cpu of backfill room until the filler ends (issue 30: the webhook
+    holds a pod for backfill only where a locked node's room takes it in time)."""
+    await world.admin.create_node(LOCKED, {"cpu": "4", "memory": "16Gi"})
+    await spare_node(world.admin)
+    await world.team_b.create_pod("filler", {"cpu": "2"}, annotations={
+        keys.MAXIMUM_RUNTIME: f"{runs}s", COMPLETE_AFTER: f"{runs}s"})
+    await world.team_b.wait_pod("filler", lambda p: p["spec"].get("nodeName") == LOCKED, f"bound on {LOCKED}")
+    await world.team_b.create_pod("big", {"cpu": "4"})
+
+    async def room_noted() -> bool:
+        node = await world.admin.read_node(LOCKED)
+        return keys.BACKFILL_ROOM in (node["metadata"].get("annotations") or {})
+    await world.admin.wait_for(room_noted, what=f"{LOCKED} locked with its backfill room noted", timeout=30)
+
+
 async def test_backfill_queues_are_not_entered_by_naming_a_queue_bound_to_another_namespace(
         kit: Kit, backfill_queue_world: World) -> None:
     """backfill.queues names Queue gold, which the admin binds to team-b (reservoir.sh/namespaces). The tenant's pod
@@ -289,6 +306,7 @@ async def test_backfill_queues_are_not_entered_by_naming_a_queue_bound_to_anothe
         "metadata": {"name": GOLD, "annotations": {keys.QUEUE_NAMESPACES: TEAM_B}}, "spec": {"weight": 1}})
     assert created.get("kind") == "Queue", created
     world.queues.append(GOLD)
+    await _lock_with_backfill_room(world)
     opting_in = {keys.QUEUE_NAME: GOLD, keys.BACKFILL: "true", keys.MAXIMUM_RUNTIME: "60s"}
 
     def gated(pod: dict[str, Any]) -> bool:
@@ -643,9 +661,11 @@ OPTING_IN = {keys.BACKFILL: "true", keys.MAXIMUM_RUNTIME: "60s"}  # held on the 
 
 @pytest.fixture
 async def gate_flood_world(kit: Kit) -> AsyncIterator[World]:
-    """Backfill open to every namespace; starvation off, so the gate is all the agent plans for."""
-    async for world in _world(kit, QUEUE_CONFIG + f"backfill: {{namespaces: ['*'], margin: 5s, "
-                                                  f"maxGateWait: {GATE_WAIT}s}}\n"):
+    """Backfill open to every namespace, and a node locked for a starving team-b job with backfill room for ten
+    minutes (issue 30: without a lock whose room takes a pod, the webhook holds none)."""
+    async for world in _world(kit, STARVATION_CONFIG + f"backfill: {{namespaces: ['*'], margin: 5s, "
+                                                       f"maxGateWait: {GATE_WAIT}s}}\n"):
+        await _lock_with_backfill_room(world, runs=600)
         yield world
 
 
@@ -721,9 +741,11 @@ async def test_a_flood_of_older_gated_pods_keeps_no_other_tenants_pod_on_the_bac
     first_plan: dict[str, str] = {}
     lifted: list[tuple[str, float]] = []  # (pod, when), in the order the gates were lifted
     for record in records[back:]:
-        if record.get("decision") == "backfill-release":
+        # the writer's lines: a gate lifted unchanged, or lifted with the pod let onto the locked node (`until`: the
+        # grant's; the room takes two of these 1-cpu pods); the plan's own decisions come before them
+        if record.get("decision") == "backfill-release" or (record.get("decision") == "backfill" and "until" in record):
             lifted.append((record["pod"], _log_time(record)))
-        elif record.get("decision") == "release" and record.get("policy") == "backfill" and not lifted:
+        elif record.get("decision") in ("release", "backfill") and record.get("policy") == "backfill" and not lifted:
             first_plan[record["pod"]] = record.get("reason", "")
     theirs = [key for key in every if key.startswith(f"{TEAM_B}/")]
     flood_first = sum(1 for key in first_plan if key.startswith(f"{TEAM_A}/"))

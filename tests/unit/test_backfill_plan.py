@@ -14,9 +14,10 @@ from agent.planner.model import Lock, Plan
 from agent.planner.plan import plan
 from agent.writer import deadline_patch, narrow_patch
 from shared import keys
-from shared.backfill import Grant, grants_text, hold_refusal, pinned_to, read_grants
+from shared.backfill import Grant, Room, grants_text, hold_refusal, pinned_to, read_grants, read_room
 from shared.config import BackfillConfig, load_config
 from shared.entitlement import Grounds, entitlement, unentitled
+from shared.resources import Resources
 from shared.tolerations import lock_toleration
 from shared.views import NodeView, PodView
 from tests.builders import NOW, node, pod, snap
@@ -128,14 +129,14 @@ def test_a_pod_granted_earlier_and_not_bound_yet_keeps_its_room() -> None:
     result, _ = run([let_go, gated("second")], grants={"uid-first": grant})
     assert result.backfill.placed == ()
     assert "does not fit the room" in result.backfill.released[0].reason
-    assert "n1" not in result.node_marks, "the live grant stays as it is"
+    assert keys.BACKFILL_GRANTS not in result.node_marks.get("n1", {}), "the live grant stays as it is"
 
 
 def test_grants_of_pods_gone_or_finished_are_dropped() -> None:
     _, _, lock = seed_000([])
     gone = Grant("uid-gone", "ns/gone", lock.owner, NOW)
     result, _ = run([], grants={"uid-gone": gone})
-    assert result.node_marks["n1"] == {keys.BACKFILL_GRANTS: None}
+    assert result.node_marks["n1"][keys.BACKFILL_GRANTS] is None
 
 
 def test_without_the_switch_nothing_is_held_or_backfilled() -> None:
@@ -246,10 +247,10 @@ def test_a_grant_of_a_pod_still_gated_lasts_until_its_time_and_no_longer() -> No
     _, _, lock = seed_000([])
     live = Grant("uid-long", "ns/long", lock.owner, NOW + 15 * S)
     result, _ = run([gated("long", runtime="60s")], grants={"uid-long": live})
-    assert result.backfill.released and "n1" not in result.node_marks
+    assert result.backfill.released and keys.BACKFILL_GRANTS not in result.node_marks.get("n1", {})
     spent = Grant("uid-long", "ns/long", lock.owner, NOW - S)
     result, _ = run([gated("long", runtime="60s")], grants={"uid-long": spent})
-    assert result.node_marks["n1"] == {keys.BACKFILL_GRANTS: None}
+    assert result.node_marks["n1"][keys.BACKFILL_GRANTS] is None
 
 
 def test_a_pod_with_other_gates_or_a_huge_grace_period_is_let_go_and_nothing_breaks() -> None:
@@ -281,8 +282,16 @@ def new_pod(annotations: dict[str, str], **spec: Any) -> dict:
             "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}], **spec}}
 
 
+def roomy(name: str, room: dict[str, str], until: datetime, *, locked: bool = True) -> NodeView:
+    """A node the agent noted backfill room on (keys.BACKFILL_ROOM), carrying a lock unless `locked` is False."""
+    taints = [{"key": keys.LOCK, "value": "job-x", "effect": "NoSchedule"}] if locked else []
+    return NodeView.from_obj({"metadata": {"name": name, "annotations": {keys.BACKFILL_ROOM: Room(
+        Resources.parse(room), until).text()}}, "spec": {"taints": taints}, "status": {"allocatable": {"cpu": "8"}}})
+
+
 def test_the_webhook_gates_a_pod_that_opts_in_and_says_why_it_does_not() -> None:
-    lookup = Lookup(config=CONFIG)
+    now = datetime.now(UTC)
+    lookup = Lookup(config=CONFIG, nodes={"n1": roomy("n1", {"cpu": "2", "memory": "4Gi"}, now + timedelta(hours=1))})
     wants = {keys.BACKFILL: "true", keys.MAXIMUM_RUNTIME: "10m"}
     mutation = mutate_pod(new_pod(wants), "ns", lookup)
     assert {"op": "add", "path": "/spec/schedulingGates", "value": [{"name": keys.BACKFILL_GATE}]} in mutation.patch
@@ -296,8 +305,57 @@ def test_the_webhook_gates_a_pod_that_opts_in_and_says_why_it_does_not() -> None
         assert (warned is None and not mutation.warnings) or any(warned in w for w in mutation.warnings)
     assert not any("schedulingGates" in op["path"] for op in mutate_pod(new_pod(wants, nodeName="n1"), "ns",
                                                                         lookup).patch)
-    dry = Lookup(config=CONFIG.model_copy(update={"dry_run": True}))
+    dry = Lookup(config=CONFIG.model_copy(update={"dry_run": True}), nodes=lookup.nodes)
     assert not any("schedulingGates" in op["path"] for op in mutate_pod(new_pod(wants), "ns", dry).patch)
+
+
+def test_the_webhook_holds_a_pod_only_where_a_locked_nodes_room_takes_it_in_time() -> None:
+    """Issue 30: with no lock, or no lock whose room takes the pod before its needed-by time, the pod opting in is
+    let in ungated (no warning: nothing is wrong with it), and the log says why."""
+    now = datetime.now(UTC)
+    wants = {keys.BACKFILL: "true", keys.MAXIMUM_RUNTIME: "10m"}
+
+    def held(*nodes: NodeView, requests: dict[str, str] | None = None) -> bool:
+        pod = new_pod(wants)
+        pod["spec"]["containers"][0]["resources"]["requests"] = requests or {"cpu": "1"}
+        mutation = mutate_pod(pod, "ns", Lookup(config=CONFIG, nodes={n.name: n for n in nodes}))
+        gated = any("schedulingGates" in op["path"] for op in mutation.patch)
+        assert gated or "no locked node has room for it in time" in "; ".join(mutation.reasons), mutation.reasons
+        assert not mutation.warnings
+        return gated
+    hour = now + timedelta(hours=1)
+    assert not held(), "nothing locked"
+    assert not held(roomy("n1", {"cpu": "2"}, hour, locked=False)), "a note left on a node whose lock is gone"
+    assert not held(roomy("n1", {"cpu": "2"}, now + timedelta(minutes=9))), "ends after the room's until"
+    assert held(roomy("n1", {"cpu": "2"}, now + timedelta(minutes=11)))
+    assert not held(roomy("n1", {"cpu": "2"}, hour), requests={"cpu": "3"}), "too big for the room"
+    assert not held(roomy("n1", {"cpu": "2"}, hour), requests={"cpu": "1", "nvidia.com/gpu": "1"})
+    assert held(roomy("n1", {"cpu": "2"}, hour), roomy("n2", {"cpu": "4", "nvidia.com/gpu": "2"}, hour),
+                requests={"cpu": "1", "nvidia.com/gpu": "1"}), "the second node's room takes it"
+    unreadable = NodeView.from_obj({"metadata": {"name": "n3", "annotations": {keys.BACKFILL_ROOM: "{not json"}},
+                                    "spec": {"taints": [{"key": keys.LOCK, "value": "job-x", "effect": "NoSchedule"}]},
+                                    "status": {"allocatable": {"cpu": "8"}}})
+    assert unreadable.backfill_room is None and not held(unreadable)
+    for text in ('{"room": {"cpu": "x"}, "until": "2026-01-01T00:00:00Z"}', '{"room": {"cpu": "1"}, "until": 5}',
+                 '{"room": [], "until": "2026-01-01T00:00:00Z"}', '{"room": {"cpu": "1"}, "until": "99999-01-01"}',
+                 "[]", ""):
+        assert read_room(text) is None, text
+
+
+def test_the_agent_notes_each_slots_room_until_its_needed_by_time_less_the_margin() -> None:
+    """Seed 000 at Time2: n1 has 1 cpu idle until pod-4 fits at +40 s; with the 5 s margin the room lasts until +35 s.
+    The note is written once (not again while it holds) and removed when the lock goes."""
+    result, lock = run([])
+    room = read_room(result.node_marks["n1"][keys.BACKFILL_ROOM])
+    assert room == Room(Resources.parse({"cpu": "1", "memory": "14Gi"}), NOW + 35 * S), room
+    nodes, pods, _ = seed_000([])
+    noted = replace(nodes[0], backfill_room=room)
+    again = plan(snap([noted], pods, spare=1), CONFIG, NOW)
+    assert keys.BACKFILL_ROOM not in again.node_marks.get("n1", {}), "unchanged: not rewritten"
+    gone = plan(snap([replace(noted, taints=(), labels={}, annotations={})], pods[:2], spare=1), CONFIG, NOW)
+    assert gone.node_marks["n1"][keys.BACKFILL_ROOM] is None
+    off = plan(snap([noted], pods, spare=1), CONFIG.model_copy(update={"dry_run": True}), NOW)
+    assert off.node_marks["n1"][keys.BACKFILL_ROOM] is None
 
 
 # --- the writer's patches ---

@@ -395,3 +395,21 @@ def test_gpu_allocation_is_averaged_over_the_arrival_window_when_given() -> None
     whole = report.Arm("slow", [], samples, 10, [], 400.0)
     assert report.gpu_allocation(whole) == pytest.approx(0.2)
     assert report.gpu_allocation(report.Arm("slow", [], samples, 10, [], 400.0, window=100.0)) == pytest.approx(0.5)
+
+
+def test_locks_are_charged_to_the_class_they_were_held_for_with_the_gpus_they_left_idle() -> None:
+    """A lock on an 8-GPU node held from 0 to 10 s for an 8-GPU pod, a 2-GPU pod running there from 2 to 6 s (and one
+    bound elsewhere, which counts nothing): 8 x 10 - 2 x 4 = 72 idle GPU-seconds; a 1-GPU pod's lock still held when
+    the arm ended counts to the last moment the arm saw."""
+    records = [PodRecord("big", "8 GPU", 8, 0.0, 10.0, None, "n8", False),
+               PodRecord("mid", "2 GPU", 2, 1.0, 2.0, 6.0, "n8", False),
+               PodRecord("away", "2 GPU", 2, 1.0, 2.0, 8.0, "n1", False),
+               rec("small", "1 GPU", 0.0, None)]
+    result = arm("starvation", records)
+    result.locks = [report.LockSpan("n8", "8 GPU", 0.0, 10.0), report.LockSpan("n1", "1 GPU", 8.0, None)]
+    result.node_gpus = {"n8": 8, "n1": 4}
+    rows = {row["class"]: row for row in report.lock_rows(result)}
+    assert rows["8 GPU"] == {"class": "8 GPU", "locks": 1, "node_seconds": 10.0, "idle_gpu_seconds": 72.0}
+    assert rows["1 GPU"]["locks"] == 1 and rows["1 GPU"]["idle_gpu_seconds"] == 4 * rows["1 GPU"]["node_seconds"]
+    assert list(rows) == ["1 GPU", "8 GPU"], "in the README's order of classes"
+    assert "8 GPU 1 locks, 10 node-s, 72 idle GPU-s" in report.table([result])
