@@ -30,7 +30,7 @@ from shared.config import ReservoirConfig
 from shared.duration import format_duration
 from shared.entitlement import Grounds, entitlement
 from shared.logs import printable
-from shared.ownership import JobRef
+from shared.ownership import JobRef, pod_queue
 from shared.timestamps import parse_time, stamp
 from shared.tolerations import tolerates_exclusive, tolerates_lock
 from shared.views import PodGroupView, PodView, QueueView, ReservationView
@@ -79,7 +79,9 @@ def explain(pod: Mapping[str, Any], *, podgroup: PodGroupView | None, queue: Que
     ref = JobRef(*view.job)
     queues = {queue.name: queue} if queue is not None else {}
     jobs = build_jobs(Snapshot(pods=[view], podgroups=podgroups, queues=queues))
-    queue_name = jobs[0].queue if jobs else (podgroup.queue if podgroup is not None and podgroup.queue else "")
+    # the queue the pod names (its job's is NO_QUEUE when no such Queue exists or it does not admit the namespace)
+    queue_name = pod_queue(view, podgroups) if jobs else (podgroup.queue if podgroup is not None and podgroup.queue
+                                                          else "")
     plan = freshness(published, now, where)
     answer: dict[str, Any] = {"pod": view.key, "job": ref.full_name, "owner": ref.owner_id, "queue": queue_name or None,
                               "covered": False, "reason": "", "explanation": "", "nodes": [], "tolerates": None,

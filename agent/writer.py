@@ -48,7 +48,13 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from agent.planner.backfill import moved
-from agent.planner.guarantee import ALWAYS_PROTECTED_NAMESPACES, Witnesses, never_evicted, protected_namespaces
+from agent.planner.guarantee import (
+    ALWAYS_PROTECTED_NAMESPACES,
+    Witnesses,
+    eviction_grace,
+    never_evicted,
+    protected_namespaces,
+)
 from agent.planner.model import (
     Backfill,
     BackfillPlan,
@@ -298,9 +304,14 @@ def allocated_annotation_patch(reservation: str, name: str = "", uid: str = "") 
                                              name or reservation, uid)}}}
 
 
-def eviction_body(namespace: str, name: str) -> dict[str, Any]:
-    """A policy/v1 Eviction of one pod (its PodDisruptionBudgets apply)."""
-    return {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
+def eviction_body(namespace: str, name: str, grace: int | None = None) -> dict[str, Any]:
+    """A policy/v1 Eviction of one pod (its PodDisruptionBudgets apply), with `grace` seconds to stop when given
+    (guarantee.eviction_grace; a pod being deleted with a longer grace period has it shortened)."""
+    body: dict[str, Any] = {"apiVersion": "policy/v1", "kind": "Eviction",
+                            "metadata": {"name": name, "namespace": namespace}}
+    if grace is not None:
+        body["deleteOptions"] = {"gracePeriodSeconds": grace}
+    return body
 
 
 def event_body(name: str, reason: str, message: str, *, now: datetime, component: str, kind: str = "Node",
@@ -368,7 +379,9 @@ def evict_refused(key: str, pods: Mapping[str, PodView] | None, protected: Colle
     if pods is None:
         return f"namespace {namespace} is protected" if namespace in protected else None
     pod = pods.get(key)
-    return "not in the snapshot the plan was made from" if pod is None else never_evicted(pod, protected, witnesses)
+    if pod is None:
+        return "not in the snapshot the plan was made from"
+    return never_evicted(pod, protected, witnesses, datetime.now(UTC))
 
 
 def _split(key: str) -> tuple[str, str]:
@@ -543,11 +556,13 @@ class Writer:
             # the lock written for it, so the next plan cannot claim the pod again
             await self.write_reservations(result.reservations, snapshot.reservations)
             await self.apply(result.locks, current, result.node_marks, snapshot=snapshot)
+            # before any pod write a tenant's pods can multiply (repairs, handovers, backfills): they keep owners'
+            # promises, the rest can wait
+            await self.cut_deadlines(result.backfill.cuts)
             await self.repair(result.repairs)
             await self.write_placeholders(result.placeholders,
                                           [p for p in snapshot.pods if placeholder_of(p) is not None])
             await self.handovers(result.handovers)
-            await self.cut_deadlines(result.backfill.cuts)  # first: they keep owners' promises, releases can wait
             await self.backfills(result.backfill)
             await self.estimates(result.backfill.estimate_marks)
             pods = {p.key: p for p in snapshot.pods} if any(g.evict for g in result.guarantees) else {}
@@ -919,12 +934,13 @@ class Writer:
         if self.on_backfill_gate is not None and waited is not None:
             self.on_backfill_gate(outcome, waited)
 
-    async def evict(self, namespace: str, name: str) -> str:
-        """Ask the Eviction API to evict a pod (PodDisruptionBudgets apply). Returns "evicted", "gone", or "blocked"
-        (429: a budget forbids it now; the caller tries again on a later reconcile)."""
+    async def evict(self, namespace: str, name: str, grace: int | None = None) -> str:
+        """Ask the Eviction API to evict a pod (PodDisruptionBudgets apply), with `grace` seconds to stop when given.
+        Returns "evicted", "gone", or "blocked" (429: a budget forbids it now; the caller tries again on a later
+        reconcile)."""
         try:
             await self._send("POST", resource_path("v1", "pods", name, namespace, "eviction"),
-                             eviction_body(namespace, name))
+                             eviction_body(namespace, name, grace))
             return "evicted"
         except NotFound:
             return "gone"
@@ -977,7 +993,8 @@ class Writer:
                 if not self.evictions.allows():
                     deferred.append(key)
                     continue
-                await self._evict_one(key, name)
+                pod = pods.get(key) if pods is not None else None
+                await self._evict_one(key, name, eviction_grace(pod) if pod is not None else None)
         if deferred:
             self.retry_after = self.evictions.retry_after()
             decision(log, "evict-deferred", level=logging.WARNING, policy="queue", pods=deferred,
@@ -986,11 +1003,11 @@ class Writer:
             if self.on_deferred is not None:
                 self.on_deferred(len(deferred))
 
-    async def _evict_one(self, key: str, queue: str) -> None:
+    async def _evict_one(self, key: str, queue: str, grace: int | None = None) -> None:
         """One `Guaranteed` eviction, counted in the per-minute window when the Eviction API accepts it."""
         namespace, pod = _split(key)
         try:
-            evicted = await self.evict(namespace, pod)
+            evicted = await self.evict(namespace, pod, grace)
         except ApiException as err:
             self._failed()
             if self.on_evicted is not None:

@@ -147,12 +147,21 @@ def admitted_queue(queue: str, queues: Mapping[str, QueueView], namespace: str) 
     return queue if queue_admits(queues.get(queue), namespace) else None
 
 
+def honoured_queue(named: str, queues: Mapping[str, QueueView], namespace: str) -> str | None:
+    """The queue a pod of `namespace` naming `named` is of for the planner's queue order and usage and for backfill's
+    `queues` (the webhook's gate and the agent's decision alike): `admitted_queue`, when a Queue of that name exists
+    or it is the default queue (Volcano's, assumed when absent); None when the Queue does not admit the namespace,
+    or no Queue has that name (issue 29: such a name would otherwise be a queue of its own with no usage, ranked
+    ahead of every real one, and a tenant-sized entry in the published status). The pod then counts for no queue."""
+    if named not in queues and named != keys.DEFAULT_QUEUE:
+        return None
+    return admitted_queue(named, queues, namespace)
+
+
 def pods_queue(pod: PodView, podgroups: Mapping[tuple[str, str], PodGroupView],
                queues: Mapping[str, QueueView]) -> str | None:
-    """The queue a pod is of for every policy (`admitted_queue` of the queue it names, shared.ownership.pod_queue):
-    its job's place in queue order, its queue's usage and guarantee, backfill's and windows' `queues`; None when the
-    Queue it names does not admit its namespace (the pod then counts for no queue)."""
-    return admitted_queue(pod_queue(pod, podgroups), queues, pod.namespace)
+    """`honoured_queue` of the queue a pod view names (shared.ownership.pod_queue)."""
+    return honoured_queue(pod_queue(pod, podgroups), queues, pod.namespace)
 
 
 def daemonset_exemption(meta: Mapping[str, Any], namespace: str,

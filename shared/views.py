@@ -378,6 +378,8 @@ class PodView:
     active_deadline: int | None = None
     # kube-scheduler found no node for it since then (condition PodScheduled False, reason Unschedulable); None else
     unschedulable_since: datetime | None = None
+    # metadata.deletionTimestamp: when a graceful deletion under way ends (its grace period counted in); None else
+    deletion_deadline: datetime | None = None
 
     @classmethod
     @_readable("Pod")
@@ -429,6 +431,7 @@ class PodView:
                                               "spec.terminationGracePeriodSeconds", 30)),
             active_deadline=_integer(spec.get("activeDeadlineSeconds"), "spec.activeDeadlineSeconds", 0) or None,
             unschedulable_since=_unschedulable_since(status),
+            deletion_deadline=_time(meta.get("deletionTimestamp"), "metadata.deletionTimestamp"),
         )
 
     @property

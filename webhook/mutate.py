@@ -14,7 +14,7 @@ from typing import Any
 
 from shared import keys
 from shared.backfill import declared_runtime, hold_refusal
-from shared.entitlement import Entitlement, admitted_queue, entitlement
+from shared.entitlement import Entitlement, admitted_queue, entitlement, honoured_queue
 from shared.jsonpatch import Op, add, pointer
 from shared.keys import LockKind, owner_kind
 from shared.ownership import (
@@ -252,7 +252,7 @@ def backfill_gate(spec: Mapping[str, Any], annotations: Mapping[str, str], podgr
         return [], ""
     group_annotations = podgroup.annotations if podgroup is not None else {}
     why = hold_refusal(annotations, group_annotations, namespace=namespace,
-                       queue=admitted_queue(queue, lookup.grounds.queues, namespace), config=config.backfill)
+                       queue=honoured_queue(queue, lookup.grounds.queues, namespace), config=config.backfill)
     if why is not None:
         if why:
             warnings.append(why)

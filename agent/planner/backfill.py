@@ -70,7 +70,7 @@ from agent.planner.model import (
     ReservationStatus,
     StartEstimate,
 )
-from agent.planner.policy import merged_marks
+from agent.planner.policy import fair_share, merged_marks
 from agent.planner.reservations import pod_meta
 from agent.planner.reserve import maximum_runtime, pod_group
 from shared import keys
@@ -422,20 +422,6 @@ def plan_backfill(*, pods: Sequence[PodView], nodes: Mapping[str, NodeView], sta
                         marks=merged_marks(grant_marks(nodes, by_uid, chosen.placed, now), rooms), slots=tuple(slots),
                         notes=tuple(notes),
                         estimates=estimates, estimate_marks=marks_of_estimates, cuts=cuts)
-
-
-def fair_share(gated: Sequence[PodView], count: int) -> list[PodView]:
-    """The `count` gated pods one plan decides when more wait: in turns across namespaces, each namespace's oldest
-    first (the k-th oldest of every namespace before any namespace's (k+1)-th; ties by creation, then key), so one
-    tenant's flood of older pods does not keep every other tenant's on the gate. Returned oldest first."""
-    rank: dict[str, int] = {}
-    turns = []
-    for pod in sorted(gated, key=lambda p: (p.created, p.key)):
-        turn = rank.get(pod.namespace, 0)
-        rank[pod.namespace] = turn + 1
-        turns.append((turn, pod.created, pod.key, pod))
-    chosen = [pod for *_, pod in sorted(turns, key=lambda t: t[:3])[:count]]
-    return sorted(chosen, key=lambda p: (p.created, p.key))
 
 
 def open_fits(candidates: Sequence[Candidate], states: Mapping[str, NodeState],

@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from fractions import Fraction
 
 from agent.planner.capacity import NodeState, schedulable
@@ -324,6 +324,10 @@ def queue_locks(seat: QueueSeat, *, chosen: Option, current: Mapping[str, Lock],
 ALWAYS_PROTECTED_NAMESPACES = keys.SYSTEM_NAMESPACES
 SYSTEM_CRITICAL_PRIORITY = 2_000_000_000  # system-cluster-critical; system-node-critical is 2000001000
 SYSTEM_CRITICAL_CLASSES = frozenset(("system-cluster-critical", "system-node-critical"))
+# issue 29: an eviction gives a pod at most this long to stop (its own terminationGracePeriodSeconds when shorter),
+# and a pod being deleted is spared only while its deletion ends within it: a pod whose grace period is years long
+# (a container that ignores SIGTERM) would otherwise hold a `Guaranteed` queue's node, spared as "being deleted"
+MAX_EVICTION_GRACE = timedelta(minutes=5)
 
 
 def protected_namespaces(config: ReservoirConfig) -> frozenset[str]:
@@ -361,13 +365,13 @@ class Witnesses:
                    and self.daemonsets.get((pod.namespace, o.name)) == o.uid for o in pod.owners)
 
 
-def never_evicted(pod: PodView, protected: Collection[str], witnesses: Witnesses) -> str | None:
+def never_evicted(pod: PodView, protected: Collection[str], witnesses: Witnesses, now: datetime) -> str | None:
     """Guard rail (issue 10): why `pod` must not be evicted, or None when it may be: in a protected namespace, a
     kubelet's mirror pod, a DaemonSet's pod (it would come back), at system-critical priority (>= 2000000000 or a
-    system-*-critical class), or being deleted already. The planner leaves such pods out; the writer checks again
-    before each eviction. A mirror annotation or a DaemonSet reference is believed only as `witnesses` confirm it
-    (issue 29: a tenant's pod claiming either is judged as any pod; its priority is kept to its own by the
-    critical-priority policy)."""
+    system-*-critical class), or being deleted already and gone within MAX_EVICTION_GRACE of `now`. The planner
+    leaves such pods out; the writer checks again before each eviction. A mirror annotation or a DaemonSet reference
+    is believed only as `witnesses` confirm it (issue 29: a tenant's pod claiming either is judged as any pod; its
+    priority is kept to its own by the critical-priority policy)."""
     if pod.namespace in protected:
         return f"namespace {pod.namespace} is protected"
     if witnesses.kubelets_mirror(pod):
@@ -376,9 +380,14 @@ def never_evicted(pod: PodView, protected: Collection[str], witnesses: Witnesses
         return "DaemonSet pod"
     if pod.priority >= SYSTEM_CRITICAL_PRIORITY or pod.priority_class_name in SYSTEM_CRITICAL_CLASSES:
         return "system-critical priority"
-    if pod.deleting:
+    if pod.deleting and (pod.deletion_deadline is None or pod.deletion_deadline <= now + MAX_EVICTION_GRACE):
         return "being deleted already"
     return None
+
+
+def eviction_grace(pod: PodView) -> int:
+    """The grace period, in seconds, an eviction gives `pod`: its own, at most MAX_EVICTION_GRACE."""
+    return min(pod.termination_grace, int(MAX_EVICTION_GRACE.total_seconds()))
 
 
 def guaranteed_evictions(seat: QueueSeat, *, nodes: Sequence[str], context: PlanContext) -> tuple[str, ...]:
@@ -390,12 +399,13 @@ def guaranteed_evictions(seat: QueueSeat, *, nodes: Sequence[str], context: Plan
     if seat.guarantee.policy != "Guaranteed":
         return ()
     snapshot, states = context.snapshot, seat.cluster.states
-    grounds = Grounds(podgroups=snapshot.podgroups, queues=snapshot.queues, config=context.config)
+    grounds = Grounds(podgroups=snapshot.podgroups, queues=snapshot.queues, daemonsets=snapshot.daemonsets,
+                      config=context.config)
     protected = protected_namespaces(context.config)
     witnesses = Witnesses.of(snapshot)
     evict: list[str] = []
     for name in nodes:
-        evict += sorted(p.key for p in states[name].pods if never_evicted(p, protected, witnesses) is None
+        evict += sorted(p.key for p in states[name].pods if never_evicted(p, protected, witnesses, context.now) is None
                         and not spared(p, seat.owner, grounds))
     return tuple(evict)
 

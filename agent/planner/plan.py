@@ -98,7 +98,7 @@ def plan_backfill_of(context: PlanContext, locks: Mapping[str, Lock], statuses: 
                                     now=context.now, by_uid=by_uid, window_starts=window_starts,
                                     window_tasks=window_tasks, waiting_reservations=waiting)
     grounds = Grounds(podgroups=snapshot.podgroups, queues=snapshot.queues, reservations=snapshot.reservations,
-                      config=context.config)
+                      daemonsets=snapshot.daemonsets, config=context.config)
     return plan_backfill(pods=snapshot.pods, nodes=snapshot.nodes, states=context.states, locks=locks,
                          config=context.config, now=context.now, podgroups=snapshot.podgroups, grounds=grounds,
                          slots=slots, already=already)

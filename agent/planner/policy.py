@@ -31,6 +31,7 @@ from agent.planner.reserve import RuntimeMemo
 from shared.config import ReservoirConfig
 from shared.keys import LockKind
 from shared.resources import Resources
+from shared.views import PodView
 
 NodeMarks = Mapping[str, Mapping[str, str | None]]  # node -> annotation -> text to write (None: remove)
 
@@ -152,3 +153,17 @@ def merged_marks(*marks: NodeMarks) -> dict[str, dict[str, str | None]]:
         for node, wanted in source.items():
             out.setdefault(node, {}).update(wanted)
     return out
+
+
+def fair_share(gated: Sequence[PodView], count: int) -> list[PodView]:
+    """The `count` gated pods one plan decides when more wait: in turns across namespaces, each namespace's oldest
+    first (the k-th oldest of every namespace before any namespace's (k+1)-th; ties by creation, then key), so one
+    tenant's flood of older pods does not keep every other tenant's on the gate. Returned oldest first."""
+    rank: dict[str, int] = {}
+    turns = []
+    for pod in sorted(gated, key=lambda p: (p.created, p.key)):
+        turn = rank.get(pod.namespace, 0)
+        rank[pod.namespace] = turn + 1
+        turns.append((turn, pod.created, pod.key, pod))
+    chosen = [pod for *_, pod in sorted(turns, key=lambda t: t[:3])[:count]]
+    return sorted(chosen, key=lambda p: (p.created, p.key))

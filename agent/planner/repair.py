@@ -13,9 +13,8 @@ A pod is owed the toleration of an owner's lock when, in this plan, the lock is 
 - it is an unbound, unfinished pod of a queue (shared.ownership: its PodGroup's `spec.queue`, else its
   `scheduling.volcano.sh/queue-name`, else `default`) whose guarantee holds a lock (seed 002), as far as the Queue's
   `reservoir.sh/namespaces` lets the pod in.
-Entitlement is read from the grounds of `grounds_of` (the snapshot's PodGroups, Queues and Reservations, the config);
-its DaemonSets are an empty mapping for now (the agent does not watch DaemonSets), so a DaemonSet's pod is exempt
-only as a BestEffort pod or by a trusted namespace.
+Entitlement is read from the grounds of `grounds_of` (the snapshot's PodGroups, Queues, Reservations and DaemonSets,
+the config), as the webhook reads them: a DaemonSet's pod is exempt when its DaemonSet exists with that uid.
 
 Besides: a pending pod of a DaemonSet in a namespace the webhook skips (kube-system, Reservoir's own) whose required
 node affinity names a node (matchFields metadata.name In [node], as the DaemonSet controller writes it) that this plan
@@ -54,15 +53,14 @@ SKIPPED_NAMESPACES = keys.SYSTEM_NAMESPACES  # the webhook configurations' names
 def grounds_of(snapshot: Snapshot | None, config: ReservoirConfig | None, *,
                reservations: Mapping[str, ReservationView] | None = None,
                windows: Sequence[WindowConfig] | None = None) -> Grounds:
-    """Entitlement's grounds in the planner: the snapshot's PodGroups, Queues and Reservations and the config;
-    DaemonSets an empty mapping (not watched by the agent: no pod is exempt as a DaemonSet's here). Without a
-    snapshot or config, what is given instead (`reservations`, `windows` on the default config)."""
+    """Entitlement's grounds in the planner: the snapshot's PodGroups, Queues, Reservations and DaemonSets and the
+    config. Without a snapshot or config, what is given instead (`reservations`, `windows` on the default config)."""
     if config is None:
         config = ReservoirConfig().model_copy(update={"windows": list(windows or ())})
     if snapshot is None:
         return Grounds(reservations=reservations or {}, config=config)
     return Grounds(podgroups=snapshot.podgroups, queues=snapshot.queues, reservations=snapshot.reservations,
-                   daemonsets={}, config=config)
+                   daemonsets=snapshot.daemonsets, config=config)
 
 
 def plan_repairs(*, jobs: Sequence[Job], pods: Sequence[PodView], locks: Mapping[str, Lock],

@@ -80,7 +80,7 @@ from typing import Any
 from agent.planner.capacity import FOREVER, NodeState, schedulable, time_to_fit
 from agent.planner.displacement import may_take
 from agent.planner.model import Handover, Lock, Placeholder, ReservationStatus, koordinator_allocated
-from agent.planner.policy import PlanContext, Policy, PolicyResult, Statuses, earliest, kept_since
+from agent.planner.policy import PlanContext, Policy, PolicyResult, Statuses, earliest, fair_share, kept_since
 from shared import keys
 from shared.keys import LockKind
 from shared.ownership import reservation_owner_id
@@ -306,15 +306,28 @@ class Turn:
     wake_at: datetime | None = None
 
 
+# issue 29: the most pods on the handover gate one plan decides (each is claimed against every Reservation, and
+# each decision is a write); anyone may write the gate on their own pods, so more are taken in turns across
+# namespaces (policy.fair_share), the rest in the next plans
+MAX_HANDOVER_DECISIONS = 200
+
+
 def plan_reservations(*, context: PlanContext) -> PolicyResult:
     """Seed 003: placeholders, handovers, locks and statuses for every Reservation (oldest first); drain locks at most
     `context.budget` nodes."""
     config, snapshot = context.config.reservations, context.snapshot
     gated = sorted((p for p in snapshot.pods if p.handover_gated and not p.node_name and not p.is_terminal
                     and not p.deleting), key=lambda p: (p.created, p.key))
+    deferred: list[str] = []
+    if len(gated) > MAX_HANDOVER_DECISIONS:  # anyone may write the gate on their pods: a flood is decided in turns
+        deferred.append(f"decision=defer pods={len(gated) - MAX_HANDOVER_DECISIONS} reason=more than "
+                        f"{MAX_HANDOVER_DECISIONS} pods on the handover gate: decided fairly across namespaces, the "
+                        "rest wait for the next plan")
+        gated = fair_share(gated, MAX_HANDOVER_DECISIONS)
     if not (config.enabled and snapshot.reservations):
         why = "Reservations are disabled" if not config.enabled else "no Reservation"
-        return PolicyResult(statuses=Statuses(handovers=tuple(ungate(p, why) for p in gated)))
+        return PolicyResult(statuses=Statuses(handovers=tuple(ungate(p, why) for p in gated)),
+                            notes=tuple(deferred))
     by_uid = {p.uid: p for p in snapshot.pods if p.uid}
     standing: dict[str, list[PodView]] = {}
     for pod in snapshot.pods:
@@ -335,6 +348,7 @@ def plan_reservations(*, context: PlanContext) -> PolicyResult:
                 if r.node_name and r.phase not in TERMINAL_PHASES and r.node_name in shared.states}
     recorded = {p.uid for h in holdings.values() for p in h.bound + h.in_flight}
     handovers, notes = claim([p for p in gated if p.uid not in recorded], holdings, shared)
+    notes = deferred + notes
     locks: dict[str, Lock] = {}
     statuses: list[ReservationStatus] = []
     placeholders: list[Placeholder] = []

@@ -107,7 +107,8 @@ def reserve_pods(context: PlanContext) -> list[ReservePod]:
     computed once per plan for all windows. Entitlement is the one rule (shared.entitlement) the webhook and repair
     apply: a reserve pod of a window only as far as the window's `namespaces` and `queues` let it in."""
     snapshot = context.snapshot
-    grounds = Grounds(podgroups=snapshot.podgroups, queues=snapshot.queues, config=context.config)
+    grounds = Grounds(podgroups=snapshot.podgroups, queues=snapshot.queues, daemonsets=snapshot.daemonsets,
+                      config=context.config)
     window_ids = {window_owner_id(window.name) for window in context.config.windows}
     out = []
     for pod in snapshot.pods:

@@ -6,7 +6,13 @@ from __future__ import annotations
 from datetime import timedelta
 
 from agent.planner.backfill import MAX_DECISIONS, fair_share
+from agent.planner.plan import plan
+from agent.planner.reservations import MAX_HANDOVER_DECISIONS
+from shared import keys
 from shared.config import load_config
+from shared.timestamps import stamp
+from shared.views import PodView
+from tests.builders import NOW, node, snap
 from tests.unit.test_backfill_plan import gated, run
 
 S = timedelta(seconds=1)
@@ -59,3 +65,22 @@ def test_pods_past_max_gate_wait_are_let_go_a_bounded_batch_a_plan_in_turns() ->
     released = {f"{r.namespace}/{r.name}" for r in result.backfill.released}
     assert len(released) == MAX_OVERDUE_RELEASES and "team-b/mine" in released
     assert any(f"decision=defer pods=51" in n for n in result.notes), result.notes
+
+
+def test_a_flood_of_handover_gates_is_decided_in_turns_a_bounded_batch_at_a_time() -> None:
+    """Anyone may write Reservoir's handover gate on their own pods: one plan decides at most MAX_HANDOVER_DECISIONS
+    of them (each is claimed against every Reservation, and each decision is a write), in turns across namespaces, so
+    a flood of older ones keeps no other tenant's owner waiting behind it."""
+    def handover_gated(name: str, ns: str, age: timedelta) -> PodView:
+        return PodView.from_obj({
+            "metadata": {"name": name, "namespace": ns, "uid": f"uid-{ns}-{name}",
+                         "creationTimestamp": stamp(NOW - age)},
+            "spec": {"schedulingGates": [{"name": keys.HANDOVER_GATE}],
+                     "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
+            "status": {"phase": "Pending"}})
+    flood = [handover_gated(f"f-{i}", "flood", (900 - i) * S) for i in range(MAX_HANDOVER_DECISIONS + 50)]
+    theirs = [handover_gated(f"b-{i}", "team-b", S) for i in range(2)]
+    result = plan(snap([node("n1")], [*flood, *theirs], spare=1), CONFIG, NOW)  # no Reservation: every one ungated
+    decided = {f"{h.namespace}/{h.name}" for h in result.handovers}
+    assert len(decided) == MAX_HANDOVER_DECISIONS and {"team-b/b-0", "team-b/b-1"} <= decided
+    assert any("more than" in note and "handover gate" in note for note in result.notes)

@@ -24,6 +24,7 @@ from reservoir import cli
 from shared import keys
 from shared.kube import KubeconfigError, new_api_client, resolve_kubeconfig
 from shared.resources import Resources
+from shared.views import QueueView
 from shared.watchcache import Skipped
 from tests.builders import CONFIG, NOW, node, pod, snap
 
@@ -183,10 +184,12 @@ def status_args(snapshot_: Any = None) -> tuple[Any, Any, list[Skipped], Any]:
 
 
 def competing() -> Any:
-    """Two queues with a pending pod each: the plan scores them (QueueScoreOrder)."""
+    """Two queues with a pending pod each: the plan scores them (QueueScoreOrder). Queue `other` exists (a name no
+    Queue backs is no queue of its own: shared.entitlement.honoured_queue)."""
     other = replace(pod("other", "8", age=timedelta(minutes=10)), annotations={keys.QUEUE_NAME: "other"})
     base = snapshot()
-    return replace(base, pods=[*base.pods, other])
+    queue = QueueView.from_obj({"metadata": {"name": "other", "uid": "q-other"}, "spec": {"weight": 1}})
+    return replace(base, pods=[*base.pods, other], queues={"other": queue})
 
 
 def camel(key: str) -> bool:

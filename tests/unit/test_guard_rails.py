@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from agent.planner.capacity import control_plane, schedulable
-from agent.planner.guarantee import Witnesses, never_evicted, protected_namespaces
+from agent.planner.guarantee import Witnesses, eviction_grace, never_evicted, protected_namespaces
 from agent.planner.model import Lock, Snapshot
 from agent.planner.plan import plan, plan_context
-from agent.writer import EvictionBudget
+from agent.writer import EvictionBudget, eviction_body
 from shared import keys
 from shared.config import ConfigError, ReservoirConfig, load_config
 from shared.keys import LockKind
@@ -47,16 +47,16 @@ def node(name: str, cpu: str = "4", *, labels: dict[str, str] | None = None, rea
 def pod(name: str, cpu: str = "1", *, ns: str = "team", node_name: str = "", priority: int = 0,
         priority_class: str = "", annotations: dict[str, str] | None = None,
         owners: list[dict[str, Any]] | None = None, deleting: bool = False, labels: dict[str, str] | None = None,
-        age: timedelta = timedelta(minutes=5)) -> PodView:
+        age: timedelta = timedelta(minutes=5), deleted_in: timedelta = timedelta(0), grace: int = 30) -> PodView:
     meta: dict[str, Any] = {"name": name, "namespace": ns, "uid": f"uid-{ns}-{name}",
                             "annotations": dict(annotations or {}), "labels": dict(labels or {}),
                             "ownerReferences": list(owners or []), "creationTimestamp": stamp(NOW - age)}
     if deleting:
-        meta["deletionTimestamp"] = stamp(NOW)
+        meta["deletionTimestamp"] = stamp(NOW + deleted_in)
     status: dict[str, Any] = {"phase": "Running" if node_name else "Pending"}
     if node_name:
         status["startTime"] = stamp(NOW - age)
-    spec: dict[str, Any] = {"nodeName": node_name, "priority": priority,
+    spec: dict[str, Any] = {"nodeName": node_name, "priority": priority, "terminationGracePeriodSeconds": grace,
                             "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}]}
     if priority_class:
         spec["priorityClassName"] = priority_class
@@ -141,12 +141,23 @@ def test_without_the_agents_namespace_in_the_config_its_pods_would_be_evictable(
     ({"priority": 2_000_001_000}, "system-critical priority"),
     ({"priority_class": "system-cluster-critical"}, "system-critical priority"),
     ({"deleting": True}, "being deleted already"),
+    ({"deleting": True, "deleted_in": timedelta(minutes=5)}, "being deleted already"),
+    # issue 29: a grace period of years (a container ignoring SIGTERM) spares nothing: evicted again, with less
+    ({"deleting": True, "deleted_in": timedelta(minutes=5, seconds=1)}, None),
     ({"priority": 1_999_999_999}, None),
     ({"owners": [{"kind": "ReplicaSet", "name": "web", "uid": "rs", "controller": True}]}, None),
 ])
 def test_never_evicted_names_the_guard_rail(kw: dict[str, Any], why: str | None) -> None:
     witnesses = Witnesses.of(snapshot([node("n1")], []))
-    assert never_evicted(pod("p", node_name="n1", **kw), protected_namespaces(ReservoirConfig()), witnesses) == why
+    assert never_evicted(pod("p", node_name="n1", **kw), protected_namespaces(ReservoirConfig()), witnesses,
+                         NOW) == why
+
+
+def test_an_eviction_gives_a_pod_its_own_grace_period_up_to_five_minutes() -> None:
+    assert eviction_grace(pod("p", grace=0)) == 0 and eviction_grace(pod("p", grace=30)) == 30
+    assert eviction_grace(pod("p", grace=2_000_000_000)) == 300
+    assert eviction_body("ns", "p", 300)["deleteOptions"] == {"gracePeriodSeconds": 300}
+    assert "deleteOptions" not in eviction_body("ns", "p")
 
 
 # --- nodes never locked, and not in the cap's base ---

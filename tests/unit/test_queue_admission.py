@@ -12,7 +12,7 @@ from agent.planner.ordering import order_jobs, score_queues
 from shared import keys
 from shared.backfill import hold_refusal
 from shared.config import load_config
-from shared.entitlement import Grounds, admitted_queue, entitlement
+from shared.entitlement import Grounds, admitted_queue, entitlement, honoured_queue
 from shared.ownership import queue_owner_id, window_owner_id
 from tests import builders
 from tests.unit.test_entitlement import pod, queue
@@ -78,3 +78,29 @@ def test_a_pod_of_another_namespace_counts_for_no_queue_in_usage_or_queue_order(
     assert NO_QUEUE not in {s.name for s in scores}
     ordered = [j.ref.name for j in order_jobs(jobs.values(), scores, "queue-first")]
     assert ordered[-1] == "b-wait", f"the oldest job, naming a queue that does not admit it, ranks last: {ordered}"
+
+
+def test_a_name_no_queue_backs_is_no_queue_of_its_own() -> None:
+    """A pod naming a queue no Queue object has (other than the default queue, Volcano's, assumed when absent) counts
+    for no queue: it would otherwise be a queue of its own with no usage, ranked ahead of every real one."""
+    assert honoured_queue("ghost-xyz", GOLD_FOR_TEAM_A, "team-a") is None
+    assert honoured_queue(keys.DEFAULT_QUEUE, {}, "team-a") == keys.DEFAULT_QUEUE
+    assert honoured_queue("gold", GOLD_FOR_TEAM_A, "team-a") == "gold"
+    ghost = replace(builders.pod("ghost", "1", ns="team-a", age=timedelta(minutes=30)),
+                    annotations={keys.QUEUE_NAME: "ghost-xyz"})
+    older = builders.pod("older", "1", ns="team-b", age=timedelta(hours=5))
+    busy = builders.pod("busy", "4", node_name="n1", ns="team-b")  # the default queue's usage: it scores lower
+    snapshot = replace(builders.snap([builders.node("n1")], [ghost, older, busy]),
+                       queues={keys.DEFAULT_QUEUE: queue(keys.DEFAULT_QUEUE)})
+    states = node_states(snapshot.nodes, snapshot.pods)
+    usage = usage_by_queue(states, snapshot.podgroups, snapshot.queues)
+    jobs = {j.ref.name: j for j in build_jobs(snapshot)}
+    assert jobs["ghost"].queue == NO_QUEUE
+    scores = score_queues(snapshot, states, {j.queue for j in jobs.values()}, CONFIG.queue_order, usage)
+    assert [s.name for s in scores] == [keys.DEFAULT_QUEUE]
+    assert [j.ref.name for j in order_jobs(jobs.values(), scores, "queue-first")] == ["older", "ghost"]
+    # backfill.queues is not entered by it either (the webhook's gate and the agent's decision read it alike)
+    opting_in = {keys.QUEUE_NAME: "ghost", keys.BACKFILL: "true", keys.MAXIMUM_RUNTIME: "60s"}
+    ghost_listed = CONFIG.backfill.model_copy(update={"queues": ["ghost"]})
+    assert hold_refusal(opting_in, {}, namespace="team-a", config=ghost_listed,
+                        queue=honoured_queue("ghost", {}, "team-a"))
