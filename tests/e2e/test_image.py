@@ -355,7 +355,7 @@ async def test_the_image_runs_as_the_agent_and_locks_a_node_for_a_starving_pod(
         raise AssertionError(agent.logs()[-3000:]) from None
 
     async def leading() -> str | None:
-        lease = await kit.raw("GET", AGENT_LEASE_PATH)
+        lease = await kit.attempt("GET", AGENT_LEASE_PATH)  # 404 until the agent has made it
         return (lease.get("spec") or {}).get("holderIdentity")
     holder = await kit.wait_for(leading, what="the agent holding its Lease, as its ServiceAccount", timeout=30)
     assert holder.startswith(run.pod_name), holder  # the Pod's host name: the default identity
