@@ -151,14 +151,24 @@ def read_room(text: str | None) -> Room | None:
     return Room(room, until) if room is not None and until is not None and in_range(until) else None
 
 
-def declared_runtime(annotations: Mapping[str, str], podgroup_annotations: Mapping[str, str]) -> timedelta | None:
-    """The pod's `volcano.sh/maximum-runtime`, else its PodGroup's; None when neither is a positive duration."""
-    text = annotations.get(keys.MAXIMUM_RUNTIME) or podgroup_annotations.get(keys.MAXIMUM_RUNTIME)
-    try:
-        runtime = parse_duration(text) if text else None
-    except DurationError:
+def runtime_of(annotations: Mapping[str, str]) -> timedelta | None:
+    """`volcano.sh/maximum-runtime` of one object's annotations; None when absent, unreadable or not positive (the
+    webhook rejects such values, but a pod admitted while it was down, or labelled reservoir.sh/ignore, still
+    carries them: "-1h" would read as a pod that ended an hour before it started)."""
+    text = annotations.get(keys.MAXIMUM_RUNTIME)
+    if not text:
         return None
-    return runtime if runtime is not None and runtime.total_seconds() > 0 else None
+    try:
+        runtime = parse_duration(text)
+    except ValueError:  # DurationError: malformed, or beyond Go's 2^63-1 ns
+        return None
+    return runtime if runtime > timedelta(0) else None
+
+
+def declared_runtime(annotations: Mapping[str, str], podgroup_annotations: Mapping[str, str]) -> timedelta | None:
+    """The pod's `volcano.sh/maximum-runtime`, else its PodGroup's (as the planner reads them:
+    agent/planner/reserve.maximum_runtime); None when neither is a positive duration."""
+    return runtime_of(annotations) or runtime_of(podgroup_annotations)
 
 
 def hold_refusal(annotations: Mapping[str, str], podgroup_annotations: Mapping[str, str], *, namespace: str,

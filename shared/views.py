@@ -27,7 +27,7 @@ from types import MappingProxyType
 from typing import Any, TypeVar
 
 from shared import keys
-from shared.backfill import Grant, Room, read_grants, read_room
+from shared.backfill import Grant, Room, read_grants, read_room, runtime_of
 from shared.duration import parse_duration
 from shared.ownership import daemonset_node, is_daemonset_pod, job_identity
 from shared.predicates import NodeAffinity, Placement, required_node_affinity
@@ -311,20 +311,6 @@ class OwnerRef:
     controller: bool
 
 
-def _runtime(annotations: Mapping[str, str]) -> timedelta | None:
-    """`volcano.sh/maximum-runtime`, parsed once; None when absent, unreadable or not positive (the webhook rejects
-    such values, but a pod admitted while it was down, or labelled reservoir.sh/ignore, still carries them: "-1h"
-    would read as a pod that ended an hour before it started)."""
-    text = annotations.get(keys.MAXIMUM_RUNTIME)
-    if not text:
-        return None
-    try:
-        runtime = parse_duration(text)
-    except ValueError:  # DurationError: malformed, or beyond Go's 2^63-1 ns
-        return None
-    return runtime if runtime > timedelta(0) else None
-
-
 def _unschedulable_since(status: Mapping[str, Any]) -> datetime | None:
     """When kube-scheduler last found no node for the pod (PodScheduled False, Unschedulable), or None; a condition
     that is not an object, or a time that is not one, reads as none."""
@@ -418,7 +404,7 @@ class PodView:
             deleting=bool(meta.get("deletionTimestamp")),
             scheduler_name=_text(spec.get("schedulerName"), "spec.schedulerName", "default-scheduler"),
             node_selector=_strings(spec.get("nodeSelector"), "spec.nodeSelector"),
-            maximum_runtime=_runtime(annotations),
+            maximum_runtime=runtime_of(annotations),
             job=(namespace, *(_computed("metadata", lambda: job_identity(meta)) or ("Pod", name))),
             daemon=daemon,
             daemon_node=daemonset_node(spec) if daemon and not spec.get("nodeName") else "",
@@ -502,7 +488,7 @@ class PodGroupView:
             priority_class_name=_text(spec.get("priorityClassName"), "spec.priorityClassName"),
             created=_time(meta.get("creationTimestamp"), "metadata.creationTimestamp") or EPOCH,
             reserveable=annotations.get(keys.RESERVEABLE) == "true",
-            maximum_runtime=_runtime(annotations),
+            maximum_runtime=runtime_of(annotations),
         )
 
     @property
