@@ -99,6 +99,13 @@ bench-scale: $(STAMP) cluster-bin
 bench-backfill: $(STAMP) cluster-bin
 	$(PY) -m bench.backfill.run
 
+.PHONY: bench-gate
+## bench-gate: the backfill gate's delay under a stream of RATE (default 50) pods a second that opt in, for DURATION
+## (default 60), on 100 kwok nodes with 4 starvation locks; last line `gate: R pods/s for S s, H held: delay p50 X s,
+## p95 Y s, max Z s (...)` (about 5 minutes)
+bench-gate: $(STAMP) cluster-bin
+	$(PY) -m bench.gate.run $(if $(RATE),--rate $(RATE)) $(if $(DURATION),--seconds $(DURATION))
+
 .PHONY: bench-handover
 ## bench-handover: seed 003's handover lock against kube-scheduler's nominatedNodeName (KEP-5278) on the local control
 ## plane, strangers of lower, equal and higher priority; last line `handover: lock W/W/W of N owners (lower/equal/higher

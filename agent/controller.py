@@ -38,8 +38,9 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from agent.gcpause import collector_paused
 from agent.planner.backfill import Estimated, EstimateError, estimate_errors
-from agent.planner.model import Plan, Snapshot, lock_on
-from agent.planner.plan import current_locks, plan
+from agent.planner.model import BackfillPlan, Plan, Snapshot, lock_on
+from agent.planner.plan import current_locks, plan, plan_gate
+from agent.planner.podindex import PodIndex
 from agent.published import Publisher
 from agent.writer import EVICTION_OUTCOMES, EventTarget, Writer
 from shared import keys, kinds
@@ -50,6 +51,7 @@ from shared.logs import fields, note_fields
 from shared.metrics import ScrapeGauge, cache_freshness, new_registry
 from shared.serving import probes_app, stop_on_signals
 from shared.switchedcache import SwitchedCache
+from shared.views import PodView
 from shared.watchcache import Skipped, WatchCache, count_skips
 
 log = logging.getLogger("reservoir.agent")
@@ -216,7 +218,8 @@ class AgentMetrics:
         self.wakeups = Counter("reservoir_reconcile_wakeups_total",
                                "Reconciles started, by cause: change (a view the planner reads changed, or the "
                                "config), time (a moment the last plan named: a threshold, an expiry, a window) or "
-                               "resync (the resync period passed)", ["cause"],
+                               "resync (the resync period passed); and gate: passes deciding the pods on the backfill "
+                               "gate between reconciles", ["cause"],
                                registry=self.registry)
         self.view_changes = Counter("reservoir_cache_view_changes_total",
                                     "Watch events that changed what the planner reads (a view), by cache: the ones "
@@ -274,14 +277,23 @@ class Agent:
         self.changed = asyncio.Event()
         self.leading = False
         self.last_plan: Plan | None = None
+        # issue 34: the pods indexed for the planner (podindex), kept up to date from the pod cache's changes since
+        # the last snapshot (pod key -> its new view, None when deleted)
+        self._pod_index = PodIndex()
+        self._pod_changes: dict[str, PodView | None] = {}
+        self.gate = asyncio.Event()  # a pod arrived on the backfill gate (gate_loop)
+        self._writing = asyncio.Lock()  # a reconcile and a gate pass never write at once
         self._estimated: dict[str, Estimated] = {}  # issue 17: the estimates' error metric (backfill.estimate_errors)
         count = count_skips(self.metrics.registry)
 
         def poke(cache: str) -> Callable[[str, Any], None]:
             changes = self.metrics.view_changes.labels(cache)
+            pods = cache == kinds.PODS.name
 
             def changed(kind: str, obj: Any) -> None:
                 changes.inc()
+                if pods:
+                    self._pod_changed(kind, obj)
                 self._poke(kind, obj)
             return changed
 
@@ -321,6 +333,30 @@ class Agent:
         that leaves it equal (a node heartbeat, a pod condition): the agent stays idle while nothing it plans from
         changes, and re-plans on the resync period regardless."""
         self.changed.set()
+
+    def _pod_changed(self, event: str, pod: PodView) -> None:
+        """A pod's view changed: recorded for the next snapshot's index. A pod deleted that the index never held is
+        forgotten at once, so a standby (which takes no snapshot) keeps at most one entry per pod that exists."""
+        if event != "DELETED":
+            self._pod_changes[pod.key] = pod
+            if pod.backfill_gated and not pod.node_name:
+                self.gate.set()  # decided by the next gate pass, not after the debounce (gate_loop)
+        elif pod.key in self._pod_index.pods:
+            self._pod_changes[pod.key] = None
+        else:
+            self._pod_changes.pop(pod.key, None)
+
+    def pod_index(self) -> PodIndex:
+        """The index of the pod cache's views now: the last one updated with the changes since (podindex). Should it
+        ever disagree with the cache in size (a change not reported), it is built again from the cache, and said."""
+        changes, self._pod_changes = self._pod_changes, {}
+        index = self._pod_index.updated([pod for pod in changes.values() if pod is not None],
+                                        [key for key, pod in changes.items() if pod is None])
+        if len(index.pods) != len(self.pods.items):
+            log.warning("pod index rebuilt", extra=fields(index=len(index.pods), cache=len(self.pods.items)))
+            index = PodIndex.of(self.pods.items.values())
+        self._pod_index = index
+        return index
 
     def _protecting(self, config: ReservoirConfig) -> ReservoirConfig:
         """The config the agent plans with: the agent's namespaces (`--namespace`, `--lease-namespace`) among those
@@ -363,6 +399,7 @@ class Agent:
             [] if self.koordinator.synced else [self.koordinator.name])
 
     def snapshot(self) -> Snapshot:
+        index = self.pod_index()
         return Snapshot(
             nodes={n.name: n for n in self.nodes.items.values()},
             pods=list(self.pods.items.values()),
@@ -371,11 +408,15 @@ class Agent:
             priority_classes=dict(self.priority_classes.items),
             reservations={**self.reservations.items, **self.koordinator.items},  # keys never collide (kinds)
             daemonsets=dict(self.daemonsets.items),
-        )
+        ).with_index(index)
 
     # --- one reconcile ---
 
     async def reconcile(self) -> Plan:
+        async with self._writing:
+            return await self._reconcile()
+
+    async def _reconcile(self) -> Plan:
         began = time.perf_counter()
         snapshot = self.snapshot()
         current = current_locks(snapshot)
@@ -408,6 +449,45 @@ class Agent:
                                      skipped=[s for cache in self.caches for s in cache.skipped_objects])
         self.metrics.reconcile.observe(time.perf_counter() - began)
         return result
+
+    async def gate_pass(self) -> BackfillPlan | None:
+        """Issue 34: the pods on the backfill gate decided now, between two plans (plan.plan_gate: the last plan's
+        locks, the node states of now), and only that written: the grants on the nodes pods are let onto, then each
+        pod let on or let go (Writer.write_gate). None when there is no last plan yet (the first plan decides) or no
+        pod on the gate."""
+        last = self.last_plan
+        if last is None:
+            return None
+        snapshot = self.snapshot()
+        if not any(p.backfill_gated for p in snapshot.index.unbound.values()):
+            return None
+        current = current_locks(snapshot)
+        now = datetime.now(UTC)
+        with collector_paused():
+            result = plan_gate(snapshot, self.config, now, last, current)
+        self.metrics.wakeups.labels("gate").inc()
+        for note in result.notes:
+            log_note(f"policy=backfill {note}")
+        self.writer.configure(self.config)
+        await self.writer.write_gate(result, snapshot, current, dry_run=self.config.dry_run)
+        return result
+
+    async def gate_loop(self) -> None:
+        """Issue 34: a pod that arrives on the backfill gate is decided within SETTLE (the rest of its burst with it)
+        by a gate pass, not after the reconcile loop's debounce; a pass that fails is logged and counted, and the
+        next pod, or the next plan, decides again."""
+        while True:
+            await self.gate.wait()
+            await asyncio.sleep(SETTLE)
+            self.gate.clear()
+            try:
+                async with self._writing:
+                    await self.gate_pass()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                self.metrics.reconcile_errors.inc()
+                log.exception("gate pass failed; the next pod on the gate or the next plan decides again")
 
     def _skipped_event(self, record: Skipped) -> None:
         """Issue 10: an object no cache can read is reported on itself (a Warning Event `Unreadable` with the error),
@@ -481,14 +561,18 @@ class Agent:
 
     async def _lead(self) -> None:
         self._lead_task = asyncio.current_task()
+        self.last_plan = None  # a plan of an earlier term is no ground for a gate pass (gate_pass waits for one)
         self.leading = True
         self.metrics.leader.set(1)
         log.info("leader acquired", extra=fields(leader="acquired", identity=self.identity,
                                                  lease=f"{self.lease_namespace}/{LEASE_NAME}"))
         self.changed.set()
+        gates = asyncio.create_task(self.gate_loop(), name="backfill-gate")
         try:
             await self.reconcile_loop()
         finally:
+            gates.cancel()
+            await asyncio.gather(gates, return_exceptions=True)
             self.leading = False
             self.metrics.leader.set(0)
 

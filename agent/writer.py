@@ -105,6 +105,7 @@ MAX_ATTEMPTS = 5
 # release of several locks within one or two round trips while staying far below the client's connection pool (100)
 # and the API server's default max-mutating-requests-inflight (200), whatever the cluster size.
 NODE_PATCHES_IN_FLIGHT = 16
+POD_WRITES_IN_FLIGHT = 16  # pods let on or off the backfill gate written at once (Writer.backfills)
 # issue 17: how long the backfill patches of one batch refused by the entitlement check (403) are tried again, all
 # together: the webhook's node cache may not have the grants the same reconcile wrote to the nodes a moment before
 GRANT_SEEN = 3.0
@@ -573,6 +574,29 @@ class Writer:
             if self.on_fenced is not None:
                 self.on_fenced()
 
+    async def write_gate(self, backfill: BackfillPlan, snapshot: Snapshot, current: Mapping[str, Lock],
+                         dry_run: bool) -> None:
+        """Issue 34, a gate pass (plan.plan_gate): the marks of the nodes pods are let onto (their grants, so the
+        webhook's entitlement check accepts the lock's toleration), the locks on them left as they are; then each pod
+        let on or let go (`backfills`). With `dry_run`, only the pods let go (all of them: plan_backfill lets every
+        pod go). Nothing without a fresh Lease."""
+        if dry_run:
+            await self.backfills(BackfillPlan(released=backfill.released))
+            return
+        if not self.may_write("gate"):
+            return
+        onto = {b.node for b in backfill.placed}
+        held = {name: lock for name, lock in current.items() if name in onto}
+        try:
+            await self.apply(held, held, {name: m for name, m in backfill.marks.items() if name in onto},
+                             snapshot=snapshot)
+            await self.backfills(backfill)
+        except Fenced as err:
+            decision(log, "fenced", level=logging.WARNING, batch="gate", reason=str(err),
+                     done="stopped mid-batch, the rest left unwritten")
+            if self.on_fenced is not None:
+                self.on_fenced()
+
     # node locks
 
     async def _patched(self, name: str) -> None:
@@ -808,15 +832,23 @@ class Writer:
                  reservation=handover.reservation or None, node=handover.node or None, reason=handover.reason)
 
     async def backfills(self, plan: BackfillPlan) -> None:
-        """Issue 17: each pod the plan lets onto a locked node (`backfill`), then each it lets go unchanged
-        (`release`); a pod that fails is logged and counted, never stops the others."""
+        """Issue 17: each pod the plan lets onto a locked node (`backfill`) and each it lets go unchanged (`release`),
+        POD_WRITES_IN_FLIGHT at a time; a pod that fails is logged and counted, never stops the others."""
         if not (plan.placed or plan.released) or not self.may_write("backfill"):
             return
         items: list[Backfill | Release] = [*plan.placed, *plan.released]
         self._grant_seen_by = time.monotonic() + GRANT_SEEN  # one budget for the batch: refusals cannot stall it
-        for item in items:
-            await self._pod_step("backfill-failed", item.key,
-                                 self.release(item) if isinstance(item, Release) else self.backfill(item))
+        limit = asyncio.Semaphore(POD_WRITES_IN_FLIGHT)  # issue 34: a burst on the gate is not written one by one
+
+        async def one(item: Backfill | Release) -> None:
+            async with limit:
+                await self._pod_step("backfill-failed", item.key,
+                                     self.release(item) if isinstance(item, Release) else self.backfill(item))
+
+        outcomes = await asyncio.gather(*(one(item) for item in items), return_exceptions=True)
+        raised = next((err for err in outcomes if isinstance(err, BaseException)), None)
+        if raised is not None:  # Fenced (the others stopped at their next write too), or anything unexpected
+            raise raised
 
     async def backfill(self, chosen: Backfill) -> None:
         """One pod let onto a locked node: read it (the very pod planned for, by uid, still gated), narrow its node

@@ -366,6 +366,8 @@ class PodView:
     unschedulable_since: datetime | None = None
     # metadata.deletionTimestamp: when a graceful deletion under way ends (its grace period counted in); None else
     deletion_deadline: datetime | None = None
+    # "namespace/name", set once (__post_init__): the planner reads it hundreds of thousands of times per plan
+    key: str = field(init=False, repr=False, compare=False)
 
     @classmethod
     @_readable("Pod")
@@ -420,9 +422,8 @@ class PodView:
             deletion_deadline=_time(meta.get("deletionTimestamp"), "metadata.deletionTimestamp"),
         )
 
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", f"{self.namespace}/{self.name}")
 
     @property
     def placement(self) -> Placement:

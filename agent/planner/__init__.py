@@ -5,9 +5,18 @@ No I/O, no clock reads, no randomness. `plan.plan()` runs the registry `plan.POL
 `policy.PlanContext` and returns one `policy.PolicyResult`; which locks already on the nodes a policy may take over is
 one table, `displacement.DISPLACES`; the repairs follow from the plan (`repair.plan_repairs`).
 
-Modules: `model` (plain data: snapshot, locks, statuses, Plan), `capacity` (idle now and over time), `jobs`,
-`ordering` (seed 001), `policy` (the contract), `displacement` (the table), `reservations` (003), `guarantee` and
-`guarantee_search` (002), `windows` (004), `starvation` (000), `repair`, `plan`.
+Modules: `model` (plain data: snapshot, locks, statuses, Plan), `podindex` (the pods by node, job, uid and pending,
+kept up to date from changes), `capacity` (idle now and over time), `jobs`, `ordering` (seed 001), `policy` (the
+contract), `displacement` (the table), `reservations` (003), `guarantee` and `guarantee_search` (002), `windows`
+(004), `starvation` (000), `repair`, `plan`.
+
+Incremental planning (issue 34): a plan handed the previous one (`plan.plan(..., previous=)`) gives the same answer as
+a plan from scratch, and only saves work: the snapshot's pod index (`podindex.PodIndex`, which the agent updates from
+its pod cache's changes), the node states whose node and pods did not change (`capacity.node_states`), and what each
+node state remembers per task shape while it lives (`capacity.NodeState.ranks`: starvation's node ranking and
+placeable-now, backfill's clause 3). Between plans, the pods that arrive on the backfill gate are decided by a gate
+pass (`plan.plan_gate`: the last plan's locks, the node states of now). The equivalence is tested against the full
+recompute (tests/unit/test_podindex.py, tests/unit/test_gate_pass.py).
 
 Where each seed's rules live, by the seed's own names (functions are `module.function`; webhook/ and agent/ outside
 the planner are named in full):

@@ -51,13 +51,13 @@ backfill at most a second, never the owner.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence, Set
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from fractions import Fraction
 from typing import NamedTuple
 
-from agent.planner.capacity import FOREVER, NodeState, pod_end, schedulable, time_to_fit
+from agent.planner.capacity import FOREVER, NodeState, pod_end, schedulable, shape, shape_id, time_to_fit
 from agent.planner.model import (
     NO_BACKFILL,
     Backfill,
@@ -70,6 +70,7 @@ from agent.planner.model import (
     ReservationStatus,
     StartEstimate,
 )
+from agent.planner.podindex import PodIndex
 from agent.planner.policy import fair_share, merged_marks
 from agent.planner.reservations import pod_meta
 from agent.planner.reserve import maximum_runtime, pod_group
@@ -79,7 +80,7 @@ from shared.config import ReservoirConfig
 from shared.entitlement import Grounds, entitlement, pods_queue
 from shared.keys import LockKind
 from shared.ownership import reservation_owner_id
-from shared.predicates import schedulable_on
+from shared.predicates import Placement, schedulable_on
 from shared.resources import EMPTY, PODS, Resources
 from shared.timestamps import parse_time, stamp
 from shared.views import NodeView, PodGroupView, PodView, ReservationView
@@ -193,6 +194,19 @@ def pending_for_backfill(pod: PodView) -> str | None:
     return None
 
 
+def pod_refusal(pod: PodView, *, runtime: timedelta | None, fits_unlocked: bool) -> str | None:
+    """Clauses 2-4, those about the pod alone (the same on every node): why it may not be backfilled anywhere, or
+    None."""
+    why = pending_for_backfill(pod)
+    if why is not None:
+        return why
+    if fits_unlocked:
+        return "it fits on an unlocked node now: kube-scheduler places it without backfill"
+    if runtime is None:
+        return "it declares no volcano.sh/maximum-runtime (pod or PodGroup): when it ends is unknown"
+    return None
+
+
 def backfill_verdict(pod: PodView, *, runtime: timedelta | None, fits_unlocked: bool, is_owner: bool,
                      slot: BackfillSlot, backfilled: Sequence[PodView] = (), now: datetime,
                      margin: timedelta) -> Verdict:
@@ -204,13 +218,10 @@ def backfill_verdict(pod: PodView, *, runtime: timedelta | None, fits_unlocked: 
     node = slot.node
     if is_owner:
         return Verdict(False, f"it is an owner of the lock on {node} ({slot.owner}): it uses the lock, not backfill")
-    why = pending_for_backfill(pod)
+    why = pod_refusal(pod, runtime=runtime, fits_unlocked=fits_unlocked)
     if why is not None:
         return Verdict(False, why)
-    if fits_unlocked:
-        return Verdict(False, "it fits on an unlocked node now: kube-scheduler places it without backfill")
-    if runtime is None:
-        return Verdict(False, "it declares no volcano.sh/maximum-runtime (pod or PodGroup): when it ends is unknown")
+    assert runtime is not None  # clause 4
     deadline = slot.needed_by
     if deadline is None:
         return Verdict(False, f"the needed-by time of {node} is unknown: a pod without a maximum runtime must end "
@@ -293,6 +304,15 @@ def choose_backfills(candidates: Sequence[Candidate], slots: Sequence[BackfillSl
         best: tuple[tuple[Fraction, timedelta, str], BackfillSlot, Verdict] | None = None
         reasons: dict[str, str] = {}  # node -> why not there
         pod_margin = margin + candidate.grace
+        alone = pod_refusal(pod, runtime=candidate.runtime, fits_unlocked=candidate.fits_unlocked)
+        if alone is not None:  # issue 34: no slot can take it; only the slots it owns say something else (clause 1)
+            reasons = {slot.node: backfill_verdict(pod, runtime=candidate.runtime, is_owner=True, slot=slot,
+                                                   fits_unlocked=candidate.fits_unlocked, now=now,
+                                                   margin=pod_margin).reason
+                       for slot in by_node if slot.owner in candidate.owns}
+            refused[pod.key] = refusal({slot.node: alone for slot in by_node} | reasons) if reasons else (
+                alone if by_node else refusal({}))
+            continue
         for slot in by_node:
             verdict = backfill_verdict(pod, runtime=candidate.runtime, fits_unlocked=candidate.fits_unlocked,
                                        is_owner=slot.owner in candidate.owns, slot=slot, backfilled=taken[slot.node],
@@ -333,12 +353,12 @@ def refusal(reasons: Mapping[str, str]) -> str:
 # --- one plan's backfill: the candidates, the slots, the gates lifted and the grants recorded ---
 
 
-def gated_pods(pods: Sequence[PodView]) -> list[PodView]:
+def gated_pods(pods: Iterable[PodView]) -> list[PodView]:
     """The pods held on the backfill gate and still waiting: not bound, not finished, not being deleted."""
     return [p for p in pods if p.backfill_gated and not p.node_name and not p.is_terminal and not p.deleting]
 
 
-def plan_backfill(*, pods: Sequence[PodView], nodes: Mapping[str, NodeView], states: Mapping[str, NodeState],
+def plan_backfill(*, pods: PodIndex | Sequence[PodView], nodes: Mapping[str, NodeView], states: Mapping[str, NodeState],
                   locks: Mapping[str, Lock], config: ReservoirConfig, now: datetime,
                   podgroups: Mapping[tuple[str, str], PodGroupView], grounds: Grounds,
                   slots: Sequence[BackfillSlot] = (), already: Mapping[str, Sequence[PodView]] | None = None
@@ -349,11 +369,12 @@ def plan_backfill(*, pods: Sequence[PodView], nodes: Mapping[str, NodeView], sta
     with the reason. `slots` and `already` are backfill_slots' answer (the locks already on their nodes waiting for
     capacity, and the pods granted there not bound yet); the start estimates come from the same slots. A pod gated
     longer than `backfill.maxGateWait` is let go unchanged. Grants (shared.backfill) are kept while their pod lives
-    and added for each pod placed."""
+    and added for each pod placed. `pods`: the snapshot's index (podindex.PodIndex), or the pods to index."""
+    index = pods if isinstance(pods, PodIndex) else PodIndex.of(pods)
     estimates = start_estimates(slots, locks)
-    marks_of_estimates = estimate_marks(estimates, {p.key: p for p in pods}, podgroups, now)
-    gated = sorted(gated_pods(pods), key=lambda p: (p.created, p.key))
-    by_uid = {p.uid: p for p in pods if p.uid}
+    marks_of_estimates = estimate_marks(estimates, index.pods, podgroups, now)
+    gated = sorted(gated_pods(index.unbound.values()), key=lambda p: (p.created, p.key))
+    by_uid = index.by_uid
     rooms = room_marks(nodes, slots, already or {}, margin=config.backfill.margin, now=now,
                        enabled=config.backfill.enabled and not config.dry_run)
     marks = merged_marks(grant_marks(nodes, by_uid, (), now), rooms)
@@ -424,24 +445,47 @@ def plan_backfill(*, pods: Sequence[PodView], nodes: Mapping[str, NodeView], sta
                         estimates=estimates, estimate_marks=marks_of_estimates, cuts=cuts)
 
 
+def fits_idle(state: NodeState, pod: PodView, placement: Placement, kept: str) -> bool:
+    """Clause 3 on one node with nothing taken: its idle covers the pod and kube-scheduler's filters let it on, the
+    lock aside; remembered by the node state under `kept` ("open" and the pod's shape_id)."""
+    rank = state.ranks.get(kept)
+    if rank is None:
+        rank = state.remember(kept, (state.idle.covers(pod.requests) and schedulable_on(
+            placement, state.node, pods_on_node=len(state.pods), ignore_lock=True), None))
+    return rank[0]
+
+
 def open_fits(candidates: Sequence[Candidate], states: Mapping[str, NodeState],
               locks: Mapping[str, Lock]) -> list[Candidate]:
     """Clause 3's answer for each candidate, oldest first: it fits now on a node open to it (not locked in this plan,
     or locked for an owner it may use), schedulable, kube-scheduler's filters letting it on (the lock aside), in the
-    idle room the candidates before it have not taken (first fit; their share of `pods` too)."""
+    idle room the candidates before it have not taken (first fit, by node name; their share of `pods` too).
+
+    Issue 34: for each pod shape, the nodes it fits on with nothing taken are listed once per plan (remembered by each
+    node state while it lives, capacity.NodeState.ranks); a candidate walks only those, and a node no candidate took
+    from is a fit without another check. A node the shape does not fit with nothing taken cannot fit it with some
+    taken: the answer is the full walk's."""
     used: dict[str, Resources] = {}
     out = []
     open_nodes = sorted(n for n, s in states.items() if schedulable(s.node))
+    fitting: dict[str, list[str]] = {}  # shape id -> the open nodes it fits with nothing taken, by name
     for candidate in sorted(candidates, key=lambda c: (c.pod.created, c.pod.key)):
         pod = candidate.pod
         placement = pod.placement
+        kept = "open" + shape_id(shape(pod))
+        names = fitting.get(kept)
+        if names is None:
+            names = fitting[kept] = [name for name in open_nodes if fits_idle(states[name], pod, placement, kept)]
         fits = None
-        for name in open_nodes:
+        for name in names:
             lock = locks.get(name)
             if lock is not None and lock.owner not in candidate.owns:
                 continue
+            taken = used.get(name)
+            if taken is None:
+                fits = name
+                break
             state = states[name]
-            taken = used.get(name, EMPTY)
             if not (state.idle - taken).covers(pod.requests):
                 continue
             if schedulable_on(placement, state.node, pods_on_node=len(state.pods) + taken[PODS], ignore_lock=True):
@@ -453,8 +497,8 @@ def open_fits(candidates: Sequence[Candidate], states: Mapping[str, NodeState],
     return out
 
 
-def backfill_slots(*, pods: Sequence[PodView], states: Mapping[str, NodeState], locks: Mapping[str, Lock],
-                   current: Mapping[str, Lock], now: datetime, by_uid: Mapping[str, PodView],
+def backfill_slots(*, pods: PodIndex | Sequence[PodView], states: Mapping[str, NodeState], locks: Mapping[str, Lock],
+                   current: Mapping[str, Lock], now: datetime,
                    window_starts: Mapping[str, datetime], window_tasks: Mapping[str, Sequence[PodView]],
                    waiting_reservations: Set[str]) -> tuple[list[BackfillSlot], dict[str, list[PodView]]]:
     """The slots (plan_backfill, start_estimates) and, per slot's node, the pods granted there and not bound yet.
@@ -466,7 +510,8 @@ def backfill_slots(*, pods: Sequence[PodView], states: Mapping[str, NodeState], 
     window open to its namespace, and every locked node of the window weighs every task at every plan. Departure:
     beyond that many pending reserve pods, the newer ones do not move the needed-by time (a pod pending for a window
     with a thousand others before it waits for those first)."""
-    by_key = {p.key: p for p in pods}
+    index = pods if isinstance(pods, PodIndex) else PodIndex.of(pods)
+    by_key, by_uid = index.pods, index.by_uid
     slots = []
     already: dict[str, list[PodView]] = {}
     # a window's tasks and their keys, the same on each of its nodes: taken once, one tuple shared by its slots

@@ -17,13 +17,15 @@ moves a bound later than the deadline or the grant already put it.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
+from agent.planner.podindex import PodIndex
 from shared.backfill import Grant
 from shared.resources import EMPTY, Resources
-from shared.views import TERMINAL, NodeView, PodView
+from shared.views import NodeView, PodView
 
 FOREVER = timedelta.max
 NO_GRANTS: Mapping[str, Grant] = {}  # a node without backfill grants
@@ -40,12 +42,30 @@ class NodeState:
     _idle: Resources | None = None
     _releases: Releases | None = None
     _idle_fraction: float | None = None
+    # the index's tuple `pods` was made from (node_states): the same tuple at the next plan means the same pods
+    source: tuple[PodView, ...] | None = field(default=None, repr=False, compare=False)
+    # issue 34: per task shape, what does not change while this state lives (starvation.NodeChooser): whether the
+    # shape may ever go on the node, and when it fits there with nothing reserved (`fit_at`). A state is reused by
+    # the next plan while its node and pods are the same, and these with it; at most MAX_SHAPES_KEPT shapes
+    ranks: dict[str, tuple[bool, datetime | None]] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def idle(self) -> Resources:
         if self._idle is None:
             self._idle = (self.node.allocatable - self.used).clamp_negative()
         return self._idle
+
+    def remember(self, key: str, rank: tuple[bool, datetime | None]) -> tuple[bool, datetime | None]:
+        """Keep `rank` under `key` (a shape_id, maybe prefixed) while this state lives, unless MAX_SHAPES_KEPT are
+        kept already; `rank` back."""
+        if len(self.ranks) < MAX_SHAPES_KEPT:
+            self.ranks[key] = rank
+        return rank
+
+    def remembered(self, key: str, compute: Callable[[], tuple[bool, datetime | None]]) -> tuple[bool, datetime | None]:
+        """The rank kept under `key`, else `compute()`, kept (`remember`)."""
+        rank = self.ranks.get(key)
+        return rank if rank is not None else self.remember(key, compute())
 
     @property
     def releases(self) -> Releases:
@@ -90,25 +110,28 @@ class Releases:
         return index
 
 
-def node_states(nodes: Mapping[str, NodeView], pods: Sequence[PodView],
-                previous: Mapping[str, NodeState] | None = None) -> dict[str, NodeState]:
-    """Each node with the pods holding resources on it. A state from `previous` (the last plan's) is reused when
-    its node view and its pods are the very same objects (views are immutable and the watch caches keep a view
-    until its object changes): only nodes touched since the last plan are summed again."""
-    on_node: dict[str, list[PodView]] = {name: [] for name in nodes}
-    for pod in pods:
-        mine = on_node.get(pod.node_name)  # holds_resources, spelled out: this loop sees every pod
-        if mine is not None and pod.phase not in TERMINAL:
-            mine.append(pod)
+def node_states(nodes: Mapping[str, NodeView], pods: PodIndex | Iterable[PodView],
+                previous: Mapping[str, NodeState] | None = None,
+                replaced: Mapping[str, PodView] | None = None) -> dict[str, NodeState]:
+    """Each node with the pods holding resources on it (podindex.PodIndex.on_node; `pods` an index, or the pods to
+    index), each replaced by its view in `replaced` (pod key -> view: reserve.with_group_runtimes). A state from
+    `previous` (the last plan's) is reused when its node view and its pods are the very same objects (views are
+    immutable, the watch caches keep a view until its object changes, and an index update keeps the tuple of a node it
+    did not touch): only nodes touched since the last plan are summed again."""
+    index = pods if isinstance(pods, PodIndex) else PodIndex.of(pods)
+    swapped: set[str] = {view.node_name for view in replaced.values()} if replaced else set()
     states = {}
     for name, node in nodes.items():
-        mine = on_node[name]
+        mine = index.on_node.get(name, ())
+        if name in swapped:
+            assert replaced is not None
+            mine = tuple(replaced.get(pod.key, pod) for pod in mine)
         old = previous.get(name) if previous else None
-        if old is not None and old.node is node and len(old.pods) == len(mine) and all(
-                a is b for a, b in zip(old.pods, mine, strict=True)):
+        if old is not None and old.node is node and (old.source is mine or (
+                len(old.pods) == len(mine) and all(a is b for a, b in zip(old.pods, mine, strict=True)))):
             states[name] = old
             continue
-        state = states[name] = NodeState(node, mine)
+        state = states[name] = NodeState(node, list(mine), source=mine)
         if mine:
             state.used = Resources.total(pod.requests for pod in mine)
     return states
@@ -130,6 +153,44 @@ def pod_end(pod: PodView, grants: Mapping[str, Grant] = NO_GRANTS) -> datetime |
     if grant is not None:
         end = grant.until if end is None else min(end, grant.until)
     return end
+
+
+# (requests, Placement.key) of a task: tasks alike in both rank the nodes alike
+Shape = tuple[Resources, tuple[Any, ...]]
+
+
+def shape(task: PodView) -> Shape:
+    """Seed 000 "PredicateNodes for task" depends on no more than this: tasks of one shape rank nodes alike."""
+    return (task.requests, task.placement.key)
+
+
+def shape_id(key: Shape) -> str:
+    """A shape as a string, the key of NodeState.ranks: a string's hash is computed once, a tuple's on every lookup."""
+    requests, placement = key
+    return f"{sorted(requests.items())!r}{placement!r}"
+
+
+# shapes whose rank a node state keeps (NodeState.ranks): a tenant can make pods of any number of shapes, and each kept
+# one costs memory on every node
+MAX_SHAPES_KEPT = 32
+FITS_NOW = datetime.min.replace(tzinfo=UTC)  # fit_at of a request the idle covers now
+
+
+def fit_at(state: NodeState, request: Resources) -> datetime | None:
+    """When `request` fits on the node with nothing reserved, by its release curve, independent of `now`: FITS_NOW when
+    the idle covers it, else the end after which enough pods with a maximum runtime have ended (it may be past: a pod
+    overrunning its runtime), None when pods without one stand in the way. time_to_fit(state, request, EMPTY, now)
+    is max(fit_at - now, 0), FOREVER for None."""
+    idle = state.idle
+    need = {}
+    for name, amount in request.items():
+        short = amount - idle.get(name, 0)
+        if short > 0:
+            need[name] = short
+    if not need:
+        return FITS_NOW
+    index = state.releases.first_covering(need)
+    return None if index is None else state.releases.ends[index]
 
 
 def time_to_fit(state: NodeState, request: Resources, reserved: Resources, now: datetime) -> timedelta:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -94,13 +93,15 @@ def build_jobs(snapshot: Snapshot) -> list[Job]:
     """Seed 000: every job with a pending pod not held by scheduling gates (a job with none cannot starve, and holds
     no lock). minMember (the seed's MinAvailable): the PodGroup's;
     for any other job 1: without a gang constraint a job makes progress as soon as one of its pods is bound (a
-    ReplicaSet kept partly pending by a full cluster is not starving; a lone pod that cannot be placed is)."""
-    waiting = {pod.job for pod in snapshot.pods
-               if not pod.node_name and not pod.deleting and not pod.is_terminal and not pod.gated}
-    grouped: dict[tuple[str, str, str], list[PodView]] = defaultdict(list)
-    for pod in snapshot.pods:
-        if pod.job in waiting and not pod.is_terminal and pod.scheduler_name == "default-scheduler":
-            grouped[pod.job].append(pod)
+    ReplicaSet kept partly pending by a full cluster is not starving; a lone pod that cannot be placed is). Jobs in
+    job key order, each job's pods in pod key order (podindex), whatever order the watch delivered them in."""
+    index = snapshot.index  # podindex: the pending pods and each job's pods, without a pass over every pod
+    waiting = {pod.job for pod in index.unbound.values() if not pod.deleting and not pod.gated}
+    grouped: dict[tuple[str, str, str], list[PodView]] = {}
+    for job in sorted(waiting):
+        pods = [pod for pod in index.by_job.get(job, ()) if pod.scheduler_name == "default-scheduler"]
+        if pods:
+            grouped[job] = pods
     jobs = []
     for key, pods in grouped.items():
         ref = JobRef(*key)

@@ -7,9 +7,11 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 from typing import Any, TypedDict, cast
 
 from agent.planner.capacity import NodeState
+from agent.planner.podindex import PodIndex
 from shared import keys
 from shared.keys import LockKind
 from shared.resources import EMPTY, Resources
@@ -30,6 +32,18 @@ class Snapshot:
     # each DaemonSet's uid by (namespace, name): a pod's DaemonSet controller reference is believed only when it names
     # one that exists with that uid (guarantee.Witnesses)
     daemonsets: Mapping[tuple[str, str], str] = field(default_factory=dict)
+
+    @cached_property
+    def index(self) -> PodIndex:
+        """The pods indexed by node, job, uid and pending (podindex.PodIndex): built from `pods` on first use, unless
+        the snapshot was made `with_index` (the agent keeps one up to date from its pod cache's changes)."""
+        return PodIndex.of(self.pods)
+
+    def with_index(self, index: PodIndex) -> Snapshot:
+        """This snapshot, its `index` given: `index` must be the index of `pods` (the agent's, kept up to date from the
+        same cache; a replace() of the snapshot builds its own again)."""
+        self.__dict__["index"] = index
+        return self
 
 
 class LockInfo(TypedDict, total=False):

@@ -61,9 +61,10 @@ def plan(snapshot: Snapshot, config: ReservoirConfig, now: datetime,
         context = context.after(result.locks, result.uncounted)
     locks, refused = guard_locks(locks, context.states)
     notes += refused
-    repairs = plan_repairs(jobs=context.jobs, pods=snapshot.pods, locks=locks, statuses=statuses.reservations,
-                           reservations=snapshot.reservations, windows=config.windows, snapshot=snapshot,
-                           config=config)
+    # a repair is owed only to a pod not bound: the pending ones (podindex) are all it needs to look at
+    repairs = plan_repairs(jobs=context.jobs, pods=list(snapshot.index.unbound.values()), locks=locks,
+                           statuses=statuses.reservations, reservations=snapshot.reservations,
+                           windows=config.windows, snapshot=snapshot, config=config)
     backfill = plan_backfill_of(context, locks, statuses)
     notes += [f"policy=backfill {note}" for note in backfill.notes]
     reservations = with_expected_starts(statuses.reservations, backfill.estimates, snapshot.reservations,
@@ -82,7 +83,8 @@ def plan_backfill_of(context: PlanContext, locks: Mapping[str, Lock], statuses: 
     estimates from them, and backfill under them (backfill.plan_backfill)."""
     snapshot = context.snapshot
     waits = [lock for lock in locks.values() if lock.kind in (LockKind.JOB, LockKind.WINDOW, LockKind.RESERVATION)]
-    if not waits and not any(p.backfill_gated for p in snapshot.pods) and not any(
+    index = snapshot.index
+    if not waits and not any(p.backfill_gated for p in index.unbound.values()) and not any(
             n.backfill_grants or n.backfill_room for n in snapshot.nodes.values()):
         return NO_BACKFILL
     window_starts = {window_owner_id(w.name): w.start for w in statuses.windows if w.active}
@@ -93,15 +95,30 @@ def plan_backfill_of(context: PlanContext, locks: Mapping[str, Lock], statuses: 
                 for owner in reserve.windows:
                     window_tasks.setdefault(owner, []).append(reserve.pod)
     waiting = {reservation_owner_id(r.name) for r in statuses.reservations if r.phase == "Waiting"}
-    by_uid = {p.uid: p for p in snapshot.pods if p.uid}
-    slots, already = backfill_slots(pods=snapshot.pods, states=context.states, locks=locks, current=context.current,
-                                    now=context.now, by_uid=by_uid, window_starts=window_starts,
+    slots, already = backfill_slots(pods=index, states=context.states, locks=locks, current=context.current,
+                                    now=context.now, window_starts=window_starts,
                                     window_tasks=window_tasks, waiting_reservations=waiting)
     grounds = Grounds(podgroups=snapshot.podgroups, queues=snapshot.queues, reservations=snapshot.reservations,
                       daemonsets=snapshot.daemonsets, config=context.config)
-    return plan_backfill(pods=snapshot.pods, nodes=snapshot.nodes, states=context.states, locks=locks,
+    return plan_backfill(pods=index, nodes=snapshot.nodes, states=context.states, locks=locks,
                          config=context.config, now=context.now, podgroups=snapshot.podgroups, grounds=grounds,
                          slots=slots, already=already)
+
+
+def plan_gate(snapshot: Snapshot, config: ReservoirConfig, now: datetime, last: Plan,
+              current: Mapping[str, Lock] | None = None) -> BackfillPlan:
+    """Issue 34: the backfill gate decided between two plans, without a full plan. The last plan's locks and
+    statuses (windows, Reservations) stand; the node states are brought up to date from `snapshot` (node_states,
+    reusing the last plan's for every node that did not change); backfill (plan_backfill_of) runs on them. When only
+    gated pods arrived since the last plan and no moment it named passed (Plan.wake_at), this is the backfill the
+    next full plan would give (tests/unit/test_gate_pass.py); else the next full plan corrects it, as it corrects
+    any plan made on a snapshot that moved on."""
+    replaced, _ = with_group_runtimes(snapshot.index, snapshot.podgroups, last.runtimes)
+    states = node_states(snapshot.nodes, snapshot.index, last.states, replaced)
+    context = PlanContext(snapshot=snapshot, config=config, now=now, states=states,
+                          current=dict(current) if current is not None else current_locks(snapshot))
+    return plan_backfill_of(context, last.locks, Statuses(windows=tuple(last.windows),
+                                                          reservations=tuple(last.reservations)))
 
 
 def guard_locks(locks: Mapping[str, Lock], states: Mapping[str, NodeState]) -> tuple[dict[str, Lock], list[str]]:
@@ -128,10 +145,11 @@ def plan_context(*, snapshot: Snapshot, config: ReservoirConfig, now: datetime, 
     compete, and seed 000's lock cool-downs (starvation.lock_cooldowns: the starvation policy and Plan.node_marks
     read the one answer)."""
     # seed 004: a pod's maximum runtime is its PodGroup's when it has none of its own (reserve.with_group_runtimes);
-    # the previous plan's memo gives a pod view the same replaced view as then, so its node's state is reused
-    pods, runtimes = with_group_runtimes(snapshot.pods, snapshot.podgroups,
-                                         previous.runtimes if previous is not None else None)
-    states = node_states(snapshot.nodes, pods, previous.states if previous is not None else None)
+    # the previous plan's memo gives a pod view the same replaced view as then, so its node's state is reused; the
+    # pods are read through the snapshot's index (podindex): no pass over every pod
+    replaced, runtimes = with_group_runtimes(snapshot.index, snapshot.podgroups,
+                                             previous.runtimes if previous is not None else None)
+    states = node_states(snapshot.nodes, snapshot.index, previous.states if previous is not None else None, replaced)
     schedulable_nodes = sum(1 for s in states.values() if schedulable(s.node))
     jobs = build_jobs(snapshot) if config.starvation.enabled or config.guarantee.enabled else []
     named = {j.queue for j in jobs}

@@ -316,8 +316,8 @@ def plan_reservations(*, context: PlanContext) -> PolicyResult:
     """Seed 003: placeholders, handovers, locks and statuses for every Reservation (oldest first); drain locks at most
     `context.budget` nodes."""
     config, snapshot = context.config.reservations, context.snapshot
-    gated = sorted((p for p in snapshot.pods if p.handover_gated and not p.node_name and not p.is_terminal
-                    and not p.deleting), key=lambda p: (p.created, p.key))
+    gated = sorted((p for p in snapshot.index.unbound.values() if p.handover_gated and not p.deleting),
+                   key=lambda p: (p.created, p.key))
     deferred: list[str] = []
     if len(gated) > MAX_HANDOVER_DECISIONS:  # anyone may write the gate on their pods: a flood is decided in turns
         deferred.append(f"decision=defer pods={len(gated) - MAX_HANDOVER_DECISIONS} reason=more than "
@@ -328,7 +328,7 @@ def plan_reservations(*, context: PlanContext) -> PolicyResult:
         why = "Reservations are disabled" if not config.enabled else "no Reservation"
         return PolicyResult(statuses=Statuses(handovers=tuple(ungate(p, why) for p in gated)),
                             notes=tuple(deferred))
-    by_uid = {p.uid: p for p in snapshot.pods if p.uid}
+    by_uid = snapshot.index.by_uid
     standing: dict[str, list[PodView]] = {}
     for pod in snapshot.pods:
         owner = placeholder_of(pod)

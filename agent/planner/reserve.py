@@ -16,10 +16,11 @@ window only when bound on the nodes that window holds (windows.reserve_demand).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import timedelta
 
+from agent.planner.podindex import PodIndex
 from shared.entitlement import is_reserve_pod as shared_is_reserve_pod
 from shared.ownership import podgroup_named
 from shared.views import PodGroupView, PodView
@@ -52,32 +53,30 @@ RuntimeMemo = Mapping[int, tuple[PodView, PodView]]
 original is kept beside its id, so the id cannot be another view's while the memo lives."""
 
 
-def with_group_runtimes(pods: Sequence[PodView], podgroups: PodGroups,
-                        previous: RuntimeMemo | None = None) -> tuple[Sequence[PodView], RuntimeMemo]:
-    """The pods as the release curves (capacity.pod_end, capacity.Releases, capacity.future_idle) must see them: a pod
-    without a maximum runtime of its own whose PodGroup has one carries the PodGroup's (`maximum_runtime`). `pods`
-    itself, the same object, when no PodGroup has a maximum runtime or no pod needs one; otherwise a new list in
-    which only those pods are new views (the others stay the same objects, so capacity.node_states still reuses the
-    previous plan's state of every node that hosts none of them).
+def with_group_runtimes(pods: PodIndex, podgroups: PodGroups,
+                        previous: RuntimeMemo | None = None) -> tuple[dict[str, PodView], RuntimeMemo]:
+    """The pods whose view the release curves (capacity.pod_end, capacity.Releases, capacity.future_idle) must see
+    replaced, by key: a pod not finished, without a maximum runtime of its own, whose PodGroup has one, as a view
+    carrying the PodGroup's (`maximum_runtime`). Only the pods of a PodGroup with a maximum runtime are looked at
+    (podindex.PodIndex.by_job); every other pod stays the same object, so capacity.node_states still reuses the
+    previous plan's state of every node that hosts none of these.
 
     With the memo the previous plan returned (`previous`; Plan.runtimes), a pod view given the same runtime as then
     is given the very view it was given then, so node_states reuses the state of a node hosting it too (a new view
-    per plan would have it summed again on every plan). Returns the pods and the memo of this plan (its entries only:
-    it holds no pod that left)."""
-    timed = {(ns, "PodGroup", name) for (ns, name), group in podgroups.items() if group.maximum_runtime is not None}
+    per plan would have it summed again on every plan). Returns the replacements and the memo of this plan (its
+    entries only: it holds no pod that left)."""
     memo: dict[int, tuple[PodView, PodView]] = {}
-    if not timed:
-        return pods, memo
-    out: list[PodView] | None = None
-    for index, pod in enumerate(pods):
-        if pod.maximum_runtime is None and pod.job in timed:
-            runtime = maximum_runtime(pod, podgroups)
-            if runtime is not None:
-                if out is None:
-                    out = list(pods)
-                known = previous.get(id(pod)) if previous else None
-                given = known[1] if known is not None and known[0] is pod and known[1].maximum_runtime == runtime \
-                    else replace(pod, maximum_runtime=runtime)
-                memo[id(pod)] = (pod, given)
-                out[index] = given
-    return (pods if out is None else out), memo
+    replaced: dict[str, PodView] = {}
+    for (ns, name), group in podgroups.items():
+        runtime = group.maximum_runtime
+        if runtime is None:
+            continue
+        for pod in pods.by_job.get((ns, "PodGroup", name), ()):
+            if pod.maximum_runtime is not None or maximum_runtime(pod, podgroups) != runtime:
+                continue
+            known = previous.get(id(pod)) if previous else None
+            given = known[1] if known is not None and known[0] is pod and known[1].maximum_runtime == runtime \
+                else replace(pod, maximum_runtime=runtime)
+            memo[id(pod)] = (pod, given)
+            replaced[pod.key] = given
+    return replaced, memo

@@ -57,9 +57,18 @@ import json
 from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
-from agent.planner.capacity import NodeState, idle_fraction, schedulable, time_to_fit
+from agent.planner.capacity import (
+    FOREVER,
+    NodeState,
+    Shape,
+    fit_at,
+    idle_fraction,
+    schedulable,
+    shape,
+    shape_id,
+    time_to_fit,
+)
 from agent.planner.displacement import displaces
 from agent.planner.jobs import Job
 from agent.planner.model import JobStatus, Lock
@@ -83,16 +92,9 @@ from shared.resources import EMPTY, Resources
 from shared.timestamps import in_range, parse_time, stamp
 from shared.views import NodeView, PodView
 
-# (requests, Placement.key) of a task: tasks alike in both rank the nodes alike
-Shape = tuple[Resources, tuple[Any, ...]]
 NodeKey = tuple[timedelta, float, str]  # (time_to_fit, -idle_fraction, name): lower is better
 Placeable = tuple[int, str, str]  # (priority, job owner, pod "namespace/name")
 ZERO = timedelta(0)
-
-
-def shape(task: PodView) -> Shape:
-    """Seed 000 "PredicateNodes for task" depends on no more than this: tasks of one shape rank nodes alike."""
-    return (task.requests, task.placement.key)
 
 
 def placeable_now(jobs: Iterable[Job], states: Mapping[str, NodeState]) -> list[Placeable]:
@@ -105,13 +107,20 @@ def placeable_now(jobs: Iterable[Job], states: Mapping[str, NodeState]) -> list[
         for pod in job.pending:
             key = shape(pod)
             if key not in fits:
-                placement = pod.placement
-                fits[key] = any(s.idle.covers(pod.requests) and schedulable(s.node)
-                                and schedulable_on(placement, s.node, pods_on_node=len(s.pods))
-                                for s in states.values())
+                kept = "now" + shape_id(key)
+                fits[key] = any(fits_now(state, pod, kept) for state in states.values())
             if fits[key]:
                 out.append((pod.priority, job.owner, pod.key))
     return sorted(out, key=lambda item: (-item[0], item[2]))
+
+
+def fits_now(state: NodeState, pod: PodView, kept: str) -> bool:
+    """kube-scheduler could bind a pod of this shape on the node now: its idle covers it, the node is schedulable and
+    the one predicate lets it on, Reservoir's locks included. Remembered by the node state under `kept` ("now" and
+    the shape_id): it depends on nothing else."""
+    return state.remembered(kept, lambda: (
+        state.idle.covers(pod.requests) and schedulable(state.node)
+        and schedulable_on(pod.placement, state.node, pods_on_node=len(state.pods)), None))[0]
 
 
 def higher_priority_blocker(job: Job, placeable: Sequence[Placeable]) -> str | None:
@@ -164,10 +173,28 @@ class NodeChooser:
         return (time_to_fit(state, task.requests, reserved, self.now), -idle_fraction(state), name)
 
     def _heap(self, task: PodView, owner: str) -> list[NodeKey]:
+        """The shape's heap of usable nodes by `_key` with nothing reserved, built at its first task in this plan.
+        What of it depends on the node state alone (usable ever, `capacity.fit_at`) is kept on the state
+        (NodeState.ranks), which the next plan reuses while the node and its pods are the same: a plan after one
+        change works out only the changed nodes' ranks again (issue 34)."""
         key = shape(task)
         if key not in self.heaps:
             placement = task.placement
-            heap = [self._key(n, task, EMPTY) for n in self.states if self._usable(n, task, owner, placement)]
+            requests = task.requests
+            now, taken, blocked = self.now, self.taken, self.blocked
+            kept = shape_id(key)
+            heap = []
+            for name, state in self.states.items():
+                rank = state.ranks.get(kept)
+                if rank is None:
+                    node = state.node
+                    usable = (schedulable(node) and requests.fits_in(node.allocatable)
+                              and schedulable_on(placement, node, pods_on_node=0, ignore_lock=True))
+                    rank = state.remember(kept, (usable, fit_at(state, requests) if usable else None))
+                usable, at = rank
+                if not usable or name in taken or blocked.get(name) not in (None, owner):
+                    continue
+                heap.append((FOREVER if at is None else max(at - now, ZERO), -idle_fraction(state), name))
             heapq.heapify(heap)
             self.heaps[key] = heap
         return self.heaps[key]

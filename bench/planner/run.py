@@ -7,8 +7,8 @@ node now, each fits once enough of a node's pods with a maximum runtime end. So 
 path (seed 000 locks only where a node must drain), and the plan measures it. Reported per size: snapshot build
 time, one full plan's time (no earlier plan to reuse; collector paused, as the agent plans), the peak memory one plan
 allocates (tracemalloc, measured on a separate run), and the time to re-plan after one pod event as the agent does
-it: a full plan over the updated snapshot, handed the previous plan so node states whose node and pods did not change
-are reused. Each size runs
+it: the pod index updated with the one change (agent/planner/podindex.py), then a full plan over the updated
+snapshot, handed the previous plan so node states whose node and pods did not change are reused. Each size runs
 in its own process so peak memory is not shared. Then the queue-guarantee search: its quality against brute force
 on small random clusters (of few node shapes, and of nodes all different), and, at each size, a plan with 100
 guaranteed queues beside one without.
@@ -100,6 +100,12 @@ def build(nodes: int, seed: int = 7):
     return Snapshot(nodes=node_views, pods=pods, podgroups=groups)
 
 
+def replace_snapshot(snapshot):  # type: ignore[no-untyped-def]
+    """The same snapshot as a new object, so its index is not the one the first plan built and cached."""
+    from dataclasses import replace
+    return replace(snapshot)
+
+
 def measure(nodes: int) -> dict:
     from agent.gcpause import collector_paused
     from agent.planner.plan import plan
@@ -117,18 +123,43 @@ def measure(nodes: int) -> dict:
     plan(snapshot, config, NOW)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
+    # issue 34: what the agent keeps from one plan to the next beyond the views themselves: the pod index and the plan
+    # (its node states, with the ranks they remember), measured as what is still allocated once the plan returned
+    from agent.planner.podindex import PodIndex
+    tracemalloc.start()
+    index = PodIndex.of(snapshot.pods)
+    indexed = tracemalloc.get_traced_memory()[0]
+    kept_plan = plan(replace_snapshot(snapshot).with_index(index), config, NOW)
+    kept = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    del kept_plan, index
     # one pod event: a pending pod is bound; re-plan from the updated snapshot, keeping the locks just planned
     from dataclasses import replace
     pods = list(snapshot.pods)
     victim = next(i for i, p in enumerate(pods) if not p.is_bound)
-    pods[victim] = replace(pods[victim], node_name="node-00000", phase="Running", started=NOW)
-    updated = replace(snapshot, pods=pods)
+    pods[victim] = bound = replace(pods[victim], node_name="node-00000", phase="Running", started=NOW)
     began = time.perf_counter()
-    with collector_paused():
+    with collector_paused():  # as the agent does it: the index updated with the one change (podindex), then a plan
+        updated = replace(snapshot, pods=pods).with_index(snapshot.index.updated([bound]))
         plan(updated, config, NOW + timedelta(seconds=1), result.locks, previous=result)
     replan = time.perf_counter() - began
+    # one node event: a node's view changes (a label), its pods do not
+    nodes_now = dict(snapshot.nodes)
+    nodes_now["node-00001"] = replace(nodes_now["node-00001"], labels={"zone": "z9"})
+    began = time.perf_counter()
+    with collector_paused():
+        plan(replace(snapshot, nodes=nodes_now).with_index(snapshot.index), config, NOW + timedelta(seconds=1),
+             result.locks, previous=result)
+    node_event = time.perf_counter() - began
+    # time alone: the same snapshot a second later (a threshold, an expiry, the resync)
+    began = time.perf_counter()
+    with collector_paused():
+        plan(snapshot, config, NOW + timedelta(seconds=1), result.locks, previous=result)
+    time_alone = time.perf_counter() - began
     return {"nodes": nodes, "pods": len(snapshot.pods), "snapshot_s": built, "plan_s": full,
-            "peak_mib": peak / 2**20, "replan_ms": replan * 1000, "locks": len(result.locks),
+            "peak_mib": peak / 2**20, "index_mib": indexed / 2**20, "kept_mib": kept / 2**20,
+            "replan_ms": replan * 1000, "node_event_ms": node_event * 1000,
+            "time_ms": time_alone * 1000, "locks": len(result.locks),
             "starving": sum(1 for j in result.jobs if j.starving)}
 
 
@@ -338,6 +369,59 @@ def measure_backfill(nodes: int) -> dict:
             "decided": len(result.backfill.placed) + len(result.backfill.released), "locks": len(plain.locks)}
 
 
+GATE_STREAM = 1000  # gated pods arriving at once for measure_gate
+
+
+def measure_gate(nodes: int) -> dict:
+    """Gate decisions per second, as the agent makes them: GATE_STREAM pods on the backfill gate arrive (the index
+    updated with them), in 20 namespaces, of four shapes (1 or 2 cpu, with or without a zone nodeSelector), each
+    declaring a runtime. Each plan (handed the previous one) decides what it may, and the writer's answer is applied:
+    each decided pod's view loses the gate (a backfilled one narrowed to its node is as good as pending again for
+    this measure). Plans run until none is left on the gate; decisions per second = GATE_STREAM / the time of those
+    plans and index updates. The cluster is the `measure` one (full to 25-27 of 32 cpu, so a gated pod fits now)."""
+    from dataclasses import replace
+
+    from agent.gcpause import collector_paused
+    from agent.planner.plan import plan
+    from shared import keys
+    from shared.config import load_config
+    from shared.views import PodView
+
+    config = load_config("starvation: {starvingJobTimeThreshold: 10m}\nbackfill: {namespaces: ['*'], margin: 5s}")
+    snapshot = build(nodes)
+    with collector_paused():
+        result = plan(snapshot, config, NOW)
+    gated = [PodView.from_obj({
+        "metadata": {"name": f"gated-{i}", "namespace": f"tenant-{i % 20}", "uid": f"g{i}",
+                     "annotations": {keys.BACKFILL: "true", keys.MAXIMUM_RUNTIME: "10m"},
+                     "creationTimestamp": stamp(NOW - timedelta(seconds=1))},
+        "spec": {"schedulingGates": [{"name": keys.BACKFILL_GATE}],
+                 **({"nodeSelector": {"zone": "z1"}} if i % 4 >= 2 else {}),
+                 "containers": [{"name": "c", "resources": {"requests": {"cpu": str(1 + i % 2), "memory": "1Gi"}}}]},
+        "status": {"phase": "Pending"}}) for i in range(GATE_STREAM)]
+    index = snapshot.index
+    pods = {p.key: p for p in snapshot.pods}
+    changed = gated
+    plans = decided = 0
+    spent = 0.0
+    now = NOW
+    while changed:
+        began = time.perf_counter()
+        with collector_paused():
+            index = index.updated(changed)
+            pods.update((p.key, p) for p in changed)
+            now += timedelta(milliseconds=100)
+            result = plan(type(snapshot)(nodes=snapshot.nodes, pods=list(pods.values()), podgroups=snapshot.podgroups)
+                          .with_index(index), config, now, result.locks, previous=result)
+        spent += time.perf_counter() - began
+        plans += 1
+        done = {r.key for r in result.backfill.released} | {b.pod.key for b in result.backfill.placed}
+        decided += len(done)
+        changed = [replace(pods[key], gated=False, backfill_gated=False) for key in sorted(done)]
+    return {"nodes": nodes, "gated": GATE_STREAM, "decided": decided, "plans": plans, "seconds": spent,
+            "per_second": decided / spent if spent else 0.0}
+
+
 def _child(flag: str, size: int) -> dict:
     """One measurement in a fresh interpreter (`--one`, `--guarantees` or `--mixed` N), so each starts from an empty
     heap: the JSON its last line prints."""
@@ -356,6 +440,9 @@ def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--backfill":
         print(json.dumps(measure_backfill(int(sys.argv[2]))))
         return 0
+    if len(sys.argv) > 1 and sys.argv[1] == "--gate":
+        print(json.dumps(measure_gate(int(sys.argv[2]))))
+        return 0
     if len(sys.argv) > 1 and sys.argv[1] == "--mixed":
         print(json.dumps(measure_mixed(int(sys.argv[2]))))
         return 0
@@ -365,7 +452,9 @@ def main() -> int:
         rows.append(_child("--one", size))
         r = rows[-1]
         print(f"{r['nodes']:>6} nodes {r['pods']:>7} pods: snapshot {r['snapshot_s']:.2f}s, plan {r['plan_s']:.3f}s, "
-              f"peak {r['peak_mib']:.0f} MiB, replan {r['replan_ms']:.0f} ms, {r['locks']} locks, "
+              f"peak {r['peak_mib']:.0f} MiB, kept between plans {r['kept_mib']:.0f} MiB (pod index "
+              f"{r['index_mib']:.0f} MiB), replan after one pod event {r['replan_ms']:.0f} ms, after one node "
+              f"event {r['node_event_ms']:.0f} ms, after time alone {r['time_ms']:.0f} ms, {r['locks']} locks, "
               f"{r['starving']} starving",
               flush=True)
     if len(rows) >= 2:
@@ -389,8 +478,12 @@ def main() -> int:
               f"{b['without_s']:.3f}s without ({1000 * (b['with_s'] - b['without_s']) / GATED:.1f} ms per gated pod), "
               f"{b['decided']} decided, {b['slots']} slots", flush=True)
     five = next((r for r in rows if r["nodes"] == 5000), rows[-1])
+    gate = _child("--gate", five["nodes"])
+    print(f"{gate['nodes']:>6} nodes, {gate['gated']} pods arriving on the backfill gate (4 shapes, 20 namespaces): "
+          f"{gate['decided']} decided in {gate['plans']} plans, {gate['seconds']:.2f} s: "
+          f"{gate['per_second']:.0f} gate decisions a second", flush=True)
     print(f"planner: {five['nodes']} nodes full plan {five['plan_s']:.2f} s, peak {five['peak_mib']:.0f} MiB, "
-          f"replan after one event {five['replan_ms']:.0f} ms", flush=True)
+          f"replan after one event {five['replan_ms']:.0f} ms, {gate['per_second']:.0f} gate decisions/s", flush=True)
     mixed = []
     for size in MIXED_SIZES:
         mixed.append(_child("--mixed", size))

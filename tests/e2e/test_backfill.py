@@ -176,6 +176,47 @@ async def test_seed_000_a_short_pod_backfills_the_draining_node_and_the_big_pod_
     await kit.wait_for(error_counted, what="the estimate's error observed once", timeout=10)
 
 
+def wakeups(text: str) -> dict[str, float]:
+    """reservoir_reconcile_wakeups_total by cause, from a scrape."""
+    prefix = 'reservoir_reconcile_wakeups_total{cause="'
+    return {line[len(prefix):].partition('"')[0]: float(line.rpartition(" ")[2])
+            for line in text.splitlines() if line.startswith(prefix)}
+
+
+# a debounce far longer than a gate pass takes: a pod decided before it passes was decided by a gate pass
+SLOW_PLANS_CONFIG = BACKFILL_CONFIG.replace("resyncPeriod: 2s", "resyncPeriod: 10m").replace("debounce: 200ms",
+                                                                                             "debounce: 40s")
+
+
+async def test_a_pod_on_the_gate_is_decided_by_a_gate_pass_without_waiting_for_a_plan(
+        kit: Kit, running: AgentProcess) -> None:
+    """Issue 34: with plans at most every 40 s (debounce) and a resync of 10 minutes, a short pod arriving on the
+    gate under seed 000's lock is let onto the node by a gate pass (reservoir_reconcile_wakeups_total{cause="gate"}),
+    while no change-driven plan runs; a long one is let go the same way."""
+    assert "debounce: 40s" in SLOW_PLANS_CONFIG and "resyncPeriod: 10m" in SLOW_PLANS_CONFIG
+    owner = await seed_000_locked(kit)
+    loaded = running.log_text().count("config=loaded")
+    await configure(kit, SLOW_PLANS_CONFIG)  # its own change-driven plan starts the 40 s
+
+    async def slow() -> bool:
+        return running.log_text().count("config=loaded") > loaded
+    await kit.wait_for(slow, what="the agent running with the 40 s debounce", timeout=20)
+    await asyncio.sleep(1)  # the plan the config change started is done
+    before = wakeups(await asyncio.to_thread(scrape, running.metrics_port))
+    await kit.create_pod("short", {"cpu": "1"}, annotations=opting_in("10s", "8s"))
+
+    async def bound_short() -> dict | None:
+        pod = await kit.read_pod("short")
+        return pod if pod["spec"].get("nodeName") else None
+    pod = await kit.wait_for(bound_short, what="the short pod let onto the locked node", timeout=20)
+    assert pod["spec"]["nodeName"] == NODE and pinned_to(pod["spec"], NODE), pod["spec"]
+    assert any(t.get("value") == owner for t in pod["spec"]["tolerations"]), pod["spec"]
+    after = wakeups(await asyncio.to_thread(scrape, running.metrics_port))
+    assert after.get("gate", 0) > before.get("gate", 0), (before, after)
+    assert after.get("change", 0) == before.get("change", 0), ("a plan ran meanwhile: the test shows nothing",
+                                                               before, after)
+
+
 async def test_a_backfilled_pod_bound_late_has_its_deadline_cut_to_end_by_its_grant(
         kit: Kit, running: AgentProcess) -> None:
     """kube-scheduler stopped (SIGSTOP) while the agent lets a short pod onto the locked node: the pod binds about 7 s

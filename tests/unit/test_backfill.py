@@ -288,7 +288,7 @@ def test_a_window_weighs_its_oldest_pending_reserve_pods_once_for_all_its_nodes(
     flood = [pod(f"r{i:05d}", "100", reserveable=True, age=timedelta(seconds=i), base=now)
              for i in range(MAX_WINDOW_TASKS + 50)]
     slots, _ = backfill_slots(pods=flood, states=node_states({n.name: n for n in nodes}, []), locks=result.locks,
-                              current=result.locks, now=now, by_uid={}, window_starts={owner: at(3)},
+                              current=result.locks, now=now, window_starts={owner: at(3)},
                               window_tasks={owner: flood}, waiting_reservations=set())
     assert len(slots) == 4 and all(s.tasks is slots[0].tasks for s in slots)
     assert len(slots[0].tasks) == MAX_WINDOW_TASKS and slots[0].tasks[0] == f"ns/r{MAX_WINDOW_TASKS + 49:05d}"

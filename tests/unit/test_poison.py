@@ -113,7 +113,7 @@ def test_one_bad_node_does_not_fail_the_plan_and_its_lock_is_released(info: str)
     """A node locked for a job that is gone, with a malformed annotation: the plan releases it, and still locks
     another node for a starving job."""
     nodes = [node("poisoned", owner=GONE_JOB, info=info), node("n2"), node("n3")]
-    busy = [pod(f"small-{i}", "1", node_name=name) for name in ("poisoned", "n2", "n3") for i in range(4)]
+    busy = [pod(f"small-{name}-{i}", "1", node_name=name) for name in ("poisoned", "n2", "n3") for i in range(4)]
     big = pod("big", "4")
     snapshot = Snapshot(nodes={n.name: n for n in nodes}, pods=[*busy, big])
     current = current_locks(snapshot)
@@ -128,7 +128,7 @@ def test_a_lock_info_on_a_lock_the_plan_keeps_is_rewritten_whole() -> None:
     """The starving job's own lock, with its annotation hand-edited: the plan keeps the lock, and its annotation is
     whole again (the writer patches a node whose annotation differs)."""
     big_owner = JobRef("ns", "Pod", "big").owner_id
-    busy = [pod(f"small-{i}", "1", node_name=name) for name in ("n1", "n2", "n3") for i in range(4)]
+    busy = [pod(f"small-{name}-{i}", "1", node_name=name) for name in ("n1", "n2", "n3") for i in range(4)]
     info = '{"tasks": "oops", "reserved": ["x"], "expires": 7, "since": "%s"}' % stamp(NOW - timedelta(minutes=1))
     nodes = [node("n1", owner=big_owner, info=info), node("n2"), node("n3")]
     snapshot = Snapshot(nodes={n.name: n for n in nodes}, pods=[*busy, pod("big", "4")])

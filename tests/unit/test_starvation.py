@@ -356,7 +356,7 @@ def test_the_plan_names_the_moment_a_job_crosses_the_threshold_or_its_lock_expir
     (Plan.wake_at), so the agent plans then rather than at its next resync (issue 15: lock under 1 s after the
     threshold). A held job lock names the moment it reaches maxLockDuration."""
     nodes = [node("n1"), node("n2")]
-    busy = [pod(f"small-{i}", "1", node_name=name) for name in ("n1", "n2") for i in range(3)]
+    busy = [pod(f"small-{name}-{i}", "1", node_name=name) for name in ("n1", "n2") for i in range(3)]
     young = pod("big", "4", age=timedelta(seconds=20))  # the builders' threshold is 60 s
     result = plan(snap(nodes, [*busy, young]), CONFIG, NOW)
     assert result.locks == {} and result.wake_at == NOW + timedelta(seconds=40)

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 from agent.planner.model import Lock, Plan
 from agent.planner.plan import plan
+from agent.planner.podindex import PodIndex
 from agent.planner.reserve import is_reserve_pod, maximum_runtime, with_group_runtimes
 from agent.planner.windows import window_bounds
 from shared import keys
@@ -290,18 +291,19 @@ windows:
 
 def test_with_group_runtimes_changes_only_the_pods_that_need_it() -> None:
     pods = [pod("a", "1", group="etl"), pod("b", "1", group="etl", runtime="5m"), pod("c", "1")]
-    assert with_group_runtimes(pods, {}) == (pods, {}) and with_group_runtimes(pods, {})[0] is pods
+    index = PodIndex.of(pods)
+    assert with_group_runtimes(index, {}) == ({}, {})
     untimed = {("ns", "etl"): group("etl", {keys.RESERVEABLE: "true"})}
-    assert with_group_runtimes(pods, untimed)[0] is pods
+    assert with_group_runtimes(index, untimed) == ({}, {})
     timed = {("ns", "etl"): group("etl", {keys.MAXIMUM_RUNTIME: "1h"})}
-    out, memo = with_group_runtimes(pods, timed)
-    assert out[0].maximum_runtime == timedelta(hours=1) and out[1] is pods[1] and out[2] is pods[2]
-    again, _ = with_group_runtimes(pods, timed, memo)
-    assert again[0] is out[0], "the same view, the same replaced view"
+    out, memo = with_group_runtimes(index, timed)
+    assert set(out) == {"ns/a"} and out["ns/a"].maximum_runtime == timedelta(hours=1), "b has its own, c no group"
+    again, _ = with_group_runtimes(index, timed, memo)
+    assert again["ns/a"] is out["ns/a"], "the same view, the same replaced view"
     changed = {("ns", "etl"): group("etl", {keys.MAXIMUM_RUNTIME: "2h"})}
-    assert with_group_runtimes(pods, changed, memo)[0][0].maximum_runtime == timedelta(hours=2)
-    other = [replace(pods[0]), *pods[1:]]  # an equal but new view (its object changed): a new replaced view
-    assert with_group_runtimes(other, timed, memo)[0][0] is not out[0]
+    assert with_group_runtimes(index, changed, memo)[0]["ns/a"].maximum_runtime == timedelta(hours=2)
+    other = PodIndex.of([replace(pods[0]), *pods[1:]])  # an equal but new view (its object changed): a new one
+    assert with_group_runtimes(other, timed, memo)[0]["ns/a"] is not out["ns/a"]
 
 
 def test_a_podgroups_maximum_runtime_does_not_defeat_the_node_state_cache() -> None:

@@ -1,0 +1,172 @@
+"""Issue 34: the pods as the planner reads them, indexed once and then kept up to date from what changed.
+
+A plan used to walk every pod of the cluster several times (to group them by node, to find the pending ones and their
+jobs, to look pods up by uid or name): at 150,000 pods each walk is tens of milliseconds, on every plan, whatever
+changed. `PodIndex` holds those groupings; `PodIndex.of(pods)` builds it from scratch, and `updated(changed, removed)`
+gives the index of the pods after a change, touching only the groups the changed pods were and are in. The full
+build is the oracle: tests/unit/test_podindex.py drives random changes through both and requires equal indexes, and
+plans from either.
+
+Order. Every group (a node's pods, a job's pods) is in pod key order ("namespace/name"), whatever order the pods came
+in: the full build and the update agree on it, and a plan does not depend on the order a watch delivered events (a
+relist reorders them). Lookups (`pods`, `by_uid`, `unbound`) are mappings; what a reader must see in an order it
+sorts itself.
+
+An update makes new mappings (shallow copies, in C) and new tuples for the touched groups only: the index a plan was
+given is never changed under it, and unchanged groups are the same tuples as before, so a reader can tell by
+identity what did not change (capacity.node_states reuses such a node's state).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from shared.views import TERMINAL, PodView
+
+JobKey = tuple[str, str, str]  # PodView.job
+
+
+def _by_key(pods: Iterable[PodView]) -> tuple[PodView, ...]:
+    return tuple(sorted(pods, key=_key))
+
+
+def _key(pod: PodView) -> str:
+    return pod.key
+
+
+@dataclass(frozen=True)
+class PodIndex:
+    """The pods by key, and the groupings the planner reads (module docstring)."""
+
+    pods: Mapping[str, PodView] = field(default_factory=dict)  # "namespace/name" -> view
+    # node name -> the pods holding resources there (bound and not finished: PodView.holds_resources), in key order;
+    # a name no node has is kept too (a pod bound to a node that is gone)
+    on_node: Mapping[str, tuple[PodView, ...]] = field(default_factory=dict)
+    # pods not bound and not finished ("namespace/name" -> view): pending, gated or being deleted
+    unbound: Mapping[str, PodView] = field(default_factory=dict)
+    # job (PodView.job) -> its pods not finished, in key order
+    by_job: Mapping[JobKey, tuple[PodView, ...]] = field(default_factory=dict)
+    # uid -> the pod with that uid (the greatest key among pods sharing one: only a hand-made snapshot has them)
+    by_uid: Mapping[str, PodView] = field(default_factory=dict)
+    # uid -> the keys of the pods with it, for the rare uid more than one pod carries
+    _uid_keys: Mapping[str, frozenset[str]] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def of(cls, pods: Iterable[PodView]) -> PodIndex:
+        """The index of `pods`, from scratch. A key given twice keeps its last view (as a cache would)."""
+        by_key: dict[str, PodView] = {}
+        for pod in pods:
+            by_key[pod.key] = pod
+        on_node: dict[str, list[PodView]] = {}
+        by_job: dict[JobKey, list[PodView]] = {}
+        unbound: dict[str, PodView] = {}
+        by_uid: dict[str, PodView] = {}
+        uid_keys: dict[str, set[str]] = {}
+        for key in sorted(by_key):  # one sort, and every group fills in key order
+            pod = by_key[key]
+            uid = pod.uid
+            if uid:
+                held = by_uid.get(uid)
+                if held is not None:
+                    uid_keys.setdefault(uid, {held.key}).add(key)
+                by_uid[uid] = pod
+            if pod.phase in TERMINAL:
+                continue
+            job = by_job.get(pod.job)
+            if job is None:
+                by_job[pod.job] = [pod]
+            else:
+                job.append(pod)
+            if pod.node_name:
+                mine = on_node.get(pod.node_name)
+                if mine is None:
+                    on_node[pod.node_name] = [pod]
+                else:
+                    mine.append(pod)
+            else:
+                unbound[key] = pod
+        return cls(pods=by_key, on_node={n: tuple(p) for n, p in on_node.items()}, unbound=unbound,
+                   by_job={j: tuple(p) for j, p in by_job.items()}, by_uid=by_uid,
+                   _uid_keys={uid: frozenset(keys) for uid, keys in uid_keys.items()})
+
+    def updated(self, changed: Iterable[PodView] = (), removed: Iterable[str] = ()) -> PodIndex:
+        """The index after `changed` (pods added, or new views of pods already here) and `removed` (keys of pods
+        gone; a key not here is ignored). A key both changed and removed is changed (its last word). This index is
+        left as it was."""
+        changes = {pod.key: pod for pod in changed}
+        gone = {key for key in removed if key not in changes and key in self.pods}
+        if not changes and not gone:
+            return self
+        pods = dict(self.pods)
+        unbound = dict(self.unbound)
+        by_uid = dict(self.by_uid)
+        uid_keys = dict(self._uid_keys)
+        nodes: set[str] = set()  # groups touched: rebuilt below
+        jobs: set[JobKey] = set()
+        uids: set[str] = set()
+        for key in gone | changes.keys():
+            old = pods.get(key)
+            if old is not None:
+                if old.phase not in TERMINAL:
+                    jobs.add(old.job)
+                    if old.node_name:
+                        nodes.add(old.node_name)
+                if old.uid:
+                    uids.add(old.uid)
+            new = changes.get(key)
+            if new is None:
+                del pods[key]
+                unbound.pop(key, None)
+                continue
+            pods[key] = new
+            if new.phase not in TERMINAL:
+                jobs.add(new.job)
+                if new.node_name:
+                    nodes.add(new.node_name)
+            if new.uid:
+                uids.add(new.uid)
+            if new.phase not in TERMINAL and not new.node_name:
+                unbound[key] = new
+            else:
+                unbound.pop(key, None)
+        arrived_on: dict[str, list[PodView]] = {}
+        arrived_in: dict[JobKey, list[PodView]] = {}
+        arrived_uid: dict[str, set[str]] = {}
+        for pod in changes.values():
+            if pod.uid:
+                arrived_uid.setdefault(pod.uid, set()).add(pod.key)
+            if pod.phase not in TERMINAL:
+                arrived_in.setdefault(pod.job, []).append(pod)
+                if pod.node_name:
+                    arrived_on.setdefault(pod.node_name, []).append(pod)
+        on_node = dict(self.on_node)
+        for name in nodes:
+            kept = [p for p in on_node.get(name, ()) if p.key not in changes and p.key not in gone]
+            kept += arrived_on.get(name, ())
+            if kept:
+                on_node[name] = _by_key(kept)
+            else:
+                on_node.pop(name, None)
+        by_job = dict(self.by_job)
+        for job in jobs:
+            kept = [p for p in by_job.get(job, ()) if p.key not in changes and p.key not in gone]
+            kept += arrived_in.get(job, ())
+            if kept:
+                by_job[job] = _by_key(kept)
+            else:
+                by_job.pop(job, None)
+        for uid in uids:
+            before = uid_keys.get(uid) or ({self.by_uid[uid].key} if uid in self.by_uid else set())
+            keys = {k for k in before if k in pods and pods[k].uid == uid}
+            keys |= arrived_uid.get(uid, set())
+            if keys:
+                by_uid[uid] = pods[max(keys)]
+            else:
+                by_uid.pop(uid, None)
+            if len(keys) > 1:
+                uid_keys[uid] = frozenset(keys)
+            else:
+                uid_keys.pop(uid, None)
+        return PodIndex(pods=pods, on_node=on_node, unbound=unbound, by_job=by_job, by_uid=by_uid,
+                        _uid_keys=uid_keys)
