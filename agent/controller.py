@@ -23,7 +23,7 @@ import os
 import socket
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -49,9 +49,10 @@ from shared.keys import LockKind
 from shared.kube import new_api_client
 from shared.logs import fields, note_fields
 from shared.metrics import ScrapeGauge, cache_freshness, new_registry
+from shared.ownership import JobRef
 from shared.serving import probes_app, stop_on_signals
 from shared.switchedcache import SwitchedCache
-from shared.views import PodView
+from shared.views import NodeView, PodView
 from shared.watchcache import Skipped, WatchCache, count_skips
 
 log = logging.getLogger("reservoir.agent")
@@ -71,9 +72,46 @@ def log_note(note: str) -> None:
 
 LEASE_NAME = "reservoir-agent"
 SETTLE = 0.1  # seconds a change waits for the rest of its burst before it is planned for (Agent.settle)
+GATE_GAP = 0.1  # seconds at least between the starts of two gate passes (Agent.gate_loop): at most 10 a second
+OWN_WRITES_SEEN = 1.0  # seconds a pass waits at most for the caches to show the last pass's gate writes (caught_up)
+# caches whose changes a gate pass judges on fresh views (the pods through the index, the nodes' states and locks);
+# a change in any other (a Reservation, a PodGroup, a Queue, the config...) leaves the pods to the next plan
+GATE_SAFE_CACHES = frozenset((kinds.PODS.name, kinds.NODES.name))
 MAX_PENDING_EVENTS = 1000  # Warning Events about unreadable objects waiting for the next reconcile; more are dropped
 _WATCHED = {w.name: w for w in (kinds.NODES, kinds.PODS, kinds.PODGROUPS, kinds.QUEUES, kinds.PRIORITY_CLASSES,
                                 kinds.RESERVATIONS, kinds.KOORDINATOR_RESERVATIONS)} | {"config": kinds.config_map("")}
+
+
+@dataclass(frozen=True)
+class OwnWrites:
+    """What a pass wrote on the backfill gate, for the next pass to wait until the caches show it (Agent.caught_up):
+    the pods whose gate it lifted ((namespace, name) -> uid) and the grants it wrote (node -> pod uids)."""
+
+    lifted: Mapping[tuple[str, str], str] = field(default_factory=dict)
+    granted: Mapping[str, frozenset[str]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, backfill: BackfillPlan, dry_run: bool) -> OwnWrites:
+        lifted = {(r.namespace, r.name): r.uid for r in backfill.released}
+        granted: dict[str, set[str]] = {}
+        if not dry_run:
+            for chosen in backfill.placed:
+                lifted[(chosen.pod.namespace, chosen.pod.name)] = chosen.pod.uid
+                granted.setdefault(chosen.node, set()).add(chosen.pod.uid)
+        return cls(lifted, {node: frozenset(uids) for node, uids in granted.items()})
+
+    def seen(self, pods: Mapping[Any, PodView], nodes: Mapping[Any, NodeView]) -> bool:
+        """The pod cache shows every lifted gate (or the pod gone, or another pod by that name), the node cache every
+        grant (or the node gone)."""
+        for key, uid in self.lifted.items():
+            pod = pods.get(key)
+            if pod is not None and pod.uid == uid and pod.backfill_gated:
+                return False
+        for name, uids in self.granted.items():
+            node = nodes.get(name)
+            if node is not None and not uids <= node.backfill_grants.keys():
+                return False
+        return True
 
 
 @dataclass(frozen=True)
@@ -283,6 +321,11 @@ class Agent:
         self._pod_changes: dict[str, PodView | None] = {}
         self.gate = asyncio.Event()  # a pod arrived on the backfill gate (gate_loop)
         self._writing = asyncio.Lock()  # a reconcile and a gate pass never write at once
+        # since the last plan's snapshot, something changed a gate pass must not judge on the last plan's locks and
+        # statuses (gate_pass): it leaves the pods to the next plan
+        self._gate_unsafe = False
+        self._locked_owners: frozenset[str] = frozenset()  # the owners of the last plan's locks
+        self._own_writes = OwnWrites()  # the gates the last pass lifted and the grants it wrote, until seen
         self._estimated: dict[str, Estimated] = {}  # issue 17: the estimates' error metric (backfill.estimate_errors)
         count = count_skips(self.metrics.registry)
 
@@ -294,6 +337,8 @@ class Agent:
                 changes.inc()
                 if pods:
                     self._pod_changed(kind, obj)
+                elif cache not in GATE_SAFE_CACHES:
+                    self._gate_unsafe = True  # a Reservation, PodGroup, Queue...: the next plan decides (gate_pass)
                 self._poke(kind, obj)
             return changed
 
@@ -341,6 +386,9 @@ class Agent:
             self._pod_changes[pod.key] = pod
             if pod.backfill_gated and not pod.node_name:
                 self.gate.set()  # decided by the next gate pass, not after the debounce (gate_loop)
+            elif (event == "ADDED" and not pod.node_name and not pod.is_terminal
+                  and JobRef(*pod.job).owner_id in self._locked_owners):
+                self._gate_unsafe = True  # a new task of a job the last plan locked for: its needed-by may move
         elif pod.key in self._pod_index.pods:
             self._pod_changes[pod.key] = None
         else:
@@ -364,6 +412,7 @@ class Agent:
         return config.protecting(self.namespace).protecting(self.lease_namespace)
 
     def _config_changed(self, event: str, configmap: Mapping[str, Any] | None) -> None:
+        self._gate_unsafe = True  # the next plan decides under the new config
         config, error = kinds.config_from(event, configmap, self.config)
         self.config = self._protecting(config)
         self.koordinator.switch(self.config.koordinator.reservations)
@@ -418,11 +467,17 @@ class Agent:
 
     async def _reconcile(self) -> Plan:
         began = time.perf_counter()
-        snapshot = self.snapshot()
-        current = current_locks(snapshot)
-        now = datetime.now(UTC)
-        with collector_paused():
-            result = plan(snapshot, self.config, now, current, previous=self.last_plan)
+        await self.caught_up()
+        self._gate_unsafe = False  # this plan reads every change until its snapshot
+        try:
+            snapshot = self.snapshot()
+            current = current_locks(snapshot)
+            now = datetime.now(UTC)
+            with collector_paused():
+                result = plan(snapshot, self.config, now, current, previous=self.last_plan)
+        except BaseException:
+            self._gate_unsafe = True  # no plan read those changes: gate passes wait for one that does
+            raise
         logged = set(self.last_plan.notes) if self.last_plan is not None else set()
         self.last_plan = result
         for note in result.notes:
@@ -443,8 +498,10 @@ class Agent:
         for error in errors:
             self.metrics.estimate_error.labels(error.kind.value, "late" if error.seconds > 0 else "early").observe(
                 abs(error.seconds))
+        self._locked_owners = frozenset(lock.owner for lock in result.locks.values())
         self.writer.configure(self.config)
         await self.writer.write(result, snapshot, current, dry_run=self.config.dry_run)
+        self._own_writes = OwnWrites.of(result.backfill, dry_run=self.config.dry_run)
         await self.publisher.publish(result, agent=self.identity, planned=now, config=self.config,
                                      skipped=[s for cache in self.caches for s in cache.skipped_objects])
         self.metrics.reconcile.observe(time.perf_counter() - began)
@@ -456,8 +513,10 @@ class Agent:
         pod let on or let go (Writer.write_gate). None when there is no last plan yet (the first plan decides) or no
         pod on the gate."""
         last = self.last_plan
-        if last is None:
-            return None
+        now = datetime.now(UTC)
+        if last is None or self._gate_unsafe or (last.wake_at is not None and now >= last.wake_at):
+            return None  # the reconcile loop, woken by the same change or moment, decides
+        await self.caught_up()
         snapshot = self.snapshot()
         if not any(p.backfill_gated for p in snapshot.index.unbound.values()):
             return None
@@ -470,15 +529,32 @@ class Agent:
             log_note(f"policy=backfill {note}")
         self.writer.configure(self.config)
         await self.writer.write_gate(result, snapshot, current, dry_run=self.config.dry_run)
+        self._own_writes = OwnWrites.of(result, dry_run=self.config.dry_run)
         return result
+
+    async def caught_up(self, timeout: float = OWN_WRITES_SEEN) -> bool:
+        """Before a pass plans (a reconcile or a gate pass): wait, at most `timeout` seconds, until the caches show
+        what the last pass wrote on the backfill gate (each pod's gate lifted, each grant on its node), so the pass
+        does not decide those pods again, nor count a node's room without the pods just granted it. Whether they did
+        (a write that failed is never seen: the pass goes on after the timeout, as it did before)."""
+        writes, self._own_writes = self._own_writes, OwnWrites()
+        deadline = time.monotonic() + timeout
+        while not writes.seen(self.pods.items, self.nodes.items):
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.01)
+        return True
 
     async def gate_loop(self) -> None:
         """Issue 34: a pod that arrives on the backfill gate is decided within SETTLE (the rest of its burst with it)
-        by a gate pass, not after the reconcile loop's debounce; a pass that fails is logged and counted, and the
-        next pod, or the next plan, decides again."""
+        by a gate pass, not after the reconcile loop's debounce; passes start at least GATE_GAP apart, so a stream of
+        arrivals costs at most 1 / GATE_GAP passes a second. A pass that fails is logged and counted, and the next
+        pod, or the next plan, decides again."""
+        started = float("-inf")
         while True:
             await self.gate.wait()
-            await asyncio.sleep(SETTLE)
+            await asyncio.sleep(max(SETTLE, started + GATE_GAP - time.monotonic()))
+            started = time.monotonic()
             self.gate.clear()
             try:
                 async with self._writing:

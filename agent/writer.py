@@ -580,14 +580,14 @@ class Writer:
         webhook's entitlement check accepts the lock's toleration), the locks on them left as they are; then each pod
         let on or let go (`backfills`). With `dry_run`, only the pods let go (all of them: plan_backfill lets every
         pod go). Nothing without a fresh Lease."""
-        if dry_run:
-            await self.backfills(BackfillPlan(released=backfill.released))
-            return
-        if not self.may_write("gate"):
-            return
         onto = {b.node for b in backfill.placed}
         held = {name: lock for name, lock in current.items() if name in onto}
         try:
+            if dry_run:
+                await self.backfills(BackfillPlan(released=backfill.released))
+                return
+            if not self.may_write("gate"):
+                return
             await self.apply(held, held, {name: m for name, m in backfill.marks.items() if name in onto},
                              snapshot=snapshot)
             await self.backfills(backfill)
@@ -846,8 +846,11 @@ class Writer:
                                      self.release(item) if isinstance(item, Release) else self.backfill(item))
 
         outcomes = await asyncio.gather(*(one(item) for item in items), return_exceptions=True)
-        raised = next((err for err in outcomes if isinstance(err, BaseException)), None)
-        if raised is not None:  # Fenced (the others stopped at their next write too), or anything unexpected
+        errors = [err for err in outcomes if isinstance(err, BaseException)]
+        if errors:  # Fenced first (the others stopped at their next write too), else the first unexpected error
+            raised = next((err for err in errors if isinstance(err, Fenced)), errors[0])
+            if isinstance(raised, asyncio.CancelledError):  # one write cancelled, not this batch: an error like others
+                raise RuntimeError("a backfill write was cancelled") from raised
             raise raised
 
     async def backfill(self, chosen: Backfill) -> None:

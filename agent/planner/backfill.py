@@ -492,7 +492,7 @@ def open_fits(candidates: Sequence[Candidate], states: Mapping[str, NodeState],
                 fits = name
                 break
         if fits is not None:
-            used[fits] = used.get(fits, EMPTY) + pod.requests + Resources({PODS: 1})
+            used[fits] = used.get(fits, EMPTY) + pod.requests  # its requests count its one `pods` already
         out.append(replace(candidate, fits_unlocked=fits is not None))
     return out
 

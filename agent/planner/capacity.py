@@ -16,7 +16,8 @@ moves a bound later than the deadline or the grant already put it.
 
 from __future__ import annotations
 
-from bisect import bisect_left
+import hashlib
+from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -24,6 +25,7 @@ from typing import Any
 
 from agent.planner.podindex import PodIndex
 from shared.backfill import Grant
+from shared.predicates import Placement, schedulable_on
 from shared.resources import EMPTY, Resources
 from shared.views import NodeView, PodView
 
@@ -56,10 +58,12 @@ class NodeState:
         return self._idle
 
     def remember(self, key: str, rank: tuple[bool, datetime | None]) -> tuple[bool, datetime | None]:
-        """Keep `rank` under `key` (a shape_id, maybe prefixed) while this state lives, unless MAX_SHAPES_KEPT are
-        kept already; `rank` back."""
-        if len(self.ranks) < MAX_SHAPES_KEPT:
-            self.ranks[key] = rank
+        """Keep `rank` under `key` (a shape_id, maybe prefixed) while this state lives, at most MAX_SHAPES_KEPT: the
+        one kept longest goes to make room (shapes come and go; a tenant's many shapes cannot keep the others out for
+        the state's life); `rank` back."""
+        if len(self.ranks) >= MAX_SHAPES_KEPT:
+            del self.ranks[next(iter(self.ranks))]
+        self.ranks[key] = rank
         return rank
 
     def remembered(self, key: str, compute: Callable[[], tuple[bool, datetime | None]]) -> tuple[bool, datetime | None]:
@@ -165,9 +169,12 @@ def shape(task: PodView) -> Shape:
 
 
 def shape_id(key: Shape) -> str:
-    """A shape as a string, the key of NodeState.ranks: a string's hash is computed once, a tuple's on every lookup."""
+    """A shape as a short string, the key of NodeState.ranks: a digest (BLAKE2b, 128 bits) of its requests and
+    placement, so a pod with a nodeSelector or tolerations of hundreds of kilobytes costs every node state that
+    remembers its shape 32 characters, not a copy of them; and a string's hash is computed once, a tuple's on every
+    lookup."""
     requests, placement = key
-    return f"{sorted(requests.items())!r}{placement!r}"
+    return hashlib.blake2b(f"{sorted(requests.items())!r}{placement!r}".encode(), digest_size=16).hexdigest()
 
 
 # shapes whose rank a node state keeps (NodeState.ranks): a tenant can make pods of any number of shapes, and each kept
@@ -176,15 +183,68 @@ MAX_SHAPES_KEPT = 32
 FITS_NOW = datetime.min.replace(tzinfo=UTC)  # fit_at of a request the idle covers now
 
 
-def fit_at(state: NodeState, request: Resources) -> datetime | None:
-    """When `request` fits on the node with nothing reserved, by its release curve, independent of `now`: FITS_NOW when
-    the idle covers it, else the end after which enough pods with a maximum runtime have ended (it may be past: a pod
-    overrunning its runtime), None when pods without one stand in the way. time_to_fit(state, request, EMPTY, now)
-    is max(fit_at - now, 0), FOREVER for None."""
-    idle = state.idle
+# (never fits, fit_at or FITS_NOW, -idle_fraction, name): seed 000's node order for one task shape, kept across plans
+RankKey = tuple[bool, datetime, float, str]
+MAX_RANKINGS = 16  # task shapes whose ShapeRanking plans keep (the least recently used goes)
+
+
+@dataclass
+class ShapeRanking:
+    """Seed 000's node choice for one task shape, kept from plan to plan (issue 34): every node the shape may ever go
+    on (schedulable, allocatable, kube-scheduler's filters with Reservoir's lock aside) in the order (when it fits
+    with nothing reserved, -idle_fraction, name), `order` sorted by RankKey. `sync` brings it up to date with a
+    plan's node states, ranking again only the nodes whose state is not the one it ranked (capacity.node_states
+    keeps an unchanged node's state): after one event a plan re-ranks one node per shape, not every node. The order
+    by (time_to_fit, -idle_fraction, name) at any `now` follows from it (starvation.NodeChooser): the nodes whose
+    fit_at is past tie at 0 and go by (-idle_fraction, name), the others keep this order."""
+
+    entries: dict[str, tuple[NodeState, RankKey | None]] = field(default_factory=dict)  # None: never usable
+    order: list[RankKey] = field(default_factory=list)
+    used: datetime = FITS_NOW  # the `now` of the last plan that used it
+
+    def sync(self, states: Mapping[str, NodeState], requests: Resources, placement: Placement) -> None:
+        entries, order = self.entries, self.order
+        fresh = not entries
+        for name, state in states.items():
+            entry = entries.get(name)
+            if entry is not None and entry[0] is state:
+                continue
+            if entry is not None and entry[1] is not None:
+                del order[bisect_left(order, entry[1])]
+            key = rank_key(name, state, requests, placement)
+            entries[name] = (state, key)
+            if key is not None:
+                if fresh:
+                    order.append(key)
+                else:
+                    insort(order, key)
+        if fresh:
+            order.sort()
+        if len(entries) > len(states):  # nodes gone
+            for name in [n for n in entries if n not in states]:
+                gone = entries.pop(name)[1]
+                if gone is not None:
+                    del order[bisect_left(order, gone)]
+
+
+def rank_key(name: str, state: NodeState, requests: Resources, placement: Placement) -> RankKey | None:
+    """A node's place in a shape's ShapeRanking, None when the shape may never go there."""
+    node = state.node
+    if not (schedulable(node) and requests.fits_in(node.allocatable)
+            and schedulable_on(placement, node, pods_on_node=0, ignore_lock=True)):
+        return None
+    at = fit_at(state, requests)
+    return (at is None, FITS_NOW if at is None else at, -idle_fraction(state), name)
+
+
+def fit_at(state: NodeState, request: Resources, reserved: Resources = EMPTY) -> datetime | None:
+    """When `request` fits on the node beside `reserved`, by its release curve, independent of `now`: FITS_NOW when
+    idle - reserved covers it, else the end after which enough pods with a maximum runtime have ended (it may be
+    past: a pod overrunning its runtime), None when pods without one stand in the way."""
+    free = state.idle - reserved if reserved else state.idle
     need = {}
     for name, amount in request.items():
-        short = amount - idle.get(name, 0)
+        short = amount - free.get(name, 0)
         if short > 0:
             need[name] = short
     if not need:
@@ -195,18 +255,10 @@ def fit_at(state: NodeState, request: Resources) -> datetime | None:
 
 def time_to_fit(state: NodeState, request: Resources, reserved: Resources, now: datetime) -> timedelta:
     """Seed 000 node choice, "how soon the node fits": zero when idle - reserved covers `request` now; else the
-    wait until enough pods with a maximum runtime have ended (earliest end first) for it to; FOREVER when pods
-    without one stand in the way."""
-    free = state.idle - reserved if reserved else state.idle
-    need = {}
-    for name, amount in request.items():
-        short = amount - free.get(name, 0)
-        if short > 0:
-            need[name] = short
-    if not need:
-        return timedelta(0)
-    index = state.releases.first_covering(need)
-    return FOREVER if index is None else max(state.releases.ends[index] - now, timedelta(0))
+    wait until enough pods with a maximum runtime have ended (earliest end first) for it to (zero when that moment
+    has passed); FOREVER when pods without one stand in the way. fit_at, counted from `now`."""
+    at = fit_at(state, request, reserved)
+    return FOREVER if at is None else max(at - now, timedelta(0))
 
 
 def future_idle(state: NodeState, at: datetime) -> Resources:

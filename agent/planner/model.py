@@ -10,7 +10,7 @@ from datetime import datetime
 from functools import cached_property
 from typing import Any, TypedDict, cast
 
-from agent.planner.capacity import NodeState
+from agent.planner.capacity import NodeState, ShapeRanking
 from agent.planner.podindex import PodIndex
 from shared import keys
 from shared.keys import LockKind
@@ -382,6 +382,8 @@ class Plan:
     # id(pod view) -> (that view, it with its PodGroup's maximum runtime), handed to the next plan so the same view
     # is given the same object and its node's state is reused (reserve.with_group_runtimes)
     runtimes: Mapping[int, tuple[PodView, PodView]] = field(default_factory=dict, compare=False, repr=False)
+    # seed 000's node order per task shape, handed to the next plan (capacity.ShapeRanking, issue 34)
+    rankings: Mapping[str, ShapeRanking] = field(default_factory=dict, compare=False, repr=False)
     # issue 17: the gated pods let onto locked nodes or let go, and every backfill slot (agent/planner/backfill.py)
     backfill: BackfillPlan = field(default_factory=lambda: BackfillPlan())
 

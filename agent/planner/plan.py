@@ -74,7 +74,7 @@ def plan(snapshot: Snapshot, config: ReservoirConfig, now: datetime,
                 reservations=reservations, repairs=repairs, states=context.states,
                 placeholders=list(statuses.placeholders), handovers=list(statuses.handovers),
                 node_marks=merged_marks(context.cooldowns.marks, backfill.marks), runtimes=context.runtimes,
-                wake_at=wake_at, backfill=backfill)
+                wake_at=wake_at, backfill=backfill, rankings=context.rankings)
 
 
 def plan_backfill_of(context: PlanContext, locks: Mapping[str, Lock], statuses: Statuses) -> BackfillPlan:
@@ -163,4 +163,4 @@ def plan_context(*, snapshot: Snapshot, config: ReservoirConfig, now: datetime, 
                        live_jobs=frozenset(j.owner for j in jobs if not j.ready),
                        cooldowns=lock_cooldowns(nodes=snapshot.nodes, current=current, config=config.starvation,
                                                 now=now),
-                       runtimes=runtimes)
+                       runtimes=runtimes, rankings=dict(previous.rankings) if previous is not None else {})

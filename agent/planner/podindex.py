@@ -19,12 +19,14 @@ identity what did not change (capacity.node_states reuses such a node's state).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from shared.views import TERMINAL, PodView
 
 JobKey = tuple[str, str, str]  # PodView.job
+K = TypeVar("K")
 
 
 def _by_key(pods: Iterable[PodView]) -> tuple[PodView, ...]:
@@ -33,6 +35,21 @@ def _by_key(pods: Iterable[PodView]) -> tuple[PodView, ...]:
 
 def _key(pod: PodView) -> str:
     return pod.key
+
+
+def _regrouped(groups: Mapping[K, tuple[PodView, ...]], touched: Iterable[K], arrived: Mapping[K, list[PodView]],
+               left: Set[str]) -> dict[K, tuple[PodView, ...]]:
+    """`groups` with each `touched` group made again: its pods whose key did not leave, and those that `arrived` in
+    it, in key order; a group left empty goes. The other groups are the same tuples."""
+    out = dict(groups)
+    for group in touched:
+        kept = [p for p in out.get(group, ()) if p.key not in left]
+        kept += arrived.get(group, ())
+        if kept:
+            out[group] = _by_key(kept)
+        else:
+            out.pop(group, None)
+    return out
 
 
 @dataclass(frozen=True)
@@ -105,27 +122,25 @@ class PodIndex:
         nodes: set[str] = set()  # groups touched: rebuilt below
         jobs: set[JobKey] = set()
         uids: set[str] = set()
+        def touch(pod: PodView) -> None:  # the groups its view is in are made again
+            if pod.phase not in TERMINAL:
+                jobs.add(pod.job)
+                if pod.node_name:
+                    nodes.add(pod.node_name)
+            if pod.uid:
+                uids.add(pod.uid)
+
         for key in gone | changes.keys():
             old = pods.get(key)
             if old is not None:
-                if old.phase not in TERMINAL:
-                    jobs.add(old.job)
-                    if old.node_name:
-                        nodes.add(old.node_name)
-                if old.uid:
-                    uids.add(old.uid)
+                touch(old)
             new = changes.get(key)
             if new is None:
                 del pods[key]
                 unbound.pop(key, None)
                 continue
             pods[key] = new
-            if new.phase not in TERMINAL:
-                jobs.add(new.job)
-                if new.node_name:
-                    nodes.add(new.node_name)
-            if new.uid:
-                uids.add(new.uid)
+            touch(new)
             if new.phase not in TERMINAL and not new.node_name:
                 unbound[key] = new
             else:
@@ -140,22 +155,9 @@ class PodIndex:
                 arrived_in.setdefault(pod.job, []).append(pod)
                 if pod.node_name:
                     arrived_on.setdefault(pod.node_name, []).append(pod)
-        on_node = dict(self.on_node)
-        for name in nodes:
-            kept = [p for p in on_node.get(name, ()) if p.key not in changes and p.key not in gone]
-            kept += arrived_on.get(name, ())
-            if kept:
-                on_node[name] = _by_key(kept)
-            else:
-                on_node.pop(name, None)
-        by_job = dict(self.by_job)
-        for job in jobs:
-            kept = [p for p in by_job.get(job, ()) if p.key not in changes and p.key not in gone]
-            kept += arrived_in.get(job, ())
-            if kept:
-                by_job[job] = _by_key(kept)
-            else:
-                by_job.pop(job, None)
+        left = changes.keys() | gone  # keys whose old view leaves its groups
+        on_node = _regrouped(self.on_node, nodes, arrived_on, left)
+        by_job = _regrouped(self.by_job, jobs, arrived_in, left)
         for uid in uids:
             before = uid_keys.get(uid) or ({self.by_uid[uid].key} if uid in self.by_uid else set())
             keys = {k for k in before if k in pods and pods[k].uid == uid}

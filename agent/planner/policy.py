@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Protocol
 
-from agent.planner.capacity import NodeState
+from agent.planner.capacity import NodeState, ShapeRanking
 from agent.planner.jobs import Job
 from agent.planner.model import (
     Handover,
@@ -71,6 +71,9 @@ class PlanContext:
     live_jobs: frozenset[str] = frozenset()  # owner ids of the jobs in `jobs` that are not ready
     cooldowns: Cooldowns = Cooldowns()  # seed 000 lock cool-downs (starvation.lock_cooldowns), read once per plan
     runtimes: RuntimeMemo = field(default_factory=dict)  # reserve.with_group_runtimes' memo, for the next plan
+    # issue 34: seed 000's node order per task shape, kept from plan to plan (capacity.ShapeRanking; starvation
+    # updates it in place, re-ranking only changed nodes); shared by every copy of this context, handed to the next plan
+    rankings: dict[str, ShapeRanking] = field(default_factory=dict)
 
     def after(self, locks: Mapping[str, Lock], uncounted: frozenset[str] = frozenset()) -> PlanContext:
         """The context of whatever plans next: `locks`' nodes taken, their count (but `uncounted`'s) off the budget."""

@@ -54,15 +54,20 @@ from __future__ import annotations
 
 import heapq
 import json
+import math
+from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any, cast
 
 from agent.planner.capacity import (
     FOREVER,
+    MAX_RANKINGS,
     NodeState,
+    RankKey,
     Shape,
-    fit_at,
+    ShapeRanking,
     idle_fraction,
     schedulable,
     shape,
@@ -139,20 +144,25 @@ class NodeChooser:
     """Picks the best node for a task without scanning every node per task.
 
     Tasks with the same shape (request and placement) rank the free nodes the same way, by
-    (time_to_fit, -idle_fraction, name) with nothing yet reserved on them; so each shape gets one heap, built once
-    per plan, and a node taken by a job (or partly reserved by the job being planned) is re-checked lazily when
-    it reaches the top. Exactly the order a full scan would give, at O(shapes x nodes log nodes) per plan.
+    (time_to_fit, -idle_fraction, name) with nothing yet reserved on them; so each shape gets its heaps once per plan
+    (`_heaps`, from its ShapeRanking, kept across plans), and a node taken by a job (or partly reserved by the job
+    being planned) is re-checked lazily when it reaches the top. Exactly the order a full scan would give; a plan
+    re-ranks only the nodes whose state changed since the ranking last saw them (issue 34).
     `taken` is the caller's set of nodes locked in this plan so far (it grows as jobs get locks); `blocked` the
     nodes the displacement table keeps from starvation, with the job holding each.
     """
 
     def __init__(self, states: Mapping[str, NodeState], taken: Set[str], blocked: Mapping[str, str],
-                 now: datetime) -> None:
+                 now: datetime, rankings: dict[str, ShapeRanking] | None = None) -> None:
         self.states = states
         self.taken = taken
         self.blocked = blocked  # node -> owner holding it (other jobs' live locks)
         self.now = now
-        self.heaps: dict[Shape, list[NodeKey]] = {}
+        # shape_id -> its ShapeRanking, kept from plan to plan (PlanContext.rankings, Plan.rankings): updated in place
+        self.rankings = rankings if rankings is not None else {}
+        # per shape, this plan's two heaps: the nodes it fits on by now, by (-idle_fraction, name); the others, by
+        # RankKey (a sorted list is a heap)
+        self.heaps: dict[Shape, tuple[list[tuple[float, str]], list[RankKey]]] = {}
 
     @staticmethod
     def shape(task: PodView) -> Shape:
@@ -172,32 +182,28 @@ class NodeChooser:
         state = self.states[name]
         return (time_to_fit(state, task.requests, reserved, self.now), -idle_fraction(state), name)
 
-    def _heap(self, task: PodView, owner: str) -> list[NodeKey]:
-        """The shape's heap of usable nodes by `_key` with nothing reserved, built at its first task in this plan.
-        What of it depends on the node state alone (usable ever, `capacity.fit_at`) is kept on the state
-        (NodeState.ranks), which the next plan reuses while the node and its pods are the same: a plan after one
-        change works out only the changed nodes' ranks again (issue 34)."""
+    def _heaps(self, task: PodView) -> tuple[list[tuple[float, str]], list[RankKey]]:
+        """The shape's nodes in `_key` order with nothing reserved, as two heaps made at its first task in this plan
+        from its ShapeRanking (issue 34: kept across plans, re-ranking only the nodes whose state changed): the
+        nodes whose fit_at is not after `now` (time_to_fit 0), by (-idle_fraction, name), then the others in the
+        ranking's order (time_to_fit is fit_at - now: the same order). Taken nodes and nodes another job holds are
+        dropped when they reach the top (`choose`), as they would have been left out."""
         key = shape(task)
-        if key not in self.heaps:
-            placement = task.placement
-            requests = task.requests
-            now, taken, blocked = self.now, self.taken, self.blocked
+        heaps = self.heaps.get(key)
+        if heaps is None:
             kept = shape_id(key)
-            heap = []
-            for name, state in self.states.items():
-                rank = state.ranks.get(kept)
-                if rank is None:
-                    node = state.node
-                    usable = (schedulable(node) and requests.fits_in(node.allocatable)
-                              and schedulable_on(placement, node, pods_on_node=0, ignore_lock=True))
-                    rank = state.remember(kept, (usable, fit_at(state, requests) if usable else None))
-                usable, at = rank
-                if not usable or name in taken or blocked.get(name) not in (None, owner):
-                    continue
-                heap.append((FOREVER if at is None else max(at - now, ZERO), -idle_fraction(state), name))
-            heapq.heapify(heap)
-            self.heaps[key] = heap
-        return self.heaps[key]
+            ranking = self.rankings.get(kept)
+            if ranking is None:
+                if len(self.rankings) >= MAX_RANKINGS:
+                    del self.rankings[min(self.rankings, key=lambda k: (self.rankings[k].used, k))]
+                ranking = self.rankings[kept] = ShapeRanking()
+            ranking.used = self.now
+            ranking.sync(self.states, task.requests, task.placement)
+            cut = bisect_right(ranking.order, (False, self.now, math.inf, ""))
+            now_heap = [(neg_idle, name) for _, _, neg_idle, name in ranking.order[:cut]]
+            heapq.heapify(now_heap)
+            heaps = self.heaps[key] = (now_heap, ranking.order[cut:])
+        return heaps
 
     def choose(self, task: PodView, owner: str, own: Set[str], reserved: Mapping[str, Resources],
                avoid: Set[str] = frozenset()) -> str | None:
@@ -216,22 +222,30 @@ class NodeChooser:
             key = (fit[0] > ZERO, name not in own, *fit)
             if best is None or key < best[0]:
                 best = (key, name)
-        heap = self._heap(task, owner)
-        set_aside = []
+        now_heap, later = self._heaps(task)
         candidate: tuple[tuple[bool, bool, timedelta, float, str], str] | None = None
-        while heap:
-            entry = heap[0]
-            name = entry[2]
-            if name in self.taken or self.blocked.get(name) not in (None, owner):
-                heapq.heappop(heap)  # gone for good in this plan
-                continue
-            if name in reserved or name in own or name in avoid:
-                set_aside.append(heapq.heappop(heap))  # scored above, or not for this job
-                continue
-            candidate = ((entry[0] > ZERO, True, *entry), name)
-            break
-        for entry in set_aside:
-            heapq.heappush(heap, entry)
+        for heap, fits_by_now in ((cast(list[Any], now_heap), True), (cast(list[Any], later), False)):
+            set_aside = []
+            while heap:
+                entry = heap[0]
+                name = entry[-1]
+                if name in self.taken or self.blocked.get(name) not in (None, owner):
+                    heapq.heappop(heap)  # gone for good in this plan
+                    continue
+                if name in reserved or name in own or name in avoid:
+                    set_aside.append(heapq.heappop(heap))  # scored above, or not for this job
+                    continue
+                if fits_by_now:
+                    top: NodeKey = (ZERO, entry[0], name)
+                else:
+                    never, at, neg_idle, _ = entry
+                    top = (FOREVER if never else at - self.now, neg_idle, name)
+                candidate = ((top[0] > ZERO, True, *top), name)
+                break
+            for entry in set_aside:
+                heapq.heappush(heap, entry)
+            if candidate is not None:
+                break
         options = [o for o in (best, candidate) if o is not None]
         return min(options)[1] if options else None
 
@@ -470,7 +484,8 @@ def starvation_round(jobs: Sequence[Job], *, context: PlanContext, taken: Set[st
     return Starvation(config=config, now=context.now, states=context.states, current=context.current,
                       held_by=held_by, expired=cooldowns.expired, cooling=cooldowns.until,
                       placeable=placeable_now(jobs, context.states),
-                      chooser=NodeChooser(context.states, taken, blocked, context.now), budget=Budget.of(context))
+                      chooser=NodeChooser(context.states, taken, blocked, context.now, context.rankings),
+                      budget=Budget.of(context))
 
 
 def release_expired(held_by: Mapping[str, Sequence[Lock]], *, now: datetime,

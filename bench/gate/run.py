@@ -26,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from bench.backfill.run import pod as backfill_pod
 from bench.scale.run import (
     _not_ready,
     _sh,
@@ -63,13 +64,7 @@ backfill: {{namespaces: [{NAMESPACE}], margin: 5s}}
 
 
 def pod(name: str, cpu: str, *, node: str = "", annotations: dict[str, str] | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {"containers": [{"name": "main", "image": "registry.invalid/reservoir-bench:1",
-                                            "resources": {"requests": {"cpu": cpu, "memory": "256Mi"}}}],
-                            "terminationGracePeriodSeconds": 0}
-    if node:
-        spec["nodeName"] = node
-    return {"apiVersion": "v1", "kind": "Pod", "spec": spec,
-            "metadata": {"name": name, "namespace": NAMESPACE, "annotations": annotations or {}}}
+    return backfill_pod(name, NAMESPACE, cpu, node=node, annotations=annotations)
 
 
 def gated(obj: dict[str, Any]) -> bool:

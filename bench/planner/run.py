@@ -375,14 +375,15 @@ GATE_STREAM = 1000  # gated pods arriving at once for measure_gate
 def measure_gate(nodes: int) -> dict:
     """Gate decisions per second, as the agent makes them: GATE_STREAM pods on the backfill gate arrive (the index
     updated with them), in 20 namespaces, of four shapes (1 or 2 cpu, with or without a zone nodeSelector), each
-    declaring a runtime. Each plan (handed the previous one) decides what it may, and the writer's answer is applied:
-    each decided pod's view loses the gate (a backfilled one narrowed to its node is as good as pending again for
-    this measure). Plans run until none is left on the gate; decisions per second = GATE_STREAM / the time of those
-    plans and index updates. The cluster is the `measure` one (full to 25-27 of 32 cpu, so a gated pod fits now)."""
+    declaring a runtime. Gate passes (plan.plan_gate, on the last full plan, as agent.controller.Agent.gate_pass)
+    decide what they may (backfill.MAX_DECISIONS a pass), and the writer's answer is applied: each decided pod's
+    view loses the gate. Passes run until none is left on the gate; decisions per second = GATE_STREAM / the time of
+    those passes and index updates. The cluster is the `measure` one (full to 25-27 of 32 cpu, so a gated pod fits
+    now)."""
     from dataclasses import replace
 
     from agent.gcpause import collector_paused
-    from agent.planner.plan import plan
+    from agent.planner.plan import plan, plan_gate
     from shared import keys
     from shared.config import load_config
     from shared.views import PodView
@@ -402,7 +403,7 @@ def measure_gate(nodes: int) -> dict:
     index = snapshot.index
     pods = {p.key: p for p in snapshot.pods}
     changed = gated
-    plans = decided = 0
+    plans = count = 0
     spent = 0.0
     now = NOW
     while changed:
@@ -410,16 +411,16 @@ def measure_gate(nodes: int) -> dict:
         with collector_paused():
             index = index.updated(changed)
             pods.update((p.key, p) for p in changed)
-            now += timedelta(milliseconds=100)
-            result = plan(type(snapshot)(nodes=snapshot.nodes, pods=list(pods.values()), podgroups=snapshot.podgroups)
-                          .with_index(index), config, now, result.locks, previous=result)
+            now += timedelta(milliseconds=100)  # agent.controller.GATE_GAP
+            decided = plan_gate(type(snapshot)(nodes=snapshot.nodes, pods=list(pods.values()),
+                                               podgroups=snapshot.podgroups).with_index(index), config, now, result)
         spent += time.perf_counter() - began
         plans += 1
-        done = {r.key for r in result.backfill.released} | {b.pod.key for b in result.backfill.placed}
-        decided += len(done)
+        done = {r.key for r in decided.released} | {b.pod.key for b in decided.placed}
+        count += len(done)
         changed = [replace(pods[key], gated=False, backfill_gated=False) for key in sorted(done)]
-    return {"nodes": nodes, "gated": GATE_STREAM, "decided": decided, "plans": plans, "seconds": spent,
-            "per_second": decided / spent if spent else 0.0}
+    return {"nodes": nodes, "gated": GATE_STREAM, "decided": count, "plans": plans, "seconds": spent,
+            "per_second": count / spent if spent else 0.0}
 
 
 def _child(flag: str, size: int) -> dict:
@@ -480,7 +481,7 @@ def main() -> int:
     five = next((r for r in rows if r["nodes"] == 5000), rows[-1])
     gate = _child("--gate", five["nodes"])
     print(f"{gate['nodes']:>6} nodes, {gate['gated']} pods arriving on the backfill gate (4 shapes, 20 namespaces): "
-          f"{gate['decided']} decided in {gate['plans']} plans, {gate['seconds']:.2f} s: "
+          f"{gate['decided']} decided in {gate['plans']} gate passes, {gate['seconds']:.2f} s: "
           f"{gate['per_second']:.0f} gate decisions a second", flush=True)
     print(f"planner: {five['nodes']} nodes full plan {five['plan_s']:.2f} s, peak {five['peak_mib']:.0f} MiB, "
           f"replan after one event {five['replan_ms']:.0f} ms, {gate['per_second']:.0f} gate decisions/s", flush=True)

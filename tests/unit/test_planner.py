@@ -179,6 +179,57 @@ def test_node_chooser_matches_a_brute_force_scan(node_specs, task_cpus) -> None:
     assert chosen == expected
 
 
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["2", "4", "8"]), st.lists(st.tuples(st.sampled_from(["500m", "1", "2"]),
+                                                                                 st.sampled_from([None, "3m", "10m"])),
+                                                                       max_size=5), st.booleans()),
+                min_size=1, max_size=8),
+       st.lists(st.sampled_from(["1", "2", "3", "4"]), min_size=1, max_size=4), st.integers(0, 12))
+def test_node_chooser_with_rankings_kept_from_an_earlier_plan_matches_a_brute_force_scan(
+        node_specs, task_cpus, minutes_later) -> None:
+    """Issue 34: the shapes' rankings kept from a plan on an earlier cluster (some nodes' pods different, a node
+    since gone, `minutes_later` minutes before: pods' ends past by now tie at 0) give the same choice as a brute-force
+    scan of the cluster now."""
+    def cluster(earlier: bool):  # type: ignore[no-untyped-def]
+        nodes = [node(f"n{i}", cpu=cpu) for i, (cpu, _, _) in enumerate(node_specs)] + (
+            [node("gone", cpu="8")] if earlier else [])
+        running = [pod(f"r{i}-{j}", req, node_name=f"n{i}", runtime=rt, started_ago=timedelta(minutes=5))
+                   for i, (_, pods, changes) in enumerate(node_specs)
+                   for j, (req, rt) in enumerate(pods) if not (earlier and changes and j == 0)]
+        tasks = [pod(f"t{k}", cpu, group="g") for k, cpu in enumerate(task_cpus)]
+        group = PodGroupView.from_obj({"metadata": {"name": "g", "namespace": "ns"},
+                                       "spec": {"minMember": len(tasks)}})
+        return snap(nodes, running + tasks, [group])
+
+    before, snapshot = cluster(True), cluster(False)
+    old_states = node_states(before.nodes, before.pods)
+    rankings: dict = {}
+    earlier_job = next(j for j in build_jobs(before) if j.ref.name == "g")
+    reserve_tasks(earlier_job, earlier_job.pending,
+                  NodeChooser(old_states, set(), {}, NOW - timedelta(minutes=minutes_later), rankings), set())
+    states = node_states(snapshot.nodes, snapshot.pods, old_states)  # unchanged nodes keep their states
+    job = next(j for j in build_jobs(snapshot) if j.ref.name == "g")
+    reserved = reserve_tasks(job, job.pending, NodeChooser(states, set(), {}, NOW, rankings), set())
+    chosen = None if reserved is None else {**reserved.drain, **reserved.fit_now}
+    fresh = reserve_tasks(job, job.pending, NodeChooser(states, set(), {}, NOW), set())
+    assert chosen == (None if fresh is None else {**fresh.drain, **fresh.fit_now})
+    taken: dict[str, Resources] = {}
+    expected: dict[str, list] | None = {}
+    for task in job.pending:
+        options = [((time_to_fit(state, task.requests, taken.get(name, Resources()), NOW), -idle_fraction(state),
+                     name), name) for name, state in states.items()
+                   if (taken.get(name, Resources()) + task.requests).fits_in(state.node.allocatable)]
+        if not options:
+            expected = None
+            break
+        best = min(options)[1]
+        taken[best] = taken.get(best, Resources()) + task.requests
+        assert expected is not None
+        expected.setdefault(best, []).append(task)
+    assert chosen == expected
+    assert all(entry[0] is states[name] for ranking in rankings.values() for name, entry in ranking.entries.items())
+
+
 def test_a_partly_pending_replicaset_is_not_starving_but_a_lone_big_pod_is() -> None:
     def rs_pod(name: str, node_name: str = "") -> PodView:
         base = pod(name, "1", node_name=node_name)

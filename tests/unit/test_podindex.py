@@ -35,7 +35,7 @@ GROUPS = {("a", "timed"): PodGroupView.from_obj({"metadata": {"name": "timed", "
 
 
 def pod_obj(name: str, ns: str, *, cpu: int, node_name: str, phase: str, group: str, runtime: str, uid: str,
-            age: int, gated: bool, deleting: bool) -> dict[str, Any]:
+            age: int, gated: bool, deleting: bool, zone: str = "") -> dict[str, Any]:
     annotations = {}
     if group:
         annotations[keys.GROUP_NAME] = group
@@ -50,6 +50,8 @@ def pod_obj(name: str, ns: str, *, cpu: int, node_name: str, phase: str, group: 
     spec: dict[str, Any] = {"nodeName": node_name,
                             "containers": [{"name": "c", "resources": {"requests": {"cpu": f"{cpu}m",
                                                                                     "memory": "1Gi"}}}]}
+    if zone:
+        spec["nodeSelector"] = {"zone": zone}
     if gated:
         spec["schedulingGates"] = [{"name": keys.BACKFILL_GATE}]
     status: dict[str, Any] = {"phase": phase}
@@ -71,7 +73,7 @@ def pod_objs(draw: st.DrawFn) -> dict[str, Any]:
                    # a uid another pod may carry too: only a hand-made snapshot has that, and the index says who wins
                    uid=draw(st.sampled_from(("u1", "u2", "u3", "u4", "u5", "u6", ""))),
                    age=draw(st.integers(0, 600)), gated=not bound and draw(st.booleans()),
-                   deleting=draw(st.integers(0, 9)) == 0)
+                   deleting=draw(st.integers(0, 9)) == 0, zone=draw(st.sampled_from(("", "", "a", "b"))))
 
 
 # every run starts here: each node full with three 1-cpu pods that end within 5 minutes (in the timed PodGroup or
@@ -82,7 +84,10 @@ FULL = [pod_obj(f"run-{n}-{i}", "c", cpu=1000, node_name=n, phase="Running", gro
             gated=False, deleting=False)]
 # one change: a pod created or changed (its new object), or a pod key deleted
 changes = st.lists(st.one_of(pod_objs(), st.tuples(st.just("delete"), st.sampled_from(NAMES),
-                                                   st.sampled_from(("a", "b")))), min_size=1, max_size=6)
+                                                   st.sampled_from(("a", "b"))),
+                             # a node's view changes (its zone label): its state and what it remembers go
+                             st.tuples(st.just("node"), st.sampled_from(NODES), st.sampled_from(("a", "b")))),
+                   min_size=1, max_size=6)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -90,7 +95,7 @@ changes = st.lists(st.one_of(pod_objs(), st.tuples(st.just("delete"), st.sampled
 def test_an_index_kept_up_to_date_equals_the_index_built_again_and_plans_alike(batches: list) -> None:
     """Random changes, a batch per plan: the updated index equals PodIndex.of the pods now, and a plan over a snapshot
     carrying it (handed the previous plan, as the agent plans) equals a plan from scratch over the same pods."""
-    nodes = {n: node(n, cpu="4") for n in NODES}
+    nodes = {n: node(n, cpu="4", labels={"zone": "a"}) for n in NODES}
     live: dict[str, PodView] = {}
     index = PodIndex()
     previous = None
@@ -98,7 +103,9 @@ def test_an_index_kept_up_to_date_equals_the_index_built_again_and_plans_alike(b
     for step, batch in enumerate([FULL, *batches]):
         last: dict[str, PodView | None] = {}  # each key's last word in the batch, as the agent records them
         for change in batch:
-            if isinstance(change, tuple):
+            if isinstance(change, tuple) and change[0] == "node":
+                nodes = {**nodes, change[1]: node(change[1], cpu="4", labels={"zone": change[2]})}
+            elif isinstance(change, tuple):
                 key = f"{change[2]}/{change[1]}"
                 live.pop(key, None)
                 last[key] = None
