@@ -513,15 +513,15 @@ class Agent:
         pod let on or let go (Writer.write_gate). None when there is no last plan yet (the first plan decides) or no
         pod on the gate."""
         last = self.last_plan
-        now = datetime.now(UTC)
-        if last is None or self._gate_unsafe or (last.wake_at is not None and now >= last.wake_at):
-            return None  # the reconcile loop, woken by the same change or moment, decides
+        if last is None or self._gate_unsafe:
+            return None  # the reconcile loop, woken by the same change, decides
         await self.caught_up()
         snapshot = self.snapshot()
-        if not any(p.backfill_gated for p in snapshot.index.unbound.values()):
-            return None
-        current = current_locks(snapshot)
         now = datetime.now(UTC)
+        if (last.wake_at is not None and now >= last.wake_at) or not any(
+                p.backfill_gated for p in snapshot.index.unbound.values()):
+            return None  # a moment the last plan named has passed (the reconcile loop plans for it), or none gated
+        current = current_locks(snapshot)
         with collector_paused():
             result = plan_gate(snapshot, self.config, now, last, current)
         self.metrics.wakeups.labels("gate").inc()

@@ -569,10 +569,14 @@ class Writer:
             pods = {p.key: p for p in snapshot.pods} if any(g.evict for g in result.guarantees) else {}
             await self.write_queues(result.guarantees, snapshot.queues, pods=pods, witnesses=Witnesses.of(snapshot))
         except Fenced as err:
-            decision(log, "fenced", level=logging.WARNING, batch="plan", reason=str(err),
-                     done="stopped mid-batch, the rest left unwritten")
-            if self.on_fenced is not None:
-                self.on_fenced()
+            self._stopped_mid_batch("plan", err)
+
+    def _stopped_mid_batch(self, batch: str, err: Fenced) -> None:
+        """A batch of writes (a plan's, a gate pass's) stopped by the fence: logged and counted."""
+        decision(log, "fenced", level=logging.WARNING, batch=batch, reason=str(err),
+                 done="stopped mid-batch, the rest left unwritten")
+        if self.on_fenced is not None:
+            self.on_fenced()
 
     async def write_gate(self, backfill: BackfillPlan, snapshot: Snapshot, current: Mapping[str, Lock],
                          dry_run: bool) -> None:
@@ -592,10 +596,7 @@ class Writer:
                              snapshot=snapshot)
             await self.backfills(backfill)
         except Fenced as err:
-            decision(log, "fenced", level=logging.WARNING, batch="gate", reason=str(err),
-                     done="stopped mid-batch, the rest left unwritten")
-            if self.on_fenced is not None:
-                self.on_fenced()
+            self._stopped_mid_batch("gate", err)
 
     # node locks
 

@@ -70,7 +70,7 @@ from agent.planner.model import (
     ReservationStatus,
     StartEstimate,
 )
-from agent.planner.podindex import PodIndex
+from agent.planner.podindex import PodIndex, as_index
 from agent.planner.policy import fair_share, merged_marks
 from agent.planner.reservations import pod_meta
 from agent.planner.reserve import maximum_runtime, pod_group
@@ -370,7 +370,7 @@ def plan_backfill(*, pods: PodIndex | Sequence[PodView], nodes: Mapping[str, Nod
     capacity, and the pods granted there not bound yet); the start estimates come from the same slots. A pod gated
     longer than `backfill.maxGateWait` is let go unchanged. Grants (shared.backfill) are kept while their pod lives
     and added for each pod placed. `pods`: the snapshot's index (podindex.PodIndex), or the pods to index."""
-    index = pods if isinstance(pods, PodIndex) else PodIndex.of(pods)
+    index = as_index(pods)
     estimates = start_estimates(slots, locks)
     marks_of_estimates = estimate_marks(estimates, index.pods, podgroups, now)
     gated = sorted(gated_pods(index.unbound.values()), key=lambda p: (p.created, p.key))
@@ -448,11 +448,8 @@ def plan_backfill(*, pods: PodIndex | Sequence[PodView], nodes: Mapping[str, Nod
 def fits_idle(state: NodeState, pod: PodView, placement: Placement, kept: str) -> bool:
     """Clause 3 on one node with nothing taken: its idle covers the pod and kube-scheduler's filters let it on, the
     lock aside; remembered by the node state under `kept` ("open" and the pod's shape_id)."""
-    rank = state.ranks.get(kept)
-    if rank is None:
-        rank = state.remember(kept, (state.idle.covers(pod.requests) and schedulable_on(
-            placement, state.node, pods_on_node=len(state.pods), ignore_lock=True), None))
-    return rank[0]
+    return state.remembered(kept, lambda: state.idle.covers(pod.requests) and schedulable_on(
+        placement, state.node, pods_on_node=len(state.pods), ignore_lock=True))
 
 
 def open_fits(candidates: Sequence[Candidate], states: Mapping[str, NodeState],
@@ -510,7 +507,7 @@ def backfill_slots(*, pods: PodIndex | Sequence[PodView], states: Mapping[str, N
     window open to its namespace, and every locked node of the window weighs every task at every plan. Departure:
     beyond that many pending reserve pods, the newer ones do not move the needed-by time (a pod pending for a window
     with a thousand others before it waits for those first)."""
-    index = pods if isinstance(pods, PodIndex) else PodIndex.of(pods)
+    index = as_index(pods)
     by_key, by_uid = index.pods, index.by_uid
     slots = []
     already: dict[str, list[PodView]] = {}

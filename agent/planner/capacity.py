@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from agent.planner.podindex import PodIndex
+from agent.planner.podindex import PodIndex, as_index
 from shared.backfill import Grant
 from shared.predicates import Placement, schedulable_on
 from shared.resources import EMPTY, Resources
@@ -46,10 +46,10 @@ class NodeState:
     _idle_fraction: float | None = None
     # the index's tuple `pods` was made from (node_states): the same tuple at the next plan means the same pods
     source: tuple[PodView, ...] | None = field(default=None, repr=False, compare=False)
-    # issue 34: per task shape, what does not change while this state lives (starvation.NodeChooser): whether the
-    # shape may ever go on the node, and when it fits there with nothing reserved (`fit_at`). A state is reused by
-    # the next plan while its node and pods are the same, and these with it; at most MAX_SHAPES_KEPT shapes
-    ranks: dict[str, tuple[bool, datetime | None]] = field(default_factory=dict, repr=False, compare=False)
+    # issue 34: per task shape, answers that depend on this state alone (starvation.fits_now, backfill.fits_idle),
+    # by a shape_id with a prefix per question. A state is reused by the next plan while its node and pods are the
+    # same, and these with it; at most MAX_SHAPES_KEPT
+    ranks: dict[str, bool] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def idle(self) -> Resources:
@@ -57,19 +57,16 @@ class NodeState:
             self._idle = (self.node.allocatable - self.used).clamp_negative()
         return self._idle
 
-    def remember(self, key: str, rank: tuple[bool, datetime | None]) -> tuple[bool, datetime | None]:
-        """Keep `rank` under `key` (a shape_id, maybe prefixed) while this state lives, at most MAX_SHAPES_KEPT: the
-        one kept longest goes to make room (shapes come and go; a tenant's many shapes cannot keep the others out for
-        the state's life); `rank` back."""
-        if len(self.ranks) >= MAX_SHAPES_KEPT:
-            del self.ranks[next(iter(self.ranks))]
-        self.ranks[key] = rank
-        return rank
-
-    def remembered(self, key: str, compute: Callable[[], tuple[bool, datetime | None]]) -> tuple[bool, datetime | None]:
-        """The rank kept under `key`, else `compute()`, kept (`remember`)."""
-        rank = self.ranks.get(key)
-        return rank if rank is not None else self.remember(key, compute())
+    def remembered(self, key: str, compute: Callable[[], bool]) -> bool:
+        """The answer kept under `key`, else `compute()`, kept while this state lives: at most MAX_SHAPES_KEPT, the
+        one kept longest going to make room (shapes come and go; a tenant's many shapes cannot keep the others out
+        for the state's life)."""
+        answer = self.ranks.get(key)
+        if answer is None:
+            if len(self.ranks) >= MAX_SHAPES_KEPT:
+                del self.ranks[next(iter(self.ranks))]
+            answer = self.ranks[key] = compute()
+        return answer
 
     @property
     def releases(self) -> Releases:
@@ -122,7 +119,7 @@ def node_states(nodes: Mapping[str, NodeView], pods: PodIndex | Iterable[PodView
     `previous` (the last plan's) is reused when its node view and its pods are the very same objects (views are
     immutable, the watch caches keep a view until its object changes, and an index update keeps the tuple of a node it
     did not touch): only nodes touched since the last plan are summed again."""
-    index = pods if isinstance(pods, PodIndex) else PodIndex.of(pods)
+    index = as_index(pods)
     swapped: set[str] = {view.node_name for view in replaced.values()} if replaced else set()
     states = {}
     for name, node in nodes.items():
@@ -169,16 +166,16 @@ def shape(task: PodView) -> Shape:
 
 
 def shape_id(key: Shape) -> str:
-    """A shape as a short string, the key of NodeState.ranks: a digest (BLAKE2b, 128 bits) of its requests and
-    placement, so a pod with a nodeSelector or tolerations of hundreds of kilobytes costs every node state that
-    remembers its shape 32 characters, not a copy of them; and a string's hash is computed once, a tuple's on every
-    lookup."""
+    """A shape as a short string, the key of NodeState.ranks and of Plan.rankings: a digest (BLAKE2b, 128 bits) of
+    its requests and placement, so a pod with a nodeSelector or tolerations of hundreds of kilobytes costs every node
+    state that remembers its shape 32 characters, not a copy of them; and a string's hash is computed once, a
+    tuple's on every lookup."""
     requests, placement = key
     return hashlib.blake2b(f"{sorted(requests.items())!r}{placement!r}".encode(), digest_size=16).hexdigest()
 
 
-# shapes whose rank a node state keeps (NodeState.ranks): a tenant can make pods of any number of shapes, and each kept
-# one costs memory on every node
+# answers per shape a node state keeps (NodeState.ranks): a tenant can make pods of any number of shapes, and each
+# kept one costs memory on every node
 MAX_SHAPES_KEPT = 32
 FITS_NOW = datetime.min.replace(tzinfo=UTC)  # fit_at of a request the idle covers now
 
@@ -227,11 +224,17 @@ class ShapeRanking:
                     del order[bisect_left(order, gone)]
 
 
+def usable_ever(node: NodeView, requests: Resources, placement: Placement) -> bool:
+    """Seed 000 "Node reserve logic" and "PredicateNodes for task", whatever runs there: the node is schedulable, its
+    allocatable can ever fit `requests`, and kube-scheduler's filters let a pod of that `placement` on (Reservoir's
+    lock aside)."""
+    return (schedulable(node) and requests.fits_in(node.allocatable)
+            and schedulable_on(placement, node, pods_on_node=0, ignore_lock=True))
+
+
 def rank_key(name: str, state: NodeState, requests: Resources, placement: Placement) -> RankKey | None:
-    """A node's place in a shape's ShapeRanking, None when the shape may never go there."""
-    node = state.node
-    if not (schedulable(node) and requests.fits_in(node.allocatable)
-            and schedulable_on(placement, node, pods_on_node=0, ignore_lock=True)):
+    """A node's place in a shape's ShapeRanking, None when the shape may never go there (usable_ever)."""
+    if not usable_ever(state.node, requests, placement):
         return None
     at = fit_at(state, requests)
     return (at is None, FITS_NOW if at is None else at, -idle_fraction(state), name)

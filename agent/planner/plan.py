@@ -20,7 +20,7 @@ from agent.planner.ordering import score_queues
 from agent.planner.policy import PlanContext, Policy, Statuses, cap, earliest, merged_marks, tagged
 from agent.planner.repair import plan_repairs
 from agent.planner.reservations import RESERVATIONS
-from agent.planner.reserve import with_group_runtimes
+from agent.planner.reserve import RuntimeMemo, with_group_runtimes
 from agent.planner.starvation import STARVATION, lock_cooldowns
 from agent.planner.windows import WINDOWS, reserve_pods
 from shared.config import ReservoirConfig
@@ -113,8 +113,7 @@ def plan_gate(snapshot: Snapshot, config: ReservoirConfig, now: datetime, last: 
     gated pods arrived since the last plan and no moment it named passed (Plan.wake_at), this is the backfill the
     next full plan would give (tests/unit/test_gate_pass.py); else the next full plan corrects it, as it corrects
     any plan made on a snapshot that moved on."""
-    replaced, _ = with_group_runtimes(snapshot.index, snapshot.podgroups, last.runtimes)
-    states = node_states(snapshot.nodes, snapshot.index, last.states, replaced)
+    states, _ = states_of(snapshot, last)
     context = PlanContext(snapshot=snapshot, config=config, now=now, states=states,
                           current=dict(current) if current is not None else current_locks(snapshot))
     return plan_backfill_of(context, last.locks, Statuses(windows=tuple(last.windows),
@@ -138,18 +137,24 @@ def guard_locks(locks: Mapping[str, Lock], states: Mapping[str, NodeState]) -> t
     return kept, notes
 
 
+def states_of(snapshot: Snapshot, previous: Plan | None) -> tuple[dict[str, NodeState], RuntimeMemo]:
+    """The node states of `snapshot` (capacity.node_states), and the runtime memo for the next plan. Seed 004: a pod's
+    maximum runtime is its PodGroup's when it has none of its own (reserve.with_group_runtimes); the previous plan's
+    memo gives a pod view the same replaced view as then, and its states are reused where nothing changed. The pods
+    are read through the snapshot's index (podindex): no pass over every pod."""
+    replaced, runtimes = with_group_runtimes(snapshot.index, snapshot.podgroups,
+                                             previous.runtimes if previous is not None else None)
+    return node_states(snapshot.nodes, snapshot.index, previous.states if previous is not None else None,
+                       replaced), runtimes
+
+
 def plan_context(*, snapshot: Snapshot, config: ReservoirConfig, now: datetime, current: Mapping[str, Lock],
                  previous: Plan | None) -> PlanContext:
     """Seeds 000-004: what every policy reads, computed once: node states (reusing the previous plan's where nothing
     changed), the global cap, the jobs with a pending pod, the queues' usage and QueueScoreOrder when queues
     compete, and seed 000's lock cool-downs (starvation.lock_cooldowns: the starvation policy and Plan.node_marks
     read the one answer)."""
-    # seed 004: a pod's maximum runtime is its PodGroup's when it has none of its own (reserve.with_group_runtimes);
-    # the previous plan's memo gives a pod view the same replaced view as then, so its node's state is reused; the
-    # pods are read through the snapshot's index (podindex): no pass over every pod
-    replaced, runtimes = with_group_runtimes(snapshot.index, snapshot.podgroups,
-                                             previous.runtimes if previous is not None else None)
-    states = node_states(snapshot.nodes, snapshot.index, previous.states if previous is not None else None, replaced)
+    states, runtimes = states_of(snapshot, previous)
     schedulable_nodes = sum(1 for s in states.values() if schedulable(s.node))
     jobs = build_jobs(snapshot) if config.starvation.enabled or config.guarantee.enabled else []
     named = {j.queue for j in jobs}

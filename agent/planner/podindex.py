@@ -33,6 +33,11 @@ def _by_key(pods: Iterable[PodView]) -> tuple[PodView, ...]:
     return tuple(sorted(pods, key=_key))
 
 
+def as_index(pods: PodIndex | Iterable[PodView]) -> PodIndex:
+    """`pods` when it is an index, else their index (PodIndex.of): for the planner functions tests call with a list."""
+    return pods if isinstance(pods, PodIndex) else PodIndex.of(pods)
+
+
 def _key(pod: PodView) -> str:
     return pod.key
 

@@ -73,6 +73,7 @@ from agent.planner.capacity import (
     shape,
     shape_id,
     time_to_fit,
+    usable_ever,
 )
 from agent.planner.displacement import displaces
 from agent.planner.jobs import Job
@@ -123,9 +124,8 @@ def fits_now(state: NodeState, pod: PodView, kept: str) -> bool:
     """kube-scheduler could bind a pod of this shape on the node now: its idle covers it, the node is schedulable and
     the one predicate lets it on, Reservoir's locks included. Remembered by the node state under `kept` ("now" and
     the shape_id): it depends on nothing else."""
-    return state.remembered(kept, lambda: (
-        state.idle.covers(pod.requests) and schedulable(state.node)
-        and schedulable_on(pod.placement, state.node, pods_on_node=len(state.pods)), None))[0]
+    return state.remembered(kept, lambda: state.idle.covers(pod.requests) and schedulable(state.node)
+                            and schedulable_on(pod.placement, state.node, pods_on_node=len(state.pods)))
 
 
 def higher_priority_blocker(job: Job, placeable: Sequence[Placeable]) -> str | None:
@@ -172,10 +172,8 @@ class NodeChooser:
         """Seed 000 "Node reserve logic" and "PredicateNodes for task": the node can ever fit the task (allocatable),
         kube-scheduler's filters let it on (shared.predicates.schedulable_on on the task's `placement`, Reservoir's
         lock aside), it is schedulable, not taken and not another live job's."""
-        state = self.states[name]
-        return (name not in self.taken and self.blocked.get(name) in (None, owner) and schedulable(state.node)
-                and task.requests.fits_in(state.node.allocatable)
-                and schedulable_on(placement, state.node, pods_on_node=0, ignore_lock=True))
+        return (name not in self.taken and self.blocked.get(name) in (None, owner)
+                and usable_ever(self.states[name].node, task.requests, placement))
 
     def _key(self, name: str, task: PodView, reserved: Resources) -> NodeKey:
         """Seed 000 node score: (time_to_fit, -idle_fraction, name), lower first."""

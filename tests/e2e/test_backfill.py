@@ -68,6 +68,20 @@ async def webhook_gating(kit: Kit, gating: bool) -> None:
                                    "backfill", timeout=20)
 
 
+async def bound_pod(kit: Kit, name: str, *, what: str, timeout: float = 20,
+                    agent: AgentProcess | None = None) -> dict:
+    """The pod `name` once bound (spec.nodeName set); on a timeout, the failure carries the agent's log."""
+    async def bound() -> dict | None:
+        pod = await kit.read_pod(name)
+        return pod if pod["spec"].get("nodeName") else None
+    try:
+        return await kit.wait_for(bound, what=what, timeout=timeout)
+    except AssertionError as err:
+        if agent is None:
+            raise
+        raise AssertionError(f"{err}\n{agent.log_text()[-4000:]}") from None
+
+
 async def seed_000_locked(kit: Kit, running: int = RUNNING) -> str:
     """Seed 000 at Time2 on NODE (pod-1 done, pod-2 and pod-3 running `running` s with their runtimes declared), beside
     a tiny spare node (one node alone locks nothing: 90%), the webhook gating, and pod-4 of 3 cpu starving until the
@@ -98,10 +112,7 @@ async def test_a_runtime_raised_after_the_grant_does_not_open_the_node_to_a_seco
     owner = await seed_000_locked(kit)
     await kit.create_pod("liar", {"cpu": "500m"}, annotations=opting_in("10s", None))  # its deadline ends it
 
-    async def bound_liar() -> dict | None:
-        pod = await kit.read_pod("liar")
-        return pod if pod["spec"].get("nodeName") else None
-    liar = await kit.wait_for(bound_liar, what="the liar backfilled onto the locked node", timeout=20)
+    liar = await bound_pod(kit, "liar", what="the liar backfilled onto the locked node")
     assert liar["spec"]["nodeName"] == NODE and liar["spec"]["activeDeadlineSeconds"] == 10, liar["spec"]
     await asyncio.sleep(RESYNC_SECONDS)  # a plan has seen it bound
     before = read_room((await kit.read_node(NODE))["metadata"]["annotations"].get(keys.BACKFILL_ROOM))
@@ -131,13 +142,7 @@ async def test_seed_000_a_short_pod_backfills_the_draining_node_and_the_big_pod_
     long = await kit.create_pod("long", {"cpu": "1"}, annotations=opting_in("10m", "8s"))
     assert not long["spec"].get("schedulingGates"), long["spec"]
 
-    async def bound_short() -> dict | None:
-        pod = await kit.read_pod("short")
-        return pod if pod["spec"].get("nodeName") else None
-    try:
-        pod = await kit.wait_for(bound_short, what="the short pod bound on the locked node", timeout=20)
-    except AssertionError as err:
-        raise AssertionError(f"{err}\n{running.log_text()[-3000:]}") from None
+    pod = await bound_pod(kit, "short", what="the short pod bound on the locked node", agent=running)
     spec = pod["spec"]
     assert spec["nodeName"] == NODE and spec["activeDeadlineSeconds"] == 10
     assert {"key": keys.LOCK, "operator": "Equal", "value": owner, "effect": "NoSchedule"} in spec["tolerations"]
@@ -155,10 +160,7 @@ async def test_seed_000_a_short_pod_backfills_the_draining_node_and_the_big_pod_
     # (the webhook gave it its own job's and queue's lock tolerations, as every pod; never pod-4's)
     assert not any(t.get("value") == owner for t in long["spec"].get("tolerations") or []), long["spec"]
 
-    async def bound_big() -> dict | None:
-        pod = await kit.read_pod("pod-4")
-        return pod if pod["spec"].get("nodeName") else None
-    big = await kit.wait_for(bound_big, what="pod-4 bound once the node drained", timeout=RUNNING + 30)
+    big = await bound_pod(kit, "pod-4", what="pod-4 bound once the node drained", timeout=RUNNING + 30)
     assert big["spec"]["nodeName"] == NODE
     assert (scheduled_at(big) or 0) > (scheduled_at(pod) or 0)
     # the start the agent estimated for pod-4 (when pod-2 and pod-3 end) and wrote on it: within a resync of its bind;
@@ -209,13 +211,7 @@ async def test_a_pod_on_the_gate_is_decided_by_a_gate_pass_without_waiting_for_a
     before = wakeups(await asyncio.to_thread(scrape, running.metrics_port))
     await kit.create_pod("short", {"cpu": "1"}, annotations=opting_in("10s", "8s"))
 
-    async def bound_short() -> dict | None:
-        pod = await kit.read_pod("short")
-        return pod if pod["spec"].get("nodeName") else None
-    try:
-        pod = await kit.wait_for(bound_short, what="the short pod let onto the locked node", timeout=20)
-    except AssertionError as err:
-        raise AssertionError(f"{err}\n{running.log_text()[-4000:]}") from None
+    pod = await bound_pod(kit, "short", what="the short pod let onto the locked node", agent=running)
     assert pod["spec"]["nodeName"] == NODE and pinned_to(pod["spec"], NODE), pod["spec"]
     assert any(t.get("value") == owner for t in pod["spec"]["tolerations"]), pod["spec"]
     after = wakeups(await asyncio.to_thread(scrape, running.metrics_port))
@@ -339,7 +335,8 @@ async def seed_000_story(kit: Kit, prefix: str, backfill: bool) -> Story:
         if time.monotonic() - began > RUNNING + 60:
             raise AssertionError(f"{node} still locked after {RUNNING + 60}s")
         await asyncio.sleep(0.5)
-    big = await kit.read_pod(f"{prefix}-pod-4")
+    # the lock goes when pod-4 fits the drained node, which may be a moment before kube-scheduler binds it there
+    big = await bound_pod(kit, f"{prefix}-pod-4", what=f"{prefix}-pod-4 bound once the lock went")
     assert big["spec"].get("nodeName") == node, big
     ends = [parse_time((await kit.read_pod(f"{prefix}-pod-{i}"))["status"]["startTime"]) for i in (2, 3)]
     story.could_fit = max(e for e in ends if e is not None) + timedelta(seconds=RUNNING)
