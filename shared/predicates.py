@@ -226,6 +226,7 @@ class Placement:
     node_selector: Mapping[str, str] = field(default_factory=dict)
     affinity: NodeAffinity | None = None
     tolerations: tuple[Mapping[str, Any], ...] = ()
+    _key: tuple[Any, ...] | None = field(default=None, init=False, repr=False)  # `key`, made at the first ask
 
     @classmethod
     def of(cls, *, node_name: str = "", node_selector: Mapping[str, str] | None = None,
@@ -237,9 +238,15 @@ class Placement:
 
     @property
     def key(self) -> tuple[Any, ...]:
-        """Equal keys, same answer on every node: (nodeName, nodeSelector, affinity, tolerations), hashable."""
-        tolerations = tuple(sorted(tuple(sorted((str(k), str(v)) for k, v in t.items())) for t in self.tolerations))
-        return (self.node_name, tuple(sorted(self.node_selector.items())), self.affinity, tolerations)
+        """Equal keys, same answer on every node: (nodeName, nodeSelector, affinity, tolerations), hashable; made
+        once per placement."""
+        key = self._key
+        if key is None:
+            tolerations = tuple(sorted(tuple(sorted((str(k), str(v)) for k, v in t.items()))
+                                       for t in self.tolerations))
+            key = (self.node_name, tuple(sorted(self.node_selector.items())), self.affinity, tolerations)
+            object.__setattr__(self, "_key", key)
+        return key
 
 
 ANYWHERE = Placement()

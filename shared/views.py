@@ -368,6 +368,8 @@ class PodView:
     deletion_deadline: datetime | None = None
     # "namespace/name", set once (__post_init__): the planner reads it hundreds of thousands of times per plan
     key: str = field(init=False, repr=False, compare=False)
+    # its Placement, built at the first ask (`placement`) and kept: a pending pod's is asked by every plan
+    _placement: Placement | None = field(init=False, default=None, repr=False, compare=False)
 
     @classmethod
     @_readable("Pod")
@@ -428,9 +430,13 @@ class PodView:
     @property
     def placement(self) -> Placement:
         """Where kube-scheduler may place the pod (shared.predicates.schedulable_on), from its nodeSelector, required
-        node affinity and tolerations; built on each call (cheap), so the planner asks once per task shape."""
-        return Placement.of(node_selector=self.node_selector, affinity=self.required_affinity,
-                            tolerations=self.tolerations)
+        node affinity and tolerations; built at the first ask and kept with the view (views are immutable)."""
+        placement = self._placement
+        if placement is None:
+            placement = Placement.of(node_selector=self.node_selector, affinity=self.required_affinity,
+                                     tolerations=self.tolerations)
+            object.__setattr__(self, "_placement", placement)
+        return placement
 
     @property
     def is_bound(self) -> bool:

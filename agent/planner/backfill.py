@@ -159,13 +159,16 @@ def needed_by(kind: LockKind, state: NodeState, *, now: datetime, waiting: Seque
 
 
 def backfill_slot(lock: Lock, state: NodeState, *, now: datetime, tasks: Sequence[Resources] = (),
-                  start: datetime | None = None) -> BackfillSlot:
+                  start: datetime | None = None, backfilled: int = 0, task_keys: tuple[str, ...] = ()
+                  ) -> BackfillSlot:
     """The slot of one locked node: `tasks` are the requests of the owner's pending tasks on the node (a starvation
     lock: the tasks it reserved there, Lock.tasks; a Waiting Reservation: its requests; a window: its pending reserve
-    pods the node would take now), `start` a window's start. Splits them (`fits_now`) and computes `needed_by`."""
+    pods the node would take now), `start` a window's start. Splits them (`fits_now`) and computes `needed_by`.
+    `backfilled` and `task_keys` are reported with it (BackfillSlot)."""
     taken, waiting = fits_now(state, tasks)
     return BackfillSlot(state=state, owner=lock.owner, kind=lock.kind, taken_now=taken,
-                        needed_by=needed_by(lock.kind, state, now=now, waiting=waiting, taken_now=taken, start=start))
+                        needed_by=needed_by(lock.kind, state, now=now, waiting=waiting, taken_now=taken, start=start),
+                        waiting=len(tasks), backfilled=backfilled, tasks=task_keys)
 
 
 class Verdict(NamedTuple):
@@ -537,8 +540,8 @@ def backfill_slots(*, pods: PodIndex | Sequence[PodView], states: Mapping[str, N
         else:
             continue
         live = [p for uid in state.node.backfill_grants if (p := by_uid.get(uid)) is not None and not p.is_terminal]
-        slots.append(replace(backfill_slot(lock, state, now=now, tasks=tasks, start=start), waiting=len(tasks),
-                             backfilled=len(live), tasks=task_keys))
+        slots.append(backfill_slot(lock, state, now=now, tasks=tasks, start=start, backfilled=len(live),
+                                   task_keys=task_keys))
         # granted in an earlier plan, narrowed and let go, not bound yet (one still gated is a candidate again)
         pending = [p for p in live if waiting_task(p) and not p.backfill_gated]
         if pending:

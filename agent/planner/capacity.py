@@ -17,7 +17,9 @@ moves a bound later than the deadline or the grant already put it.
 from __future__ import annotations
 
 import hashlib
-from bisect import bisect_left, insort
+import itertools
+import math
+from bisect import bisect_left, bisect_right, insort
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -111,30 +113,54 @@ class Releases:
         return index
 
 
+class NodeStates(dict[str, NodeState]):
+    """node_states' answer: node -> NodeState, and what changed since the states it was made from (issue 34), so what
+    is kept per node across plans (ShapeRanking) is brought up to date from the changes alone. `generation` names
+    this mapping; `base` the generation of the `previous` states it reused (None without them); `changed` the nodes
+    whose state is not the very one `base` had, and the nodes `base` had that are gone."""
+
+    __slots__ = ("generation", "base", "changed")
+
+    def __init__(self, base: int | None = None) -> None:
+        super().__init__()
+        self.generation = next(_GENERATIONS)
+        self.base = base
+        self.changed: set[str] = set()
+
+
+_GENERATIONS = itertools.count(1)
+
+
 def node_states(nodes: Mapping[str, NodeView], pods: PodIndex | Iterable[PodView],
                 previous: Mapping[str, NodeState] | None = None,
-                replaced: Mapping[str, PodView] | None = None) -> dict[str, NodeState]:
+                replaced: Mapping[str, PodView] | None = None) -> NodeStates:
     """Each node with the pods holding resources on it (podindex.PodIndex.on_node; `pods` an index, or the pods to
     index), each replaced by its view in `replaced` (pod key -> view: reserve.with_group_runtimes). A state from
     `previous` (the last plan's) is reused when its node view and its pods are the very same objects (views are
     immutable, the watch caches keep a view until its object changes, and an index update keeps the tuple of a node it
-    did not touch): only nodes touched since the last plan are summed again."""
+    did not touch): only nodes touched since the last plan are summed again, and NodeStates.changed names them."""
     index = as_index(pods)
     swapped: set[str] = {view.node_name for view in replaced.values()} if replaced else set()
-    states = {}
+    states = NodeStates(previous.generation if isinstance(previous, NodeStates) else None)
+    changed = states.changed
+    still = 0  # nodes of `previous` still here
     for name, node in nodes.items():
         mine = index.on_node.get(name, ())
         if name in swapped:
             assert replaced is not None
             mine = tuple(replaced.get(pod.key, pod) for pod in mine)
         old = previous.get(name) if previous else None
+        still += old is not None
         if old is not None and old.node is node and (old.source is mine or (
                 len(old.pods) == len(mine) and all(a is b for a, b in zip(old.pods, mine, strict=True)))):
             states[name] = old
             continue
         state = states[name] = NodeState(node, list(mine), source=mine)
+        changed.add(name)
         if mine:
             state.used = Resources.total(pod.requests for pod in mine)
+    if previous and still < len(previous):  # nodes gone
+        changed.update(name for name in previous if name not in states)
     return states
 
 
@@ -198,30 +224,89 @@ class ShapeRanking:
     entries: dict[str, tuple[NodeState, RankKey | None]] = field(default_factory=dict)  # None: never usable
     order: list[RankKey] = field(default_factory=list)
     used: datetime = FITS_NOW  # the `now` of the last plan that used it
+    synced: int | None = None  # the NodeStates.generation it was last brought up to date with
+    # (-idle_fraction, name) of the nodes in `order` whose fit_at is not after `fitting_upto`, sorted (`split`)
+    fitting: list[tuple[float, str]] = field(default_factory=list)
+    fitting_upto: datetime | None = None  # None: `fitting` not made yet
 
     def sync(self, states: Mapping[str, NodeState], requests: Resources, placement: Placement) -> None:
-        entries, order = self.entries, self.order
+        """Up to date with `states`: from their NodeStates.changed alone when they were made from the states it last
+        synced with, else by checking every node's state for identity."""
+        if isinstance(states, NodeStates) and self.synced == states.generation:
+            return  # already (a NodeStates is not changed once made)
+        entries = self.entries
         fresh = not entries
-        for name, state in states.items():
+        if fresh:
+            self.fitting_upto = None
+        changes = states.changed if (isinstance(states, NodeStates) and self.synced is not None
+                                     and states.base == self.synced) else None
+        for name in (states if changes is None else changes):
+            state = states.get(name)
             entry = entries.get(name)
             if entry is not None and entry[0] is state:
                 continue
             if entry is not None and entry[1] is not None:
-                del order[bisect_left(order, entry[1])]
+                self._drop(entry[1])
+            if state is None:  # the node is gone
+                entries.pop(name, None)
+                continue
             key = rank_key(name, state, requests, placement)
             entries[name] = (state, key)
             if key is not None:
                 if fresh:
-                    order.append(key)
+                    self.order.append(key)
                 else:
-                    insort(order, key)
+                    self._add(key)
         if fresh:
-            order.sort()
-        if len(entries) > len(states):  # nodes gone
+            self.order.sort()
+        if changes is None and len(entries) > len(states):  # nodes gone
             for name in [n for n in entries if n not in states]:
                 gone = entries.pop(name)[1]
                 if gone is not None:
-                    del order[bisect_left(order, gone)]
+                    self._drop(gone)
+        self.synced = states.generation if isinstance(states, NodeStates) else None
+
+    def _fits_by(self, key: RankKey) -> bool:
+        return self.fitting_upto is not None and not key[0] and key[1] <= self.fitting_upto
+
+    def _add(self, key: RankKey) -> None:
+        insort(self.order, key)
+        if self._fits_by(key):
+            insort(self.fitting, (key[2], key[3]))
+
+    def _drop(self, key: RankKey) -> None:
+        del self.order[bisect_left(self.order, key)]
+        if self._fits_by(key):
+            del self.fitting[bisect_left(self.fitting, (key[2], key[3]))]
+
+    def split(self, now: datetime) -> tuple[list[tuple[float, str]], list[RankKey]]:
+        """The ranking at `now` in two sorted lists (each a heap): the nodes whose fit_at is not after `now`
+        (time_to_fit 0) by (-idle_fraction, name), and the others in `order`'s order. The first is kept and moved on
+        with time (`fitting`): a plan copies it instead of building it from every such node."""
+        order = self.order
+        cut = bisect_right(order, (False, now, math.inf, ""))
+        if self.fitting_upto is None or now < self.fitting_upto:
+            self.fitting = sorted((neg_idle, name) for _, _, neg_idle, name in order[:cut])
+        else:
+            for _, _, neg_idle, name in order[bisect_right(order, (False, self.fitting_upto, math.inf, "")):cut]:
+                insort(self.fitting, (neg_idle, name))
+        self.fitting_upto = now
+        return list(self.fitting), order[cut:]
+
+
+def kept_ranking(rankings: dict[str, ShapeRanking], states: Mapping[str, NodeState], task: PodView,
+                 now: datetime) -> ShapeRanking:
+    """The task shape's ShapeRanking from `rankings` (kept from plan to plan: PlanContext.rankings, Plan.rankings),
+    made when missing (the least recently used one goes past MAX_RANKINGS), brought up to date with `states`."""
+    kept = shape_id(shape(task))
+    ranking = rankings.get(kept)
+    if ranking is None:
+        if len(rankings) >= MAX_RANKINGS:
+            del rankings[min(rankings, key=lambda k: (rankings[k].used, k))]
+        ranking = rankings[kept] = ShapeRanking()
+    ranking.used = now
+    ranking.sync(states, task.requests, task.placement)
+    return ranking
 
 
 def usable_ever(node: NodeView, requests: Resources, placement: Placement) -> bool:

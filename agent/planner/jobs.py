@@ -33,7 +33,7 @@ class Job:
     # for a PodGroup's job; None when it has none (`job_class_value`)
     class_value: int | None = None
 
-    @property
+    @cached_property
     def owner(self) -> str:
         return self.ref.owner_id
 

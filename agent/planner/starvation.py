@@ -62,13 +62,14 @@ from datetime import datetime, timedelta
 from typing import Any, cast
 
 from agent.planner.capacity import (
+    FITS_NOW,
     FOREVER,
-    MAX_RANKINGS,
     NodeState,
     RankKey,
     Shape,
     ShapeRanking,
     idle_fraction,
+    kept_ranking,
     schedulable,
     shape,
     shape_id,
@@ -101,20 +102,33 @@ from shared.views import NodeView, PodView
 NodeKey = tuple[timedelta, float, str]  # (time_to_fit, -idle_fraction, name): lower is better
 Placeable = tuple[int, str, str]  # (priority, job owner, pod "namespace/name")
 ZERO = timedelta(0)
+NOW_FRONT: RankKey = (False, FITS_NOW, math.inf, "")  # a ShapeRanking's order up to this: the nodes that fit now
 
 
-def placeable_now(jobs: Iterable[Job], states: Mapping[str, NodeState]) -> list[Placeable]:
+def placeable_now(jobs: Iterable[Job], states: Mapping[str, NodeState],
+                  rankings: Mapping[str, ShapeRanking] | None = None) -> list[Placeable]:
     """Seed 000 "Reserve logic": pending pods kube-scheduler could bind right now (some schedulable node's idle
     covers them and the one predicate, shared.predicates.schedulable_on, lets them on, Reservoir's locks included),
-    as (priority, owner, pod) highest priority first. Decided once per pod shape."""
+    as (priority, owner, pod) highest priority first. Decided once per pod shape: through the shape's ShapeRanking
+    when `rankings` keeps one (issue 34), else node by node. Such a node is one of the ranking's nodes that fit now
+    (its front: idle covers the pod, and usable_ever, which the one predicate with the lock and the pods counted
+    implies), so only those are asked; when none fits, no node is."""
     fits: dict[Shape, bool] = {}
     out = []
     for job in jobs:
         for pod in job.pending:
             key = shape(pod)
             if key not in fits:
-                kept = "now" + shape_id(key)
-                fits[key] = any(fits_now(state, pod, kept) for state in states.values())
+                named = shape_id(key)
+                kept = "now" + named
+                ranking = rankings.get(named) if rankings else None
+                if ranking is None:
+                    fits[key] = any(fits_now(state, pod, kept) for state in states.values())
+                else:
+                    ranking.sync(states, pod.requests, pod.placement)
+                    order = ranking.order
+                    fits[key] = any(fits_now(states[order[i][3]], pod, kept)
+                                    for i in range(bisect_right(order, NOW_FRONT)))
             if fits[key]:
                 out.append((pod.priority, job.owner, pod.key))
     return sorted(out, key=lambda item: (-item[0], item[2]))
@@ -163,6 +177,7 @@ class NodeChooser:
         # per shape, this plan's two heaps: the nodes it fits on by now, by (-idle_fraction, name); the others, by
         # RankKey (a sorted list is a heap)
         self.heaps: dict[Shape, tuple[list[tuple[float, str]], list[RankKey]]] = {}
+        self.ranked: dict[Shape, ShapeRanking] = {}  # per shape, the ranking its heaps came from
 
     @staticmethod
     def shape(task: PodView) -> Shape:
@@ -189,18 +204,8 @@ class NodeChooser:
         key = shape(task)
         heaps = self.heaps.get(key)
         if heaps is None:
-            kept = shape_id(key)
-            ranking = self.rankings.get(kept)
-            if ranking is None:
-                if len(self.rankings) >= MAX_RANKINGS:
-                    del self.rankings[min(self.rankings, key=lambda k: (self.rankings[k].used, k))]
-                ranking = self.rankings[kept] = ShapeRanking()
-            ranking.used = self.now
-            ranking.sync(self.states, task.requests, task.placement)
-            cut = bisect_right(ranking.order, (False, self.now, math.inf, ""))
-            now_heap = [(neg_idle, name) for _, _, neg_idle, name in ranking.order[:cut]]
-            heapq.heapify(now_heap)
-            heaps = self.heaps[key] = (now_heap, ranking.order[cut:])
+            ranking = self.ranked[key] = kept_ranking(self.rankings, self.states, task, self.now)
+            heaps = self.heaps[key] = ranking.split(self.now)
         return heaps
 
     def choose(self, task: PodView, owner: str, own: Set[str], reserved: Mapping[str, Resources],
@@ -211,16 +216,25 @@ class NodeChooser:
         reserved there; `avoid` is skipped."""
         best: tuple[tuple[bool, bool, timedelta, float, str], str] | None = None
         placement = task.placement
+        now_heap, later = self._heaps(task)
+        ranked = self.ranked[shape(task)].entries
         for name in sorted((own | set(reserved)) - avoid):
-            already = reserved.get(name, EMPTY)
-            if not self._usable(name, task, owner, placement) or not (already + task.requests).fits_in(
-                    self.states[name].node.allocatable):
-                continue
-            fit = self._key(name, task, already)
+            already = reserved.get(name)
+            fit: NodeKey
+            if already is None:  # nothing reserved there yet: the ranking has the answer (usable_ever, fit_at)
+                rank = ranked[name][1]
+                if rank is None or name in self.taken or self.blocked.get(name) not in (None, owner):
+                    continue
+                never, at, neg_idle, _ = rank
+                fit = (FOREVER if never else max(at - self.now, ZERO), neg_idle, name)
+            else:
+                if not self._usable(name, task, owner, placement) or not (already + task.requests).fits_in(
+                        self.states[name].node.allocatable):
+                    continue
+                fit = self._key(name, task, already)
             key = (fit[0] > ZERO, name not in own, *fit)
             if best is None or key < best[0]:
                 best = (key, name)
-        now_heap, later = self._heaps(task)
         candidate: tuple[tuple[bool, bool, timedelta, float, str], str] | None = None
         for heap, fits_by_now in ((cast(list[Any], now_heap), True), (cast(list[Any], later), False)):
             set_aside = []
@@ -481,7 +495,7 @@ def starvation_round(jobs: Sequence[Job], *, context: PlanContext, taken: Set[st
                if not displaces(LockKind.JOB, lock, live_jobs=claiming)}
     return Starvation(config=config, now=context.now, states=context.states, current=context.current,
                       held_by=held_by, expired=cooldowns.expired, cooling=cooldowns.until,
-                      placeable=placeable_now(jobs, context.states),
+                      placeable=placeable_now(jobs, context.states, context.rankings),
                       chooser=NodeChooser(context.states, taken, blocked, context.now, context.rankings),
                       budget=Budget.of(context))
 

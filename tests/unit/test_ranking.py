@@ -1,0 +1,144 @@
+"""Issue 34: what plans keep from one to the next and bring up to date from the changes alone, against the same thing
+made from scratch: a shape's node ranking (capacity.ShapeRanking, synced from NodeStates.changed; its `split` at a
+`now` moving either way), placeable_now through the kept rankings, and the pod index's Layered mappings."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
+import agent.planner.podindex as podindex
+from agent.planner.capacity import NodeStates, ShapeRanking, kept_ranking, node_states
+from agent.planner.jobs import build_jobs
+from agent.planner.podindex import PodIndex
+from agent.planner.starvation import placeable_now
+from shared.views import PodView
+from tests.builders import NOW, node, pod, snap
+
+NAMES = ("n0", "n1", "n2", "n3", "n4", "n5")
+TASK = pod("task", "2")
+
+# one step of a cluster: each node present or not, with its cpu and what runs on it (cpu, runtime)
+node_step = st.tuples(st.booleans(), st.sampled_from(("2", "4", "8")),
+                      st.lists(st.tuples(st.sampled_from(("500m", "1", "2")), st.sampled_from((None, "3m", "10m"))),
+                               max_size=3))
+cluster_steps = st.lists(st.tuples(st.lists(node_step, min_size=len(NAMES), max_size=len(NAMES)),
+                                   st.integers(-5, 15), st.booleans()), min_size=1, max_size=8)
+
+
+def cluster(step: list, cache: dict) -> tuple[dict, list[PodView]]:
+    """The nodes and running pods of one step; a node spec seen before gives the very same views (as a watch cache
+    keeps an unchanged object's view), so node_states reuses its state."""
+    nodes, pods = {}, []
+    for name, (present, cpu, running) in zip(NAMES, step, strict=True):
+        if not present:
+            continue
+        spec = (name, cpu, tuple(running))
+        if spec not in cache:
+            cache[spec] = (node(name, cpu=cpu), [pod(f"{name}-{j}", req, node_name=name, runtime=runtime,
+                                                     started_ago=timedelta(minutes=5))
+                                                 for j, (req, runtime) in enumerate(running)])
+        view, mine = cache[spec]
+        nodes[name] = view
+        pods += mine
+    return nodes, pods
+
+
+@settings(max_examples=200, deadline=None)
+@given(cluster_steps)
+def test_a_ranking_kept_through_changes_equals_one_made_now_and_splits_alike_at_any_now(steps: list) -> None:
+    """Node states chained plan to plan (nodes changed, gone, back; some plans skip the shape, so its ranking syncs
+    across more than one step by checking every node), a `now` moving forward and back: the kept ranking's order is
+    a fresh ranking's, and its split at `now` (the fitting part kept across plans) is the fresh split."""
+    cache: dict = {}
+    kept = ShapeRanking()
+    previous: NodeStates | None = None
+    incremental = 0
+    for nodes_step, minutes, used in steps:
+        nodes, pods = cluster(nodes_step, cache)
+        states = node_states(nodes, pods, previous)
+        assert states.changed == ({n for n in states if previous is None or previous.get(n) is not states[n]}
+                                  | (set(previous) - set(states) if previous is not None else set()))
+        now = NOW + timedelta(minutes=minutes)
+        if used:
+            incremental += kept.synced is not None and kept.synced == states.base
+            kept.sync(states, TASK.requests, TASK.placement)
+            fresh = ShapeRanking()
+            fresh.sync(states, TASK.requests, TASK.placement)
+            assert kept.order == fresh.order
+            assert kept.split(now) == fresh.split(now)
+            assert {n for n, (state, _) in kept.entries.items()} == set(states)
+        previous = states
+    event(f"incremental syncs: {min(incremental, 2)}")
+
+
+@settings(max_examples=150, deadline=None)
+@given(cluster_steps, st.lists(st.sampled_from(("1", "2", "3", "6")), min_size=1, max_size=4))
+def test_placeable_now_through_kept_rankings_equals_a_scan_of_every_node(steps: list, task_cpus: list) -> None:
+    """Seed 000's "a higher-priority pod can be placed now": asked through the kept rankings (only the nodes that fit
+    now are asked) it gives what asking every node gives, plan after plan."""
+    cache: dict = {}
+    rankings: dict = {}
+    previous: NodeStates | None = None
+    found = 0
+    for nodes_step, minutes, _ in steps:
+        nodes, pods = cluster(nodes_step, cache)
+        tasks = [pod(f"t{k}", cpu, age=timedelta(hours=1)) for k, cpu in enumerate(task_cpus)]
+        snapshot = snap(list(nodes.values()), pods + tasks)
+        states = node_states(snapshot.nodes, snapshot.index, previous)
+        jobs = build_jobs(snapshot)
+        now = NOW + timedelta(minutes=minutes)
+        for task in tasks[::2]:  # some shapes have a ranking, some not
+            kept_ranking(rankings, states, task, now)
+        through = placeable_now(jobs, states, rankings)
+        assert through == placeable_now(jobs, node_states(snapshot.nodes, snapshot.index))
+        found += bool(through)
+        previous = states
+    event(f"plans with a placeable pod: {min(found, 2)}")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.integers(0, 40), st.one_of(st.none(), st.integers(0, 5))), max_size=12),
+                max_size=12))
+def test_a_layered_mapping_equals_a_dict_through_changes_and_folds(batches: list[list[tuple[int, Any]]]) -> None:
+    """podindex.Layered against a dict given the same changes (None removes a key), with the fold threshold low so
+    that folds happen: lookups, membership, length, iteration and equality agree; an older Layered is unchanged."""
+    saved = podindex.LAYER_MIN, podindex.LAYER_FRACTION
+    podindex.LAYER_MIN, podindex.LAYER_FRACTION = 4, 2
+    try:
+        layered: podindex.Layered[int, int] = podindex.Layered({})
+        plain: dict[int, int] = {}
+        history: list[tuple[podindex.Layered[int, int], dict[int, int]]] = []
+        folds = 0
+        for batch in batches:
+            changes = {key: podindex._GONE if value is None else value for key, value in batch}
+            before_base = layered._base
+            layered = layered.with_changes(changes)
+            folds += layered._base is not before_base
+            for key, value in changes.items():
+                if value is podindex._GONE:
+                    plain.pop(key, None)
+                else:
+                    plain[key] = value
+            assert len(layered) == len(plain) and dict(layered.items()) == plain and layered == plain
+            assert all(layered.get(k) == plain.get(k) and (k in layered) == (k in plain) for k in range(41))
+            history.append((layered, dict(plain)))
+        assert all(old == copy for old, copy in history)
+        event(f"folds: {min(folds, 2)}")
+    finally:
+        podindex.LAYER_MIN, podindex.LAYER_FRACTION = saved
+
+
+def test_an_index_update_shares_the_pods_it_did_not_touch() -> None:
+    """One pod event costs the change, not a copy of every pod: the updated index's Layered mappings share the base
+    of the one before, which still reads as before."""
+    pods = [pod(f"p{i}", "1", node_name=f"n{i % 3}") for i in range(50)] + [pod("waiting", "1")]
+    index = PodIndex.of(pods)
+    bound = pod("waiting", "1", node_name="n0")
+    after = index.updated([bound])
+    assert isinstance(after.pods, podindex.Layered) and after.pods._base is index.pods._base  # type: ignore[attr-defined]
+    assert after == PodIndex.of([*pods[:-1], bound])
+    assert index == PodIndex.of(pods) and index.pods["ns/waiting"] is pods[-1]
