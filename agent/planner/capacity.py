@@ -52,12 +52,21 @@ class NodeState:
     # by a shape_id with a prefix per question. A state is reused by the next plan while its node and pods are the
     # same, and these with it; at most MAX_SHAPES_KEPT
     ranks: dict[str, bool] = field(default_factory=dict, repr=False, compare=False)
+    _least: dict[str, int] | None = field(default=None, repr=False, compare=False)
 
     @property
     def idle(self) -> Resources:
         if self._idle is None:
             self._idle = (self.node.allocatable - self.used).clamp_negative()
         return self._idle
+
+    @property
+    def least(self) -> Mapping[str, int]:
+        """Per resource, the least positive request among the node's pods (starvation.Smaller), once per state
+        (node_states finds it while it sums `used`)."""
+        if self._least is None:
+            self._least = used_and_least(self.pods)[1]
+        return self._least
 
     def remembered(self, key: str, compute: Callable[[], bool]) -> bool:
         """The answer kept under `key`, else `compute()`, kept while this state lives: at most MAX_SHAPES_KEPT, the
@@ -158,10 +167,22 @@ def node_states(nodes: Mapping[str, NodeView], pods: PodIndex | Iterable[PodView
         state = states[name] = NodeState(node, list(mine), source=mine)
         changed.add(name)
         if mine:
-            state.used = Resources.total(pod.requests for pod in mine)
+            state.used, state._least = used_and_least(mine)
     if previous and still < len(previous):  # nodes gone
         changed.update(name for name in previous if name not in states)
     return states
+
+
+def used_and_least(pods: Iterable[PodView]) -> tuple[Resources, dict[str, int]]:
+    """The sum of the pods' requests, and per resource the least positive request among them, in one pass."""
+    sums: dict[str, int] = {}
+    least: dict[str, int] = {}
+    for pod in pods:
+        for name, amount in pod.requests.items():
+            sums[name] = sums.get(name, 0) + amount
+            if 0 < amount < least.get(name, amount + 1):
+                least[name] = amount
+    return Resources(sums), least
 
 
 def pod_end(pod: PodView, grants: Mapping[str, Grant] = NO_GRANTS) -> datetime | None:
@@ -234,12 +255,13 @@ class ShapeRanking:
         synced with, else by checking every node's state for identity."""
         if isinstance(states, NodeStates) and self.synced == states.generation:
             return  # already (a NodeStates is not changed once made)
+        synced, self.synced = self.synced, None  # an exception below leaves it to be checked in full next time
         entries = self.entries
         fresh = not entries
         if fresh:
             self.fitting_upto = None
-        changes = states.changed if (isinstance(states, NodeStates) and self.synced is not None
-                                     and states.base == self.synced) else None
+        changes = states.changed if (isinstance(states, NodeStates) and synced is not None
+                                     and states.base == synced) else None
         for name in (states if changes is None else changes):
             state = states.get(name)
             entry = entries.get(name)

@@ -23,7 +23,8 @@ from bench.trace.trace import CLASSES
 @dataclass(frozen=True)
 class PodRecord:
     """One replayed pod as the run saw it: created, bound (None if never), ended (None if not seen ending), in seconds
-    on one clock; the node it was bound to ("" if none); whether it was backfilled onto a locked node."""
+    on one clock; the node it was bound to ("" if none); whether it was backfilled onto a locked node; the GPU models it
+    may use, `|`-separated ("" for any)."""
 
     name: str
     klass: str
@@ -33,6 +34,7 @@ class PodRecord:
     ended: float | None
     node: str
     backfilled: bool
+    models: str = ""
 
 
 @dataclass(frozen=True)
@@ -186,6 +188,27 @@ def overtaken(arm: Arm) -> list[int]:
     return out
 
 
+SMALL = ("GPU share", "1 GPU")  # the classes whose cost pool_rows breaks down
+
+
+def pool_rows(arms: Sequence[Arm]) -> list[dict[str, Any]]:
+    """Where the small GPU pods' waits go: per GPU model named (`models`, "any" for none), the GPU-share and 1-GPU
+    pods' count and per arm their mean and p95 wait (None when none was placed). A pod that names a model competes
+    only on that model's nodes, so a lock there costs that pool alone: the rows say which."""
+    rows: dict[str, dict[str, Any]] = {}
+    for a in arms:
+        pools: dict[str, list[PodRecord]] = {}
+        for r in a.records:
+            if r.klass in SMALL:
+                pools.setdefault(r.models or "any", []).append(r)
+        for pool, records in pools.items():
+            row = rows.setdefault(pool, {"models": pool, "pods": len(records)})
+            placed = waits(records)
+            row[a.name] = {"mean": statistics.mean(placed) if placed else None,
+                           "p95": percentile(placed, 95) if placed else None}
+    return sorted(rows.values(), key=lambda row: (-row["pods"], row["models"]))
+
+
 def lock_rows(arm: Arm) -> list[dict[str, Any]]:
     """Per class of the pod a lock was held for: how many locks, node-seconds locked, and GPU-seconds those nodes held
     idle while locked (GPUs no running pod requested, from the pods' own bind and end moments). Which locks cost what
@@ -274,6 +297,14 @@ def table(arms: Sequence[Arm]) -> str:
             lines.append(f"  - {a.name} locks by the class they were held for: " + "; ".join(
                 f"{row['class']} {row['locks']} locks, {row['node_seconds']:.0f} node-s, "
                 f"{row['idle_gpu_seconds']:.0f} idle GPU-s" for row in held))
+    pools = pool_rows(arms)
+    if len(pools) > 1:
+        lines += ["", "GPU-share and 1-GPU pods by the GPU models they name, wait mean / p95 (s):", "",
+                  "| models named | pods | " + " | ".join(a.name for a in arms) + " |",
+                  "|" + "---|" * (len(arms) + 2)]
+        for row in pools:
+            cells = [" / ".join(_seconds(row.get(a.name, {}).get(k)) for k in ("mean", "p95")) for a in arms]
+            lines.append(f"| {row['models']} | {row['pods']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

@@ -265,7 +265,8 @@ async def arm(api: Api, kubectl: list[str], name: str, node_rows: Sequence[trace
     seconds = time.time() - began
     records = [report.PodRecord(name=p.name, klass=p.klass, gpus=p.gpus, created=seen.created.get(p.name, began),
                                 bound=seen.bound.get(p.name), ended=seen.ended.get(p.name),
-                                node=seen.node.get(p.name, ""), backfilled=p.name in seen.backfilled)
+                                node=seen.node.get(p.name, ""), backfilled=p.name in seen.backfilled,
+                                models="|".join(p.gpu_models))
                for p in replay]
     owner_pod = {JobRef(namespace, "Pod", p).owner_id: p for p in pods}
     locks = [report.LockSpan(node, pods[owner_pod[owner]].klass if owner in owner_pod else "other", since, until)

@@ -80,7 +80,8 @@ async def test_status_and_why_read_what_the_agent_published(kit: Kit, agent: Age
     node = f"why-{kit.namespace[-5:]}"
     await kit.create_node(node, {"cpu": "4", "memory": "16Gi"})
     await spare_node(kit, f"spare-{kit.namespace[-5:]}")
-    await kit.create_pod("hog", {"cpu": "4"})  # runs for ever: the node never drains, the lock stays
+    # runs for ever: the node never drains, the lock stays; smaller than big, so a lock protects big from its like
+    await kit.create_pod("hog", {"cpu": "3"})
     await kit.wait_pod("hog", lambda p: p["spec"].get("nodeName") == node, f"bound to {node}")
     await kit.create_pod("big", {"cpu": "4"})  # starving after 3s: its job locks the node
     await kit.create_pod("huge", {"cpu": "64"})  # starving too, but fits on no node: no lock

@@ -278,14 +278,29 @@ def test_percentile_linear_between_closest_ranks() -> None:
 
 
 def rec(name: str, klass: str, created: float, bound: float | None, *, gpus: int = 1,
-        backfilled: bool = False) -> PodRecord:
+        backfilled: bool = False, models: str = "") -> PodRecord:
     return PodRecord(name, klass, gpus, created, bound, None if bound is None else bound + 5, "n" if bound else "",
-                     backfilled)
+                     backfilled, models)
 
 
 def arm(name: str, records: list[PodRecord], samples: list[Sample] | None = None, total: int = 16,
         delays: list[float] | None = None) -> Arm:
     return Arm(name, records, samples or [], total, delays or [], 60.0)
+
+
+def test_pool_rows_split_the_small_pods_by_the_models_they_name() -> None:
+    """Only GPU-share and 1-GPU pods, grouped by the models named ("any" for none), largest pool first, per arm."""
+    alone = arm("alone", [rec("a", "1 GPU", 0, 1), rec("b", "GPU share", 0, 3), rec("c", "1 GPU", 0, 2, models="T4"),
+                          rec("big", "8 GPU", 0, 50, gpus=8), rec("never", "1 GPU", 0, None, models="T4")])
+    locked = arm("backfill", [rec("a", "1 GPU", 0, 1), rec("b", "GPU share", 0, 1), rec("c", "1 GPU", 0, 12,
+                                                                                         models="T4"),
+                              rec("big", "8 GPU", 0, 5, gpus=8), rec("never", "1 GPU", 0, 30, models="T4")])
+    rows = report.pool_rows([alone, locked])
+    assert [(r["models"], r["pods"]) for r in rows] == [("T4", 2), ("any", 2)]
+    assert rows[0]["alone"] == {"mean": 2.0, "p95": 2.0}  # the pod never placed has no wait
+    assert rows[0]["backfill"]["mean"] == 21.0 and rows[0]["backfill"]["p95"] == pytest.approx(12 + 0.95 * 18)
+    assert rows[1]["alone"]["mean"] == 2.0 and rows[1]["backfill"]["mean"] == 1.0
+    assert "| T4 | 2 | 2.0 / 2.0 | 21.0 / 29.1 |" in report.table([alone, locked])
 
 
 def test_class_rows() -> None:
