@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import json
 import logging
 import os
@@ -144,6 +145,83 @@ def _uninstall(args: argparse.Namespace) -> int:
     return 0
 
 
+def _simulate(args: argparse.Namespace) -> int:
+    """`reservoir simulate`: bench-trace's replay in one process (bench/trace/simulate.py). The engine and the trace
+    format live in the source tree's bench/, which the installed package does not ship: found beside this package
+    when Reservoir runs from a checkout (an editable install), else refused with a message."""
+    root = Path(__file__).resolve().parents[1]
+    if (root / "bench" / "trace" / "simulate.py").is_file() and str(root) not in sys.path:
+        sys.path.append(str(root))
+    try:  # by name: bench/ is no package of Reservoir's (nor checked with it: it drives the local cluster too)
+        simulate = importlib.import_module("bench.trace.simulate")
+        report = importlib.import_module("bench.trace.report")
+        trace = importlib.import_module("bench.trace.trace")
+    except ImportError:
+        print("reservoir simulate: needs Reservoir's source tree (bench/trace/), which the installed package does not "
+              "ship: run it from a checkout", file=sys.stderr)
+        return 2
+
+    def fail(message: str) -> int:
+        print(f"reservoir simulate: {message}", file=sys.stderr)
+        return 1
+
+    arms = [simulate.ArmSpec("alone", None, "trace-alone")]
+    if not args.config:
+        arms = simulate.default_arms()
+    used = {"alone"}
+    for file in args.config or ():
+        try:
+            text = Path(file).read_text() if file != "-" else sys.stdin.read()
+        except OSError as err:
+            return fail(f"--config {file}: cannot read it: {err.strerror or err}")
+        try:
+            config = load_config(text)
+        except ConfigError as err:
+            return fail(f"--config {file}: invalid: {err}")
+        name = base = trace.pod_name(Path(file).stem if file != "-" else "stdin")[:40].strip("-") or "config"
+        k = 2
+        while name in used:
+            name, k = f"{base}-{k}", k + 1
+        used.add(name)
+        namespace = f"trace-{name}"
+        if config.backfill.enabled and not config.backfill.covers(namespace, None):
+            print(f"reservoir simulate: warning: --config {file}: backfill.namespaces {config.backfill.namespaces} "
+                  f"does not name {namespace}, the namespace this arm's pods are created in: none of them is held "
+                  f"for backfill unless backfill.queues covers them (name {namespace}, or \"*\")", file=sys.stderr)
+        arms.append(simulate.ArmSpec(name, config, namespace))
+    try:
+        replay = simulate.replayed(pods_csv=args.pods, nodes_csv=args.nodes, seed=args.seed, fraction=args.fraction,
+                                   arrival_seconds=args.arrival_seconds, runtime_factor=args.runtime_factor,
+                                   runtime_floor=args.runtime_floor, runtime_cap=args.runtime_cap,
+                                   window=args.window if args.window > 0 else None)
+    except OSError as err:
+        return fail(f"{err.filename}: cannot read it: {err.strerror or err}")
+    except (trace.TraceError, simulate.SimulationError) as err:
+        return fail(str(err))
+    print(replay.header, file=sys.stderr if args.output == "json" else sys.stdout, flush=True)
+    jobs = args.jobs if args.jobs > 0 else min(len(arms), os.cpu_count() or 1)
+    try:
+        outcomes = simulate.simulate(arms, replay.nodes, replay.pods, seed=args.seed, tail=args.tail,
+                                     progress=not args.quiet, jobs=jobs)
+    except simulate.SimulationError as err:
+        return fail(str(err))
+    result = [o.arm for o in outcomes]
+    shown = sys.stderr if args.output == "json" else sys.stdout
+    if args.output == "json":
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            written = Path(tmp) / "simulate.json"
+            report.write_json(result, written)
+            sys.stdout.write(written.read_text())
+    else:
+        print("\n".join(simulate.main_lines(outcomes)))
+    if args.plot:
+        for picture in report.plot(result, Path(args.plot)):
+            print(f"picture: {picture}", file=shown)
+    return 0
+
+
 KUBECONFIG_HELP = ("default: $KUBECONFIG (a list, merged as kubectl merges), else ~/.kube/config, else in-cluster")
 
 
@@ -244,6 +322,43 @@ def build_parser(prog: str = "reservoir") -> argparse.ArgumentParser:
     release.add_argument("--all", action="store_true", help="every node carrying a Reservoir lock")
     _client_flags(release)
     release.set_defaults(run=_release)
+
+    simulate = commands.add_parser(
+        "simulate", help="replay a GPU cluster's trace in one process: kube-scheduler alone beside Reservoir's configs",
+        description="The replay `make bench-trace` runs on a real control plane, as a deterministic discrete-event "
+                    "simulation in one process: a model of kube-scheduler places the pods, Reservoir's own webhook, "
+                    "planner and writer decide the rest (bench/trace/simulate.py says what is modelled and what is "
+                    "not). Prints bench-trace's per-class table and last line; kube-scheduler alone is always the "
+                    "first column, then one column per --config (without one: bench-trace's starvation and "
+                    "backfill arms).")
+    simulate.add_argument("--pods", default=None, metavar="PODS.csv",
+                          help="the trace's pods (Alibaba's openb format); default: the synthetic trace of --seed")
+    simulate.add_argument("--nodes", default=None, metavar="NODES.csv", help="the trace's nodes (openb format)")
+    simulate.add_argument("--config", action="append", default=[], metavar="FILE",
+                          help="a config.yaml to run as a column of its own (repeatable; - for standard input); its "
+                               "pods are created in namespace trace-<file name>")
+    simulate.add_argument("--seed", type=int, default=0,
+                          help="the synthetic trace's draws and kube-scheduler's tie-breaks (default %(default)s)")
+    simulate.add_argument("-o", "--output", choices=("table", "json"), default="table",
+                          help="table (default), or json: every pod's record, sample and summary per arm")
+    simulate.add_argument("--plot", default=None, metavar="DIR",
+                          help="also write trace-timeline.png and trace-waits.png there (needs matplotlib)")
+    simulate.add_argument("--fraction", type=float, default=0.1, help="share of each node shape (default 0.1)")
+    simulate.add_argument("--window", type=float, default=300.0,
+                          help="seconds of the compressed arrivals replayed, at the same intensity (default 300; "
+                               "0: all)")
+    simulate.add_argument("--arrival-seconds", type=float, default=600.0,
+                          help="the trace's arrival span compressed into this many seconds (default 600)")
+    simulate.add_argument("--runtime-factor", type=float, default=30.0, help="runtimes divided by this (default 30)")
+    simulate.add_argument("--runtime-floor", type=float, default=2.0, help="shortest runtime, seconds (default 2)")
+    simulate.add_argument("--runtime-cap", type=float, default=120.0, help="longest runtime, seconds (default 120)")
+    simulate.add_argument("--tail", type=float, default=300.0,
+                          help="seconds after the last arrival an arm waits for pending pods (default 300)")
+    simulate.add_argument("-j", "--jobs", type=int, default=0,
+                          help="arms simulated at once, each in a process (default: one per CPU, at most one per "
+                               "arm; the results do not depend on it)")
+    simulate.add_argument("-q", "--quiet", action="store_true", help="no progress lines on standard error")
+    simulate.set_defaults(run=_simulate)
 
     uninstall = commands.add_parser(
         "uninstall", help="remove Reservoir: webhook configurations, every lock, then what it installed",

@@ -193,19 +193,30 @@ SMALL = ("GPU share", "1 GPU")  # the classes whose cost pool_rows breaks down
 
 def pool_rows(arms: Sequence[Arm]) -> list[dict[str, Any]]:
     """Where the small GPU pods' waits go: per GPU model named (`models`, "any" for none), the GPU-share and 1-GPU
-    pods' count and per arm their mean and p95 wait (None when none was placed). A pod that names a model competes
-    only on that model's nodes, so a lock there costs that pool alone: the rows say which."""
+    pods' count and per arm their mean and p95 wait (None when none was placed), and `larger_gpu_seconds`: the
+    GPU-seconds that pods of 2 GPUs or more naming the same models ran within the arrival window (first to last
+    creation). A pod that names a model competes only on that model's nodes, so a lock there costs that pool alone:
+    the rows say which; and in a pool the small pods keep full, every GPU-second a larger pod runs within the window
+    (where kube-scheduler alone left it waiting until after) is one the small pods wait for."""
     rows: dict[str, dict[str, Any]] = {}
     for a in arms:
         pools: dict[str, list[PodRecord]] = {}
+        larger: dict[str, float] = {}
+        created = [r.created for r in a.records]
+        start, stop = (min(created), max(created)) if created else (0.0, 0.0)
         for r in a.records:
+            pool = r.models or "any"
             if r.klass in SMALL:
-                pools.setdefault(r.models or "any", []).append(r)
+                pools.setdefault(pool, []).append(r)
+            elif r.gpus >= 2 and r.bound is not None:
+                ran = min(r.ended if r.ended is not None else stop, stop) - max(r.bound, start)
+                larger[pool] = larger.get(pool, 0.0) + r.gpus * max(0.0, ran)
         for pool, records in pools.items():
             row = rows.setdefault(pool, {"models": pool, "pods": len(records)})
             placed = waits(records)
             row[a.name] = {"mean": statistics.mean(placed) if placed else None,
-                           "p95": percentile(placed, 95) if placed else None}
+                           "p95": percentile(placed, 95) if placed else None,
+                           "larger_gpu_seconds": larger.get(pool, 0.0)}
     return sorted(rows.values(), key=lambda row: (-row["pods"], row["models"]))
 
 
@@ -299,11 +310,16 @@ def table(arms: Sequence[Arm]) -> str:
                 f"{row['idle_gpu_seconds']:.0f} idle GPU-s" for row in held))
     pools = pool_rows(arms)
     if len(pools) > 1:
-        lines += ["", "GPU-share and 1-GPU pods by the GPU models they name, wait mean / p95 (s):", "",
+        lines += ["", "GPU-share and 1-GPU pods by the GPU models they name, wait mean / p95 (s), and the GPU-seconds "
+                  "pods of 2+ GPUs naming the same models ran within the arrival window:", "",
                   "| models named | pods | " + " | ".join(a.name for a in arms) + " |",
                   "|" + "---|" * (len(arms) + 2)]
         for row in pools:
-            cells = [" / ".join(_seconds(row.get(a.name, {}).get(k)) for k in ("mean", "p95")) for a in arms]
+            cells = []
+            for a in arms:
+                cell = row.get(a.name, {})
+                larger = "-" if "larger_gpu_seconds" not in cell else _count(round(cell["larger_gpu_seconds"]))
+                cells.append(" / ".join(_seconds(cell.get(k)) for k in ("mean", "p95")) + f" / {larger} GPU-s")
             lines.append(f"| {row['models']} | {row['pods']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -332,6 +348,110 @@ def last_line(alone: Arm, reservoir: Arm) -> str:
     return (f"trace: 8gpu p95 {s(a)} s -> {s(b)} s (x{ratio}), 1gpu p95 {s(c)} s -> {s(d)} s, "
             f"gpu alloc {gpu_allocation(alone):.3f} -> {gpu_allocation(reservoir):.3f}, "
             f"backfilled {backfilled(reservoir)}, unplaced {unplaced(reservoir)}")
+
+
+# The trace issue's goals (issue 30, "What it must show"), kube-scheduler alone against Reservoir, in one run.
+RATIO_GOAL = 3.0  # 8-GPU pods' p95 wait at least this many times lower
+EXTRA_WAIT_GOAL = 10.0  # every other class's p95 wait at most this many seconds higher
+
+
+def reservoir_arm(arms: Sequence[Arm]) -> Arm | None:
+    """The arm the last line and the goals read as "with Reservoir": the one named backfill, else the last one that is
+    not kube-scheduler alone."""
+    by_name = {a.name: a for a in arms}
+    others = [a for a in arms if a.name != "alone"]
+    return by_name.get("backfill") or (others[-1] if others else None)
+
+
+def criteria(arms: Sequence[Arm]) -> list[dict[str, Any]]:
+    """Each goal of the trace issue measured on these arms: `{criterion, value, met}`, alone (the arm named alone)
+    against Reservoir (reservoir_arm); the backfill goals against the arm named starvation when there is one. Empty
+    without both sides. A class that one side placed no pod of has no p95 goal."""
+    by_name = {a.name: a for a in arms}
+    alone, reservoir = by_name.get("alone"), reservoir_arm(arms)
+    if alone is None or reservoir is None:
+        return []
+    rows: list[dict[str, Any]] = []
+    a8, r8 = _p95(alone, "8 GPU"), _p95(reservoir, "8 GPU")
+    if a8 is not None and r8 is not None:
+        ratio = a8 / r8 if r8 > 0 else (math.inf if a8 > 0 else 1.0)
+        rows.append({"criterion": f"8 GPU p95 at least {RATIO_GOAL:g}x lower",
+                     "value": f"{a8:.1f} -> {r8:.1f} s (x{ratio:.1f})", "met": ratio >= RATIO_GOAL})
+    for klass in classes([alone, reservoir]):
+        a, r = _p95(alone, klass), _p95(reservoir, klass)
+        if klass == "8 GPU" or a is None or r is None:
+            continue
+        rows.append({"criterion": f"{klass} p95 at most {EXTRA_WAIT_GOAL:g} s higher",
+                     "value": f"{a:.1f} -> {r:.1f} s ({r - a:+.1f})", "met": r - a <= EXTRA_WAIT_GOAL})
+    placed_alone = {r.name for r in alone.records if r.bound is not None}
+    lost = sorted(r.name for r in reservoir.records if r.bound is None and r.name in placed_alone)
+    rows.append({"criterion": "no pod left unplaced that kube-scheduler alone placed",
+                 "value": f"{len(lost)} pods" + (f" ({', '.join(lost[:3])}{', ...' if len(lost) > 3 else ''})"
+                                                 if lost else ""), "met": not lost})
+    ga, gr = gpu_allocation(alone), gpu_allocation(reservoir)
+    rows.append({"criterion": "GPU allocation no lower", "value": f"{ga:.3f} -> {gr:.3f}", "met": gr >= ga})
+    starvation = by_name.get("starvation")
+    if starvation is not None and reservoir is not starvation and reservoir.name == "backfill":
+        ls, lb = locked_idle_gpu_seconds(starvation), locked_idle_gpu_seconds(reservoir)
+        rows.append({"criterion": "locked-idle GPU-s lower with backfill", "value": f"{ls:.0f} -> {lb:.0f}",
+                     "met": lb < ls})
+        worst = max(reservoir.owner_delays, default=0.0)
+        rows.append({"criterion": "owner delay 0 with backfill", "value": f"max {worst:.1f} s", "met": worst <= 0})
+    return rows
+
+
+def criteria_lines(arms: Sequence[Arm]) -> list[str]:
+    """criteria as lines: `goal: met|NOT MET: criterion: value`."""
+    return [f"goal {'met' if row['met'] else 'NOT MET'}: {row['criterion']}: {row['value']}" for row in criteria(arms)]
+
+
+def validation_rows(real: Sequence[Arm], model: Sequence[Arm]) -> list[dict[str, Any]]:
+    """The simulation (`reservoir simulate`) against the replay on the control plane, arm by arm (matched by name)
+    and class by class: p50 and p95 waits on each side and whether the model is within VALIDATION_SECONDS or
+    VALIDATION_SHARE of the replay, whichever is larger; a row per arm for GPU allocation (within
+    VALIDATION_ALLOCATION)."""
+    rows: list[dict[str, Any]] = []
+    by_name = {a.name: a for a in model}
+    for arm in real:
+        sim = by_name.get(arm.name)
+        if sim is None:
+            continue
+        for klass in classes([arm, sim]):
+            for q in (50, 95):
+                placed_real = waits(r for r in arm.records if r.klass == klass)
+                placed_sim = waits(r for r in sim.records if r.klass == klass)
+                if not placed_real or not placed_sim:
+                    continue
+                a, b = percentile(placed_real, q), percentile(placed_sim, q)
+                rows.append({"arm": arm.name, "what": f"{klass} p{q}", "replay": a, "simulate": b,
+                             "met": abs(a - b) <= max(VALIDATION_SECONDS, VALIDATION_SHARE * a)})
+        a, b = gpu_allocation(arm), gpu_allocation(sim)
+        rows.append({"arm": arm.name, "what": "GPU allocation", "replay": a, "simulate": b,
+                     "met": abs(a - b) <= VALIDATION_ALLOCATION})
+    return rows
+
+
+VALIDATION_SECONDS = 10.0  # issue 31: per-class p50 and p95 within 20% or 10 s, whichever is larger
+VALIDATION_SHARE = 0.2
+VALIDATION_ALLOCATION = 0.03  # GPU allocation within 0.03
+
+
+def validation_table(real: Sequence[Arm], model: Sequence[Arm]) -> str:
+    """validation_rows as a markdown table, then the goals' verdicts on each side (criteria), and whether they agree."""
+    rows = validation_rows(real, model)
+    lines = ["| arm | measure | replay | simulate | within tolerance |", "|---|---|---|---|---|"]
+    for row in rows:
+        fmt = "{:.3f}" if row["what"] == "GPU allocation" else "{:.1f}"
+        lines.append(f"| {row['arm']} | {row['what']} | {fmt.format(row['replay'])} | {fmt.format(row['simulate'])} "
+                     f"| {'yes' if row['met'] else 'NO'} |")
+    within = sum(row["met"] for row in rows)
+    lines += ["", f"validation: {within} of {len(rows)} measures within tolerance (20% or 10 s; allocation 0.03)"]
+    verdicts_real = {row["criterion"]: row["met"] for row in criteria(real)}
+    verdicts_sim = {row["criterion"]: row["met"] for row in criteria(model)}
+    differ = sorted(k for k in verdicts_real if verdicts_sim.get(k) != verdicts_real[k])
+    lines.append(f"validation: the same verdict on {len(verdicts_real) - len(differ)} of {len(verdicts_real)} goals"
+                 + (f" (differs: {'; '.join(differ)})" if differ else ""))
+    return "\n".join(lines)
 
 
 def plot(arms: Sequence[Arm], out_dir: Path) -> list[Path]:

@@ -50,7 +50,7 @@ import yaml
 
 from bench.backfill.run import gate_delay
 from bench.scale.run import Api, _not_ready, _sh, create_all, log, reservoir_running, wait_until, watch_events
-from bench.trace import report, trace
+from bench.trace import report, simulate, trace
 from localcluster.cluster import COMPLETE_AFTER, kwok_node
 from shared import keys
 from shared.ownership import JobRef
@@ -322,9 +322,14 @@ async def run(args: argparse.Namespace) -> list[str]:
             if not agent.running():
                 raise RuntimeError(f"agent exited:\n{agent.log_text()[-3000:]}")
         lines.append(await gate_delay(agent.metrics_port))
+    log("bench-trace: the same replay simulated (reservoir simulate), for the validation table")
+    model = [o.arm for o in simulate.simulate([a for a in simulate.default_arms() if a.name in args.arms], chosen,
+                                              replayed.pods, seed=args.seed, tail=args.tail)]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    table = report.table(arms)
+    table = "\n".join([report.table(arms), "", *report.criteria_lines(arms), "",
+                       "The same pods, nodes and configs in `reservoir simulate` (the model) beside this replay:", "",
+                       report.validation_table(arms, model)])
     report.write_json(arms, out / "trace.json")
     pictures = report.plot(arms, out)
     command = "make bench-trace" + "".join(f" {k}={v}" for k, v in (("TRACE", args.pods), ("NODES", args.nodes),

@@ -289,18 +289,25 @@ def arm(name: str, records: list[PodRecord], samples: list[Sample] | None = None
 
 
 def test_pool_rows_split_the_small_pods_by_the_models_they_name() -> None:
-    """Only GPU-share and 1-GPU pods, grouped by the models named ("any" for none), largest pool first, per arm."""
+    """Only GPU-share and 1-GPU pods, grouped by the models named ("any" for none), largest pool first, per arm; and
+    the GPU-seconds the 2+-GPU pods naming the same models ran within the arrival window (first to last creation)."""
     alone = arm("alone", [rec("a", "1 GPU", 0, 1), rec("b", "GPU share", 0, 3), rec("c", "1 GPU", 0, 2, models="T4"),
-                          rec("big", "8 GPU", 0, 50, gpus=8), rec("never", "1 GPU", 0, None, models="T4")])
+                          rec("big", "8 GPU", 0, 50, gpus=8), rec("never", "1 GPU", 0, None, models="T4"),
+                          rec("four", "4 GPU", 0, None, gpus=4, models="T4"), rec("last", "CPU only", 30, 30)])
     locked = arm("backfill", [rec("a", "1 GPU", 0, 1), rec("b", "GPU share", 0, 1), rec("c", "1 GPU", 0, 12,
                                                                                          models="T4"),
-                              rec("big", "8 GPU", 0, 5, gpus=8), rec("never", "1 GPU", 0, 30, models="T4")])
+                              rec("big", "8 GPU", 0, 5, gpus=8), rec("never", "1 GPU", 0, 30, models="T4"),
+                              rec("four", "4 GPU", 0, 27, gpus=4, models="T4"), rec("last", "CPU only", 30, 30)])
     rows = report.pool_rows([alone, locked])
     assert [(r["models"], r["pods"]) for r in rows] == [("T4", 2), ("any", 2)]
-    assert rows[0]["alone"] == {"mean": 2.0, "p95": 2.0}  # the pod never placed has no wait
+    # the pod never placed has no wait; the 4-GPU pod never ran alone, and ran 27 -> 30 (the last creation) locked
+    assert rows[0]["alone"] == {"mean": 2.0, "p95": 2.0, "larger_gpu_seconds": 0.0}
     assert rows[0]["backfill"]["mean"] == 21.0 and rows[0]["backfill"]["p95"] == pytest.approx(12 + 0.95 * 18)
+    assert rows[0]["backfill"]["larger_gpu_seconds"] == pytest.approx(4 * 3)
     assert rows[1]["alone"]["mean"] == 2.0 and rows[1]["backfill"]["mean"] == 1.0
-    assert "| T4 | 2 | 2.0 / 2.0 | 21.0 / 29.1 |" in report.table([alone, locked])
+    # the 8-GPU pod names no model: it ran 5 -> 10 locked, 50 -> 55 alone (after the window)
+    assert rows[1]["alone"]["larger_gpu_seconds"] == 0.0 and rows[1]["backfill"]["larger_gpu_seconds"] == 8 * 5
+    assert "| T4 | 2 | 2.0 / 2.0 / 0 GPU-s | 21.0 / 29.1 / 12 GPU-s |" in report.table([alone, locked])
 
 
 def test_class_rows() -> None:
@@ -428,3 +435,51 @@ def test_locks_are_charged_to_the_class_they_were_held_for_with_the_gpus_they_le
     assert rows["1 GPU"]["locks"] == 1 and rows["1 GPU"]["idle_gpu_seconds"] == 4 * rows["1 GPU"]["node_seconds"]
     assert list(rows) == ["1 GPU", "8 GPU"], "in the README's order of classes"
     assert "8 GPU 1 locks, 10 node-s, 72 idle GPU-s" in report.table([result])
+
+
+def test_criteria_measure_each_goal_of_the_trace_issue() -> None:
+    """8-GPU p95 3x lower, every other class at most 10 s higher, nothing unplaced that alone placed, allocation no
+    lower, and with backfill fewer locked-idle GPU-s than starvation alone and no owner delay."""
+    alone = arm("alone", [rec("big", "8 GPU", 0, 90, gpus=8), rec("one", "1 GPU", 0, 1), rec("two", "2 GPU", 0, 1,
+                                                                                             gpus=2),
+                          rec("late", "1 GPU", 0, 3)])
+    starvation = arm("starvation", [rec("big", "8 GPU", 0, 30, gpus=8), rec("one", "1 GPU", 0, 20),
+                                    rec("two", "2 GPU", 0, 5, gpus=2), rec("late", "1 GPU", 0, None)])
+    backfill = arm("backfill", [rec("big", "8 GPU", 0, 31, gpus=8), rec("one", "1 GPU", 0, 5),
+                                rec("two", "2 GPU", 0, 12, gpus=2), rec("late", "1 GPU", 0, 6)], delays=[0.0, 2.0])
+    rows = {r["criterion"]: r for r in report.criteria([alone, starvation, backfill])}
+    assert rows["8 GPU p95 at least 3x lower"]["met"] is False  # 90 -> 31 is x2.9
+    assert rows["8 GPU p95 at least 3x lower"]["value"] == "90.0 -> 31.0 s (x2.9)"
+    assert rows["1 GPU p95 at most 10 s higher"]["met"] is True  # 2.9 -> 5.95
+    assert rows["2 GPU p95 at most 10 s higher"]["met"] is False  # 1 -> 12
+    assert rows["no pod left unplaced that kube-scheduler alone placed"]["met"] is True
+    assert rows["owner delay 0 with backfill"]["met"] is False
+    assert "locked-idle GPU-s lower with backfill" in rows  # no samples: 0 -> 0, not lower
+    assert rows["locked-idle GPU-s lower with backfill"]["met"] is False
+    # without backfill, the goals read the starvation arm, and a pod it left unplaced fails the goal by name
+    rows = {r["criterion"]: r for r in report.criteria([alone, starvation])}
+    assert rows["no pod left unplaced that kube-scheduler alone placed"] == {
+        "criterion": "no pod left unplaced that kube-scheduler alone placed", "value": "1 pods (late)", "met": False}
+    assert "owner delay 0 with backfill" not in rows
+    assert report.criteria([starvation]) == []
+    assert report.criteria_lines([alone, backfill])[0] == ("goal NOT MET: 8 GPU p95 at least 3x lower: "
+                                                           "90.0 -> 31.0 s (x2.9)")
+
+
+def test_validation_rows_hold_the_model_to_20_percent_or_10_seconds() -> None:
+    """Per arm (by name) and class, p50 and p95 of the replay against the model's: within 10 s or 20% of the replay's,
+    whichever is larger; GPU allocation within 0.03; verdicts on the goals compared."""
+    real = [arm("alone", [rec("a", "8 GPU", 0, 100, gpus=8), rec("b", "1 GPU", 0, 2)]),
+            arm("backfill", [rec("a", "8 GPU", 0, 20, gpus=8), rec("b", "1 GPU", 0, 4)])]
+    model = [arm("alone", [rec("a", "8 GPU", 0, 121, gpus=8), rec("b", "1 GPU", 0, 11.5)]),
+             arm("backfill", [rec("a", "8 GPU", 0, 45, gpus=8), rec("b", "1 GPU", 0, 4)])]
+    rows = {(r["arm"], r["what"]): r for r in report.validation_rows(real, model)}
+    assert rows[("alone", "8 GPU p95")]["met"] is False  # 100 vs 121: 21 s > 20 s (20% of 100)
+    assert rows[("alone", "1 GPU p50")]["met"] is True  # 2 vs 11.5: 9.5 s <= 10 s
+    assert rows[("backfill", "8 GPU p50")]["met"] is False  # 20 vs 45
+    assert rows[("alone", "GPU allocation")]["met"] is True  # no samples on either side: 0 and 0
+    text = report.validation_table(real, model)
+    assert "| alone | 8 GPU p95 | 100.0 | 121.0 | NO |" in text
+    assert "validation: 6 of 10 measures within tolerance" in text
+    # the replay's 8-GPU p95 is x5 lower (goal met), the model's x2.7 (not met): one verdict differs
+    assert "validation: the same verdict on 3 of 4 goals (differs: 8 GPU p95 at least 3x lower)" in text

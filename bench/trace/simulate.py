@@ -1,0 +1,1107 @@
+"""`reservoir simulate`: the replay of `make bench-trace` as a deterministic discrete-event simulation in one process,
+no Kubernetes: a model of kube-scheduler places the pods, and Reservoir's own code decides everything Reservoir
+decides (the webhook's mutation, the planner's plans and gate passes, the writer's patches).
+
+What is Reservoir's own code here, called as is (nothing of its rules is copied):
+- the webhook: `webhook.mutate.mutate_pod` on each pod at its creation (its tolerations of the pod's own locks, its
+  preferred node affinity to them, the backfill gate when some locked node's noted room takes the pod in time), with
+  the webhook's read model (`webhook.lookup.Lookup`) built from the simulated nodes;
+- the agent: `agent.planner.plan.plan(snapshot, config, now, current=..., previous=...)` for each reconcile and
+  `plan.plan_gate` for each gate pass, on a `Snapshot` of `shared.views` views of the simulated objects (the pods
+  through an incrementally updated `PodIndex`, as the agent keeps it), reading its own locks back with
+  `current_locks(snapshot)`;
+- the writer: `agent.writer`'s pure bodies (`node_patch` for each lock and node mark, `narrow_patch`, `deadline_patch`,
+  `ungate_patch` for backfill, `repair_patch`), applied with `shared.jsonpatch.apply` to the objects' JSON, in the
+  order `Writer.write` and `Writer.write_gate` send them;
+- the objects: the same node and pod bodies `make bench-trace` creates (`bench/trace/run.py` `node_body`, `pod_body`;
+  the arms' configs from `run.arm_config`), with what the API server and kwok add (uid, creationTimestamp to the
+  second, priority 0, the DefaultTolerationSeconds tolerations; the binding's nodeName, Running with a startTime to the
+  second, Succeeded after the pod's runtime: localcluster's kwok stages end a pod with `complete-after` at its runtime
+  and ignore its activeDeadlineSeconds, so a cut deadline ends nothing here either).
+agent/writer.py and bench/trace/run.py import the Kubernetes client and aiohttp; they are imported when an arm
+starts, not with this module, so the engine imports without them.
+
+The agent's cadence (agent/controller.py, `Agent.reconcile_loop` and `gate_loop`), in simulated time:
+- a plan when the resync period passes (counted from the last resync: changes do not push it back), at the moment the
+  last plan named (`Plan.wake_at`, + 0.05 s), and after a change: any pod or node change the agent's caches would see
+  (a pod created, found unschedulable, bound, ended, patched; a node patched, by the agent itself too), planned
+  SETTLE (0.1 s) after it, and at least `debounce` after the start of the last change-driven plan;
+- a gate pass SETTLE after a pod arrives on the backfill gate, passes at least GATE_GAP (0.1 s) apart, on the last
+  plan (none before the first plan, none once a moment the last plan named has passed, as `Agent.gate_pass`);
+- the agent starts 10 s before the first arrival (bench-trace lets it see the nodes for 10 s), plans take no time and
+  its writes land at the plan's moment: the planner's locks become taints at the plan moment, its backfill grants and
+  ungated pods too. A `dryRun` config plans nothing here (its writer writes nothing and its webhook gates nothing).
+The first column, kube-scheduler alone, has no Reservoir at all (bench-trace installs it in dryRun there: its webhook
+then adds each pod's own lock toleration and preference, which no lock ever meets, so the placements are the same).
+Arms share nothing and may run in processes side by side (`simulate(..., jobs=N)`): the result does not depend on it.
+
+The kube-scheduler model:
+- filters: NodeResourcesFit (cpu, memory, nvidia.com/gpu, pods) and the project's one predicate
+  (`shared.predicates.schedulable_on`: nodeName, nodeSelector, required node affinity, taints and tolerations);
+- scores: NodeResourcesFit LeastAllocated (cpu and memory, weight 1 each) and NodeResourcesBalancedAllocation (cpu and
+  memory), plugin weight 1 each, in kube-scheduler's integer arithmetic; and NodeAffinity's preferred terms (plugin
+  weight 2, normalised to 100), which only the webhook's preference for a pod's own locked nodes gives here; the
+  other default scores are the same on every node of such a cluster (no images, no PreferNoSchedule taints, no
+  topology spread or inter-pod affinity on these pods) and are left out;
+- `percentageOfNodesToScore` adaptive: all nodes under 100, else (50 - nodes/125)% (at least 5%) of them, at least
+  100; the search starts where the last one stopped (nextStartNodeIndex);
+- the highest total wins, ties broken as selectHost does (reservoir sampling) with a seeded random.Random;
+- the queue: PrioritySort, priority then the pod's queue timestamp, which kube-scheduler refreshes at each failed
+  attempt (AddUnschedulableIfNotPresent): a pod that fits nowhere goes behind the pods already waiting. A pod is tried
+  when it is created (or ungated, or its spec changes); after a pod ends every waiting pod is tried again (the hint
+  of NodeResourcesFit for a deleted pod); after a node changes (a lock, a grant) the pods it now takes are tried.
+  A pod that fits nowhere waits for the next change. Scheduling takes no time.
+
+Departures, each to be measured against the real replay (bench-trace's own table):
+- no backoff: a pod failed is tried again at the next change (kube-scheduler waits 1 s, doubling to 10 s, before
+  retrying it), and no periodic flush of unschedulable pods;
+- queueing hints coarsely: every waiting pod is tried after any pod ends, only those a changed node now takes after a
+  node change;
+- no latency anywhere: the webhook, the planner, the writer, the watch caches, binding and kwok are instantaneous
+  (bench-trace measured 0.1 s of gate delay at p50, and the agent's `caught_up` waits are moot);
+- the filter search is sequential from nextStartNodeIndex (kube-scheduler searches in parallel chunks and so finds
+  a slightly different first set of feasible nodes when it stops early);
+- a single scheduling profile, no preemption (every trace pod has priority 0), no nominated nodes;
+- the validating webhook (pod-locks check) is not run: the only writers of pods are the webhook model, the scheduler
+  and the agent's own bodies.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import math
+import random
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from operator import attrgetter
+from typing import Any, TextIO
+
+from agent.planner.model import BackfillPlan, Lock, Plan, Snapshot
+from agent.planner.plan import current_locks, plan, plan_gate
+from agent.planner.podindex import PodIndex
+from bench.trace import report, trace
+from shared import keys
+from shared.config import ReservoirConfig
+from shared.jsonpatch import Op
+from shared.jsonpatch import apply as apply_patch
+from shared.ownership import JobRef
+from shared.predicates import NodeAffinity, Placement, node_selector, required_node_affinity, schedulable_on
+from shared.resources import CPU, MEMORY, PODS, Resources, pod_requests
+from shared.timestamps import stamp
+from shared.views import NodeView, PodView
+from webhook.lookup import Lookup
+from webhook.mutate import mutate_pod
+
+GPU = "nvidia.com/gpu"  # bench/trace/run.py GPU
+MODELLED = frozenset((CPU, MEMORY, GPU, PODS))  # the resources NodeResourcesFit is modelled on
+# the simulated clock's zero: the first arrival. Any fixed moment would do; the planner reads only differences.
+EPOCH = datetime(2030, 1, 1, tzinfo=UTC)
+AGENT_LEAD = 10.0  # seconds the agent runs before the first arrival (run.py sleeps 10 s after the nodes are Ready)
+SAMPLE_SECONDS = 1.0  # bench/trace/run.py SAMPLE_SECONDS
+CHECK_SECONDS = 5.0  # run.py's arm loop: whether every pod is bound, every 5 s after the last arrival
+# agent/controller.py SETTLE and GATE_GAP (tests/unit/test_simulate.py checks they agree)
+SETTLE = 0.1
+GATE_GAP = 0.1
+WAKE_SLACK = 0.05  # Agent.next_wait: a plan for a moment the last plan named comes this long after it
+MAX_ESTIMATE_WRITES = 100  # agent/writer.py MAX_ESTIMATE_WRITES (checked by the tests too)
+# kube-scheduler: MaxNodeScore, and the default plugin weights of the scores modelled
+MAX_NODE_SCORE = 100
+NODE_AFFINITY_WEIGHT = 2
+MIN_FEASIBLE_NODES = 100  # minFeasibleNodesToFind
+MIN_FEASIBLE_PERCENT = 5  # minFeasibleNodesPercentageToFind
+PROGRESS_SECONDS = 3.0  # wall-clock seconds between progress lines
+NO_TOLERATION_SECONDS = 300  # the DefaultTolerationSeconds admission plugin's not-ready / unreachable tolerations
+
+
+class SimulationError(ValueError):
+    """An input the simulation cannot model: the message names the object, the field, the value and what would do."""
+
+
+@dataclass(frozen=True)
+class ArmSpec:
+    """One column of the result: its name, its config (None: kube-scheduler alone, no Reservoir at all) and the
+    namespace its pods are created in (a backfill config must name it, or `*`)."""
+
+    name: str
+    config: ReservoirConfig | None
+    namespace: str
+
+
+def default_arms() -> list[ArmSpec]:
+    """bench-trace's three arms, with its own configs (run.arm_config): kube-scheduler alone, starvation locks, and
+    the same with backfill."""
+    from bench.trace.run import arm_config
+    from shared.config import load_config
+
+    arms = [ArmSpec("alone", None, "trace-alone")]
+    for name in ("starvation", "backfill"):
+        namespace = f"trace-{name}"
+        arms.append(ArmSpec(name, load_config(arm_config(name, namespace)), namespace))
+    return arms
+
+
+def feasible_nodes_to_find(nodes: int) -> int:
+    """kube-scheduler's numFeasibleNodesToFind with the adaptive percentageOfNodesToScore: every node under 100;
+    else (50 - nodes/125)%, at least 5%, of the nodes, and at least 100."""
+    if nodes < MIN_FEASIBLE_NODES:
+        return nodes
+    percent = max(MIN_FEASIBLE_PERCENT, 50 - nodes // 125)
+    return max(MIN_FEASIBLE_NODES, nodes * percent // 100)
+
+
+def node_score(cpu: int, cpu_capacity: int, memory: int, memory_capacity: int) -> int:
+    """NodeResourcesFit LeastAllocated plus NodeResourcesBalancedAllocation (plugin weight 1 each) of a node whose pods,
+    the one being scheduled with them, request `cpu` and `memory`, in kube-scheduler's arithmetic:
+    - LeastAllocated per resource (capacity - requested) * 100 / capacity, integer division (0 when the node has none
+      of it or the request passes it), then (cpu + memory) / 2 (weight 1 each), integer division;
+    - BalancedAllocation: each requested fraction capped at 1, std = |f_cpu - f_memory| / 2 (the mean square formula
+      for two resources; a resource the node has none of is left out, and with one left std is 0), int((1 - std) *
+      100)."""
+    least_cpu = (cpu_capacity - cpu) * MAX_NODE_SCORE // cpu_capacity if 0 < cpu_capacity and cpu <= cpu_capacity else 0
+    least_memory = ((memory_capacity - memory) * MAX_NODE_SCORE // memory_capacity
+                    if 0 < memory_capacity and memory <= memory_capacity else 0)
+    if cpu_capacity and memory_capacity:
+        std = abs((min(1.0, cpu / cpu_capacity) - min(1.0, memory / memory_capacity)) / 2)
+        balanced = int((1 - std) * MAX_NODE_SCORE)
+    else:
+        balanced = MAX_NODE_SCORE
+    return (least_cpu + least_memory) // 2 + balanced
+
+
+# --- the kube-scheduler model ------------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class SchedNode:
+    """A node as the scheduler's cache holds it: its view (labels, taints), allocatable and what is free of it."""
+
+    name: str
+    view: NodeView
+    cpu: int
+    memory: int
+    gpus: int
+    pods: int
+    free_cpu: int = 0
+    free_memory: int = 0
+    free_gpus: int = 0
+    free_pods: int = 0
+    # the static filters' answer (nodeSelector, required node affinity) by placement id, while the node has no taints
+    static: dict[int, bool] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.free_cpu, self.free_memory, self.free_gpus, self.free_pods = self.cpu, self.memory, self.gpus, self.pods
+
+    def set_view(self, view: NodeView) -> None:
+        self.view = view
+        self.static = {}
+
+
+@dataclass(eq=False)
+class Queued:
+    """A pod in kube-scheduler's queue: its requests, its filters (`static_id` names its nodeSelector and required
+    node affinity), its preferred node affinity terms (with the label keys they read), and its place in the queue:
+    `order` = (-priority, queue timestamp, sequence of the attempts)."""
+
+    name: str
+    cpu: int
+    memory: int
+    gpus: int
+    placement: Placement
+    static_id: int
+    preferred: tuple[tuple[int, NodeAffinity], ...]
+    preferred_keys: frozenset[str]
+    priority: int
+    stamp: float
+    order: tuple[int, float, int]
+    fresh: bool = True  # not tried since it entered the queue or its spec changed: tried on every node
+    unschedulable: bool = False  # its PodScheduled=False condition is written
+
+
+_REQUESTS: dict[str, Resources] = {}  # pod_requests by the pod's resource fields (a quantity parses slowly)
+
+
+def requests_of(spec: Mapping[str, Any]) -> Resources:
+    """shared.resources.pod_requests (the effective request as kube-scheduler computes it), kept by the fields it
+    reads."""
+    key = json.dumps([spec.get(k) for k in ("containers", "initContainers", "overhead", "resources")],
+                     sort_keys=True, default=str)
+    found = _REQUESTS.get(key)
+    if found is None:
+        found = _REQUESTS[key] = pod_requests(spec)
+    return found
+
+
+class Scheduler:
+    """kube-scheduler as the module docstring models it: one queue, one pod at a time, no latency."""
+
+    def __init__(self, views: Sequence[NodeView], rng: random.Random) -> None:
+        self.nodes: list[SchedNode] = []
+        for view in views:
+            alloc = view.allocatable
+            self.nodes.append(SchedNode(view.name, view, alloc[CPU], alloc[MEMORY], alloc[GPU], alloc[PODS]))
+        self.by_name = {n.name: n for n in self.nodes}
+        self.queue: dict[str, Queued] = {}
+        self.fresh: set[str] = set()
+        self.start = 0  # nextStartNodeIndex
+        self.to_find = feasible_nodes_to_find(len(self.nodes))
+        self.rng = rng
+        self.seq = 0
+        self.attempts = 0
+        self.static_ids: dict[tuple[Any, ...], int] = {}
+
+    def next_seq(self) -> int:
+        self.seq += 1
+        return self.seq
+
+    def queued(self, obj: Mapping[str, Any], stamp_at: float) -> Queued:
+        """The scheduler's view of a pod's JSON: its requests, the placement the one predicate reads, its preferred
+        node affinity terms, its priority; in the queue at `stamp_at`."""
+        meta, spec = obj["metadata"], obj["spec"]
+        requests = requests_of(spec)
+        other = sorted(set(requests) - MODELLED)
+        if other:
+            raise SimulationError(f"pod {meta['name']}: requests {', '.join(other)}: the scheduler model counts only "
+                                  f"{', '.join(sorted(MODELLED))}")
+        placement = Placement.of(node_selector=spec.get("nodeSelector") or {}, affinity=required_node_affinity(spec),
+                                 tolerations=spec.get("tolerations") or ())
+        static = (tuple(sorted(placement.node_selector.items())), placement.affinity)
+        static_id = self.static_ids.setdefault(static, len(self.static_ids))
+        preferred: list[tuple[int, NodeAffinity]] = []
+        label_keys: set[str] = set()
+        node_affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
+        for term in node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution") or ():
+            compiled = node_selector({"nodeSelectorTerms": [term.get("preference") or {}]})
+            weight = term.get("weight")
+            if compiled is not None and isinstance(weight, int) and weight > 0:
+                preferred.append((weight, compiled))
+                label_keys.update(r.key for t in compiled.terms for r in t.labels)
+        priority = int(spec.get("priority") or 0)
+        return Queued(name=meta["name"], cpu=requests[CPU], memory=requests[MEMORY], gpus=requests[GPU],
+                      placement=placement, static_id=static_id, preferred=tuple(preferred),
+                      preferred_keys=frozenset(label_keys), priority=priority, stamp=stamp_at,
+                      order=(-priority, stamp_at, self.next_seq()))
+
+    def enqueue(self, pod: Queued) -> None:
+        """A pod enters the queue (created, ungated) or its spec changed (tried afresh, its timestamp kept)."""
+        pod.fresh = True
+        self.queue[pod.name] = pod
+        self.fresh.add(pod.name)
+
+    def forget(self, name: str) -> None:
+        self.queue.pop(name, None)
+        self.fresh.discard(name)
+
+    @staticmethod
+    def take(node: SchedNode, pod: Queued) -> None:
+        node.free_cpu -= pod.cpu
+        node.free_memory -= pod.memory
+        node.free_gpus -= pod.gpus
+        node.free_pods -= 1
+
+    @staticmethod
+    def give_back(node: SchedNode, pod: Queued) -> None:
+        node.free_cpu += pod.cpu
+        node.free_memory += pod.memory
+        node.free_gpus += pod.gpus
+        node.free_pods += 1
+
+    @staticmethod
+    def passes(pod: Queued, node: SchedNode) -> bool:
+        """The filters but NodeResourcesFit: NodeUnschedulable and the one predicate (shared.predicates.schedulable_on:
+        nodeSelector, required node affinity, taints), its answer kept per placement while the node has no taints."""
+        view = node.view
+        if view.unschedulable:
+            return False
+        if view.taints:
+            return schedulable_on(pod.placement, view, pods_on_node=node.pods - node.free_pods)
+        ok = node.static.get(pod.static_id)
+        if ok is None:
+            ok = node.static[pod.static_id] = schedulable_on(pod.placement, view, pods_on_node=0)
+        return ok
+
+    def score(self, pod: Queued, feasible: Sequence[SchedNode]) -> SchedNode:
+        """The best node of `feasible` by LeastAllocated + BalancedAllocation (node_score) + 2 x NodeAffinity (its
+        preferred terms' weights, normalised to 100 by the highest), ties broken as selectHost does: reservoir
+        sampling over the top score."""
+        preference = [0] * len(feasible)
+        if pod.preferred:
+            for i, node in enumerate(feasible):
+                labels = node.view.labels
+                if any(k in labels for k in pod.preferred_keys):
+                    preference[i] = sum(w for w, term in pod.preferred if term.matches(node.view))
+        top = max(preference)
+        best = feasible[0]
+        best_score, tied = -1, 0
+        cpu, memory = pod.cpu, pod.memory
+        for i, node in enumerate(feasible):
+            total = node_score(node.cpu - node.free_cpu + cpu, node.cpu, node.memory - node.free_memory + memory,
+                               node.memory)
+            if top:
+                total += NODE_AFFINITY_WEIGHT * (preference[i] * MAX_NODE_SCORE // top)
+            if total > best_score:
+                best, best_score, tied = node, total, 1
+            elif total == best_score:
+                tied += 1
+                if self.rng.randrange(tied) == 0:
+                    best = node
+        return best
+
+    def attempt(self, pod: Queued) -> SchedNode | None:
+        """One scheduling cycle over every node, from nextStartNodeIndex until `to_find` feasible nodes are found;
+        the start moves on by the nodes looked at."""
+        self.attempts += 1
+        nodes, count, start = self.nodes, len(self.nodes), self.start
+        cpu, memory, gpus = pod.cpu, pod.memory, pod.gpus
+        feasible: list[SchedNode] = []
+        looked = 0
+        for node in (nodes[start:] + nodes[:start]) if start else nodes:
+            looked += 1
+            if (node.free_gpus >= gpus and node.free_cpu >= cpu and node.free_memory >= memory and node.free_pods > 0
+                    and self.passes(pod, node)):
+                feasible.append(node)
+                if len(feasible) >= self.to_find:
+                    break
+        self.start = (start + looked) % count if count else 0
+        return self.score(pod, feasible) if feasible else None
+
+    def run(self, now: float, gained: Sequence[SchedNode], requeue_all: bool,
+            on_bind: Callable[[Queued, SchedNode], None], on_fail: Callable[[Queued], None]) -> None:
+        """One pass at `now`, in queue order: each fresh pod tried on every node; the others, which fit no node at
+        their last try, where a `gained` node (one that freed room or changed) now takes them (only those nodes
+        changed since). A pod that fits nowhere goes behind the others (its timestamp refreshed) when it was tried:
+        fresh, taken by a gained node, or every pod after a pod ended (`requeue_all`)."""
+        if not self.queue or (not gained and not self.fresh):
+            return
+        waiting = self.queue.values() if gained else [self.queue[name] for name in self.fresh]
+        for pod in sorted(waiting, key=_ORDER):
+            node: SchedNode | None = None
+            tried = requeue_all
+            if pod.fresh:
+                node, tried = self.attempt(pod), True
+                pod.fresh = False
+                self.fresh.discard(pod.name)
+            else:
+                cpu, memory, gpus = pod.cpu, pod.memory, pod.gpus
+                taking = [n for n in gained if n.free_gpus >= gpus and n.free_cpu >= cpu and n.free_memory >= memory
+                          and n.free_pods > 0 and self.passes(pod, n)]
+                if len(taking) >= self.to_find:  # the search would stop early: the real one decides
+                    node, tried = self.attempt(pod), True
+                elif taking:
+                    self.attempts += 1
+                    node, tried = self.score(pod, taking), True
+            if node is not None:
+                self.forget(pod.name)
+                self.take(node, pod)
+                on_bind(pod, node)
+            elif tried:
+                pod.stamp, pod.order = now, (-pod.priority, now, self.next_seq())
+                on_fail(pod)
+
+
+_ORDER = attrgetter("order")
+
+
+# --- the arm -----------------------------------------------------------------------------------------------------
+
+
+ARRIVE, END, AGENT_DUE, AGENT_PLAN, GATE_PASS, SAMPLE, CHECK = range(7)
+
+
+@dataclass
+class PodState:
+    """One replayed pod in one arm: its JSON as the API server holds it, and what the run saw of it."""
+
+    replay: trace.ReplayPod
+    obj: dict[str, Any]
+    created: float
+    queued: Queued | None = None
+    bound: float | None = None
+    ended: float | None = None
+    node: str = ""
+    backfilled: bool = False
+
+
+@dataclass
+class Counts:
+    """How much of each the arm did (progress lines, and the report's footnotes)."""
+
+    plans: int = 0
+    gate_passes: int = 0
+    planner_seconds: float = 0.0
+    node_writes: int = 0
+    pod_writes: int = 0
+
+
+class ArmRun:
+    """One arm: the cluster's objects, kube-scheduler, and (with a config) the webhook and the agent."""
+
+    def __init__(self, spec: ArmSpec, node_rows: Sequence[trace.NodeRow], replay: Sequence[trace.ReplayPod], *,
+                 seed: int, tail: float, progress: TextIO | None = None) -> None:
+        from bench.trace.run import node_body
+
+        self.spec = spec
+        self.config = spec.config.protecting(keys.NAMESPACE) if spec.config is not None else None
+        self.agent_on = self.config is not None and not self.config.dry_run
+        self.replay = list(replay)
+        self.tail = tail
+        self.progress = progress
+        self.counts = Counts()
+        self.now = -AGENT_LEAD
+        self.heap: list[tuple[float, int, int, Any, int]] = []
+        self.seq = 0
+        self.rows: dict[str, trace.NodeRow] = {}
+        self.node_objs: dict[str, dict[str, Any]] = {}
+        self.node_views: dict[str, NodeView] = {}
+        self.version = 0  # bumped at each node write: the webhook's read model is rebuilt then
+        for i, row in enumerate(node_rows):
+            body = node_body(spec.name, row)
+            body.setdefault("spec", {})  # the API server returns every Node with a spec
+            meta = body["metadata"]
+            meta.update(uid=f"node-uid-{i}", creationTimestamp=stamp(EPOCH - timedelta(seconds=AGENT_LEAD * 2)),
+                        resourceVersion="1")
+            name = meta["name"]
+            if name in self.node_objs:
+                raise SimulationError(f"node {row.sn!r} appears twice in the nodes: node names must be unique")
+            self.rows[name] = row
+            self.node_objs[name] = body
+            self.node_views[name] = NodeView.from_obj(body)
+        self.scheduler = Scheduler(list(self.node_views.values()), random.Random(seed))
+        self.pods: dict[str, PodState] = {}
+        self.lookup_cache: tuple[int, Lookup] | None = None
+        # the sample's counters
+        self.gpu_allocated = 0
+        self.pending_multi = 0
+        self.locks: dict[str, str] = {}  # node -> lock owner id, as the node's label says
+        self.lock_history: list[tuple[str, str, float, float | None]] = []
+        self.samples: list[report.Sample] = []
+        self.unbound = 0
+        self.done_at: float | None = None
+        self.gated: dict[str, float] = {}  # pods created on the backfill gate, and when
+        self.ungated: dict[str, float] = {}  # ... and when their gate was lifted
+        self.agent = AgentModel(self) if self.agent_on else None
+        self.wall_started = time.monotonic()
+        self.wall_reported = self.wall_started
+
+    # --- the event queue ---
+
+    def at(self, moment: float, kind: int, payload: Any = None, token: int = 0) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (moment, self.seq, kind, payload, token))
+
+    def moment(self, t: float | None = None) -> datetime:
+        return EPOCH + timedelta(seconds=self.now if t is None else t)
+
+    def run(self) -> report.Arm:
+        last_arrival = self.replay[-1].arrival if self.replay else 0.0
+        for pod in self.replay:
+            self.at(pod.arrival, ARRIVE, pod)
+        self.at(0.0, SAMPLE)
+        self.at(last_arrival, CHECK)
+        if self.agent is not None:
+            self.agent.start()
+        limit = last_arrival + self.tail
+        while self.heap and self.done_at is None:
+            moment, _, kind, payload, token = heapq.heappop(self.heap)
+            self.now = moment
+            if kind == ARRIVE:
+                self.arrive(payload)
+            elif kind == END:
+                self.end(payload)
+            elif kind == SAMPLE:
+                self.sample()
+                self.at(moment + SAMPLE_SECONDS, SAMPLE)
+            elif kind == CHECK:
+                if self.unbound == 0 or moment >= limit:
+                    self.done_at = moment
+                else:
+                    self.at(min(moment + CHECK_SECONDS, max(limit, moment)), CHECK)
+            elif self.agent is not None:
+                self.agent.event(kind, payload, token)
+            self.report_progress()
+        end = self.done_at if self.done_at is not None else self.now
+        self.report_progress(final=True)
+        return self.result(end, last_arrival)
+
+    # --- the API server, kwok and the webhook ---
+
+    def lookup(self) -> Lookup:
+        """The webhook's read model now (its caches: the nodes, the config), rebuilt when a node changed."""
+        assert self.config is not None
+        cached = self.lookup_cache
+        if cached is None or cached[0] != self.version:
+            cached = self.lookup_cache = (self.version, LookupAt(config=self.config, nodes=dict(self.node_views),
+                                                                 clock=self.moment))
+        return cached[1]
+
+    def arrive(self, replayed: trace.ReplayPod) -> None:
+        """A pod created: run.py's body, what the API server's admission adds, the webhook's mutation; then queued
+        for kube-scheduler unless the webhook gated it."""
+        from bench.trace.run import pod_body
+
+        if replayed.name in self.pods:
+            raise SimulationError(f"pod {replayed.name!r} appears twice in the replay: pod names must be unique")
+        body = pod_body(replayed, self.spec.namespace)
+        meta, spec = body["metadata"], body["spec"]
+        meta.update(uid=f"{self.spec.name}-{len(self.pods) + 1}", creationTimestamp=stamp(self.moment()),
+                    resourceVersion="1")
+        spec.update(priority=0, preemptionPolicy="PreemptLowerPriority", schedulerName="default-scheduler",
+                    tolerations=[*(spec.get("tolerations") or ()), *(
+                        {"key": key, "operator": "Exists", "effect": "NoExecute",
+                         "tolerationSeconds": NO_TOLERATION_SECONDS}
+                        for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"))])
+        body["status"] = {"phase": "Pending"}
+        if self.config is not None:
+            mutation = mutate_pod(body, self.spec.namespace, self.lookup())
+            if mutation.patch:
+                body = apply_patch(body, mutation.patch)
+        state = PodState(replayed, body, self.now)
+        self.pods[replayed.name] = state
+        self.unbound += 1
+        if replayed.gpus >= 2:
+            self.pending_multi += 1
+        if not gates(body):
+            self.queue(state, self.now)
+        else:
+            self.gated[replayed.name] = self.now
+        if self.agent is not None:
+            self.agent.pod_changed(state, added=True)
+        self.schedule([], requeue_all=False)
+
+    def queue(self, state: PodState, stamp_at: float) -> None:
+        """Into kube-scheduler's queue at `stamp_at` (again, after a change of its spec: its Unschedulable condition,
+        if written, stands)."""
+        before = state.queued
+        state.queued = self.scheduler.queued(state.obj, stamp_at)
+        state.queued.unschedulable = before is not None and before.unschedulable
+        self.scheduler.enqueue(state.queued)
+
+    def schedule(self, gained: Sequence[SchedNode], requeue_all: bool) -> None:
+        self.scheduler.run(self.now, gained, requeue_all, self.bound, self.unschedulable)
+
+    def bound(self, pod: Queued, node: SchedNode) -> None:
+        """The binding (spec.nodeName, PodScheduled) and kwok's start (Running, startTime); the end is due after the
+        pod's runtime (localcluster's complete-after stage)."""
+        state = self.pods[pod.name]
+        obj = state.obj
+        obj["spec"]["nodeName"] = node.name
+        started = stamp(self.moment())
+        obj["status"] = {"phase": "Running", "startTime": started,
+                         "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": started}]}
+        state.bound, state.node = self.now, node.name
+        state.backfilled = obj["spec"].get("activeDeadlineSeconds") is not None  # run.py's Seen.backfilled
+        self.unbound -= 1
+        self.gpu_allocated += pod.gpus
+        if state.replay.gpus >= 2:
+            self.pending_multi -= 1
+        self.at(self.now + state.replay.runtime, END, state)
+        if self.agent is not None:
+            self.agent.pod_changed(state)
+
+    def unschedulable(self, pod: Queued) -> None:
+        """kube-scheduler's PodScheduled=False (Unschedulable) condition, written at the first failure: a change the
+        agent sees (its lastTransitionTime); later failures change only the message, which no view reads."""
+        if pod.unschedulable:
+            return
+        pod.unschedulable = True
+        state = self.pods[pod.name]
+        state.obj["status"] = {**state.obj["status"], "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+             "lastTransitionTime": stamp(self.moment())}]}
+        if self.agent is not None:
+            self.agent.pod_changed(state)
+
+    def end(self, state: PodState) -> None:
+        """kwok's complete stage: Succeeded after the runtime; kube-scheduler frees the node and tries every waiting
+        pod again."""
+        obj = state.obj
+        obj["status"] = {**obj["status"], "phase": "Succeeded"}
+        state.ended = self.now
+        node = self.scheduler.by_name[state.node]
+        assert state.queued is not None
+        self.scheduler.give_back(node, state.queued)
+        self.gpu_allocated -= state.queued.gpus
+        if self.agent is not None:
+            self.agent.pod_changed(state)
+        self.schedule([node], requeue_all=True)
+
+    def write_node(self, name: str, ops: list[Op]) -> None:
+        """A node patch (the writer's body), as the API server applies it; the scheduler's and the webhook's caches
+        see the new node at once."""
+        obj = apply_patch(self.node_objs[name], ops)
+        self.version += 1
+        obj["metadata"]["resourceVersion"] = str(int(obj["metadata"].get("resourceVersion") or "1") + 1)
+        self.node_objs[name] = obj
+        view = NodeView.from_obj(obj)
+        self.node_views[name] = view
+        self.scheduler.by_name[name].set_view(view)
+        self.counts.node_writes += 1
+        owner = (obj["metadata"].get("labels") or {}).get(keys.LOCK) or ""
+        before = self.locks.get(name, "")
+        if owner != before:
+            if before:
+                for i in range(len(self.lock_history) - 1, -1, -1):
+                    node, held_by, since, until = self.lock_history[i]
+                    if node == name and held_by == before and until is None:
+                        self.lock_history[i] = (node, held_by, since, self.now)
+                        break
+            if owner:
+                self.locks[name] = owner
+                self.lock_history.append((name, owner, self.now, None))
+            else:
+                self.locks.pop(name, None)
+
+    def write_pod(self, state: PodState, ops: list[Op]) -> None:
+        """A pod patch (the writer's body); a pod not bound is tried afresh when its spec changed (tolerations,
+        affinity) and enters the queue when its last gate went, with the timestamp it was created with."""
+        before = state.obj
+        state.obj = apply_patch(before, ops)
+        state.obj["metadata"]["resourceVersion"] = str(int(state.obj["metadata"].get("resourceVersion") or "1") + 1)
+        self.counts.pod_writes += 1
+        if state.bound is None and state.obj["spec"] != before["spec"] and not gates(state.obj):
+            if gates(before):
+                self.ungated[state.replay.name] = self.now
+            self.queue(state, state.queued.stamp if state.queued is not None else state.created)
+
+    # --- what the run measures ---
+
+    def sample(self) -> None:
+        """run.py's sampler: GPUs requested by running pods, nodes locked (their lock label) and their GPUs no running
+        pod requests, pending multi-GPU pods."""
+        by_name = self.scheduler.by_name
+        idle = sum(max(0, by_name[n].free_gpus) for n in self.locks)
+        self.samples.append(report.Sample(t=self.now, gpu_allocated=self.gpu_allocated,
+                                          locked_nodes=len(self.locks), locked_idle_gpus=idle,
+                                          pending_multi_gpu=self.pending_multi))
+
+    def report_progress(self, final: bool = False) -> None:
+        if self.progress is None:
+            return
+        wall = time.monotonic()
+        if not final and wall - self.wall_reported < PROGRESS_SECONDS:
+            return
+        self.wall_reported = wall
+        counts = self.counts
+        print(f"simulate: {self.spec.name} {'done at' if final else 'at'} {max(self.now, 0.0):.0f} s simulated: "
+              f"{len(self.pods) - self.unbound}/{len(self.replay)} bound, {self.unbound} pending, "
+              f"{len(self.locks)} nodes locked, {counts.plans} plans, {counts.gate_passes} gate passes, "
+              f"{counts.node_writes} node and {counts.pod_writes} pod writes ({wall - self.wall_started:.1f} s, "
+              f"{counts.planner_seconds:.1f} s of it in the planner)", file=self.progress, flush=True)
+
+    def line(self) -> str:
+        """What the agent did in this arm, and the gate's holds per class (run.py's gate_costs)."""
+        from bench.trace.run import Seen, gate_costs
+
+        if self.agent is None:
+            return f"{self.spec.name}: no agent" + (" (dryRun)" if self.config is not None else "")
+        counts = self.counts
+        seen = Seen(created={n: s.created for n, s in self.pods.items()}, ungated=dict(self.ungated))
+        return (f"{self.spec.name}: {counts.plans} plans, {counts.gate_passes} gate passes; "
+                f"{gate_costs(seen, {p.name: p for p in self.replay})}")
+
+    def result(self, end: float, last_arrival: float) -> report.Arm:
+        from bench.trace.run import Seen, owner_delays
+
+        records = []
+        seen = Seen()
+        for replayed in self.replay:
+            state = self.pods.get(replayed.name)
+            if state is None:  # never created: the run ended first (it cannot: creation ends before the checks)
+                continue
+            records.append(report.PodRecord(
+                name=replayed.name, klass=replayed.klass, gpus=replayed.gpus, created=state.created,
+                bound=state.bound, ended=state.ended, node=state.node, backfilled=state.backfilled,
+                models="|".join(replayed.gpu_models)))
+            seen.created[replayed.name] = state.created
+            if state.bound is not None:
+                seen.bound[replayed.name], seen.node[replayed.name] = state.bound, state.node
+            if state.ended is not None:
+                seen.ended[replayed.name] = state.ended
+            if state.backfilled:
+                seen.backfilled.add(replayed.name)
+        seen.lock_history = list(self.lock_history)
+        pods = {p.name: p for p in self.replay}
+        owner_pod = {JobRef(self.spec.namespace, "Pod", p).owner_id: p for p in pods}
+        locks = [report.LockSpan(node, pods[owner_pod[owner]].klass if owner in owner_pod else "other", since, until)
+                 for node, owner, since, until in self.lock_history]
+        delays = owner_delays(seen, pods, dict(self.rows), self.spec.namespace) if self.agent is not None else []
+        return report.Arm(name=self.spec.name, records=records, samples=self.samples,
+                          total_gpus=sum(r.gpu for r in self.rows.values()), owner_delays=delays, seconds=end,
+                          window=last_arrival, locks=locks, node_gpus={n: r.gpu for n, r in self.rows.items()})
+
+
+def gates(obj: Mapping[str, Any]) -> bool:
+    """The pod carries scheduling gates: kube-scheduler leaves it out of its queue."""
+    return bool((obj.get("spec") or {}).get("schedulingGates"))
+
+
+@dataclass(frozen=True)
+class LookupAt(Lookup):
+    """The webhook's read model on the simulated clock. `mutate_pod` asks `backfill_room_for` with the wall clock (the
+    default of `backfill_gate`'s `now`); the simulation answers for its own clock, `clock()`."""
+
+    clock: Callable[[], datetime] = lambda: EPOCH
+
+    def backfill_room_for(self, requests: Resources, runtime: timedelta, now: datetime) -> bool:
+        return super().backfill_room_for(requests, runtime, self.clock())
+
+
+# --- the agent -----------------------------------------------------------------------------------------------------
+
+
+class AgentModel:
+    """`reservoir agent`'s loops (agent/controller.py) in simulated time, its caches the arm's objects, its writes the
+    writer's bodies (module docstring)."""
+
+    def __init__(self, arm: ArmRun) -> None:
+        assert arm.config is not None
+        self.arm = arm
+        self.config = arm.config
+        self.index = PodIndex()
+        self.views: dict[str, PodView] = {}
+        self.dirty: dict[str, PodState] = {}  # pods changed since the last snapshot (Agent._pod_changes)
+        self.last_plan: Plan | None = None
+        self.changed = False
+        self.waiting = True  # the reconcile loop waits for a change or its timeout (not settling)
+        self.due_token = 0
+        self.last_resync = 0.0
+        self.last_started = -math.inf
+        self.gate_sleeping = False  # a gate pass is due (gate_loop sleeping before it)
+        self.gate_started = -math.inf
+        self.gate_unsafe = False
+        self.locked_owners: frozenset[str] = frozenset()
+
+    # --- the loops ---
+
+    def start(self) -> None:
+        """Agent._lead: the reconcile loop starts with `changed` set (the caches just synced)."""
+        self.last_resync = self.arm.now
+        self.changed = True
+        self.wait()
+
+    def wait(self) -> None:
+        """The top of `reconcile_loop`: wait for a change, at most until next_wait (the resync counted from the last
+        one, or the moment the last plan named)."""
+        self.waiting = True
+        if self.changed:
+            self.settle()
+            return
+        self.due_token += 1
+        wait, cause = self.next_wait()
+        self.arm.at(self.arm.now + wait, AGENT_DUE, cause, self.due_token)
+
+    def next_wait(self) -> tuple[float, str]:
+        now = self.arm.now
+        waits = [(self.last_resync + self.config.resync_period.total_seconds() - now, "resync")]
+        wake_at = self.last_plan.wake_at if self.last_plan is not None else None
+        if wake_at is not None:
+            waits.append(((wake_at - self.arm.moment()).total_seconds() + WAKE_SLACK, "time"))
+        wait, cause = min(waits)
+        return max(wait, 0.0), cause
+
+    def settle(self) -> None:
+        """A change: planned SETTLE after it, and at least `debounce` after the last change-driven plan started."""
+        self.waiting = False
+        self.due_token += 1  # the timeout no longer counts
+        now = self.arm.now
+        delay = max(SETTLE, self.last_started + self.config.debounce.total_seconds() - now)
+        self.arm.at(now + delay, AGENT_PLAN, None, self.due_token)
+
+    def poke(self) -> None:
+        self.changed = True
+        if self.waiting:
+            self.settle()
+
+    def event(self, kind: int, cause: Any, token: int) -> None:
+        """A gate pass, a timeout of the reconcile loop's wait (`cause` resync or time), or a plan after a change."""
+        if kind == GATE_PASS:
+            self.gate_sleeping = False
+            self.gate_started = self.arm.now
+            self.gate_pass()
+            return
+        if token != self.due_token:
+            return  # a timeout made moot by a change, or a plan by a later one
+        self.waiting = False
+        if kind == AGENT_PLAN:
+            self.last_started = self.arm.now
+        self.reconcile(resync=kind == AGENT_DUE and cause == "resync")
+
+    def reconcile(self, *, resync: bool) -> None:
+        if resync:
+            self.last_resync = self.arm.now
+        self.changed = False
+        self.gate_unsafe = False
+        snapshot = self.snapshot()
+        current = current_locks(snapshot)
+        now = self.arm.moment()
+        began = time.perf_counter()
+        result = plan(snapshot, self.config, now, current, previous=self.last_plan)
+        self.arm.counts.planner_seconds += time.perf_counter() - began
+        self.arm.counts.plans += 1
+        self.last_plan = result
+        self.locked_owners = frozenset(lock.owner for lock in result.locks.values())
+        gained = self.apply(result.locks, current, result.node_marks, snapshot)
+        self.cut_deadlines(result)
+        self.repair(result)
+        self.backfills(result.backfill)
+        self.estimates(result)
+        self.arm.schedule(gained, requeue_all=False)
+        self.wait()
+
+    def gate_set(self) -> None:
+        """Agent.gate_loop: a pod on the backfill gate is decided SETTLE after, passes at least GATE_GAP apart."""
+        if not self.gate_sleeping:
+            self.gate_sleeping = True
+            now = self.arm.now
+            self.arm.at(now + max(SETTLE, self.gate_started + GATE_GAP - now), GATE_PASS)
+
+    def gate_pass(self) -> None:
+        """Agent.gate_pass: the gated pods decided on the last plan's locks (plan.plan_gate) and only that written:
+        the grants on the nodes pods are let onto, then each pod let on or let go (Writer.write_gate)."""
+        last = self.last_plan
+        if last is None or self.gate_unsafe:
+            return
+        snapshot = self.snapshot()
+        now = self.arm.moment()
+        if (last.wake_at is not None and now >= last.wake_at) or not any(
+                p.backfill_gated for p in snapshot.index.unbound.values()):
+            return
+        current = current_locks(snapshot)
+        began = time.perf_counter()
+        result = plan_gate(snapshot, self.config, now, last, current)
+        self.arm.counts.planner_seconds += time.perf_counter() - began
+        self.arm.counts.gate_passes += 1
+        onto = {b.node for b in result.placed}
+        held = {name: lock for name, lock in current.items() if name in onto}
+        gained = self.apply(held, held, {n: m for n, m in result.marks.items() if n in onto}, snapshot)
+        self.backfills(result)
+        self.arm.schedule(gained, requeue_all=False)
+
+    # --- the caches ---
+
+    def pod_changed(self, state: PodState, added: bool = False) -> None:
+        """Agent._pod_changed and _poke: the pod's new view for the next snapshot; a pod on the backfill gate wakes
+        the gate loop; a new task of a job the last plan locked for leaves the gate to the next plan."""
+        self.dirty[state.replay.name] = state
+        spec = state.obj["spec"]
+        if not spec.get("nodeName"):
+            if any(g.get("name") == keys.BACKFILL_GATE for g in spec.get("schedulingGates") or ()):
+                self.gate_set()
+            elif added and JobRef(self.arm.spec.namespace, "Pod", state.replay.name).owner_id in self.locked_owners:
+                self.gate_unsafe = True
+        self.poke()
+
+    def node_changed(self) -> None:
+        self.poke()
+
+    def snapshot(self) -> Snapshot:
+        """Agent.snapshot: the nodes' views, the pods through the index brought up to date with the changes since."""
+        if self.dirty:
+            changed = []
+            for state in self.dirty.values():
+                view = PodView.from_obj(state.obj)
+                self.views[view.key] = view
+                changed.append(view)
+            self.dirty = {}
+            self.index = self.index.updated(changed)
+        return Snapshot(nodes=dict(self.arm.node_views), pods=list(self.views.values())).with_index(self.index)
+
+    # --- the writer (Writer.write, in its order) ---
+
+    def apply(self, desired: Mapping[str, Lock], current: Mapping[str, Lock],
+              marks: Mapping[str, Mapping[str, str | None]], snapshot: Snapshot) -> list[SchedNode]:
+        """Writer.apply: every node whose lock differs from `desired`, or whose marks must change, patched whole
+        (node_patch; the grants the plan did not see kept, keep_unseen_grants). The nodes patched."""
+        from agent.writer import node_patch
+        from shared.backfill import keep_unseen_grants
+
+        patched = []
+        for name in sorted(set(desired) | set(current) | set(marks)):
+            want, have = desired.get(name), current.get(name)
+            unreadable = have.unreadable if have is not None else ""
+            same = (want is None and have is None) or (
+                want is not None and want.same_hold(have) and not unreadable)
+            if same and name not in marks:
+                continue
+            obj = self.arm.node_objs.get(name)
+            if obj is None:
+                continue
+            node_marks = marks.get(name)
+            seen = snapshot.nodes.get(name)
+            if node_marks and keys.BACKFILL_GRANTS in node_marks and seen is not None:
+                have_text = (obj["metadata"].get("annotations") or {}).get(keys.BACKFILL_GRANTS)
+                node_marks = {**node_marks, keys.BACKFILL_GRANTS: keep_unseen_grants(
+                    node_marks[keys.BACKFILL_GRANTS], have_text if isinstance(have_text, str) else None,
+                    set(seen.backfill_grants))}
+            ops = node_patch(obj, want, node_marks)
+            if ops is None:
+                continue
+            self.arm.write_node(name, ops)
+            patched.append(self.arm.scheduler.by_name[name])
+        if patched:
+            self.node_changed()
+        return patched
+
+    def state_of(self, namespace: str, name: str, uid: str) -> PodState | None:
+        state = self.arm.pods.get(name)
+        if state is None or namespace != self.arm.spec.namespace or state.obj["metadata"]["uid"] != uid:
+            return None  # another pod, or gone: the writer reads the pod and checks its uid
+        return state
+
+    def pod_written(self, state: PodState, ops: list[Op]) -> None:
+        if ops:
+            self.arm.write_pod(state, ops)
+            self.pod_changed(state)
+
+    def cut_deadlines(self, result: Plan) -> None:
+        """Writer.cut_deadlines: each backfilled pod that started late given its lower activeDeadlineSeconds."""
+        from agent.writer import deadline_patch
+
+        for cut in result.backfill.cuts:
+            state = self.state_of(cut.pod.namespace, cut.pod.name, cut.pod.uid)
+            if state is not None:
+                ops = deadline_patch(state.obj, cut.deadline)
+                if ops:
+                    self.pod_written(state, [{"op": "test", "path": "/metadata/uid", "value": cut.pod.uid}, *ops])
+
+    def repair(self, result: Plan) -> None:
+        """Writer.repair: the lock tolerations a pending pod lacks."""
+        from agent.writer import repair_patch
+
+        for repair in result.repairs:
+            state = self.arm.pods.get(repair.name)
+            if state is not None and repair.namespace == self.arm.spec.namespace:
+                self.pod_written(state, repair_patch(repair))
+
+    def backfills(self, backfill: BackfillPlan) -> None:
+        """Writer.backfills: each pod let onto a locked node (narrowed, the lock's toleration and its deadline in one
+        patch, then the gate lifted) and each let go (the gate lifted)."""
+        from agent.writer import deadline_patch, narrow_patch, ungate_patch
+        from shared.tolerations import lock_toleration
+
+        for chosen in backfill.placed:
+            state = self.state_of(chosen.pod.namespace, chosen.pod.name, chosen.pod.uid)
+            if state is None or not ungate_patch(state.obj, keys.BACKFILL_GATE):
+                continue
+            obj = state.obj
+            ops = narrow_patch(obj, chosen.node, (lock_toleration(chosen.owner),))
+            more = deadline_patch(obj, chosen.deadline)
+            if more:
+                ops = (ops or [{"op": "test", "path": "/metadata/resourceVersion",
+                                "value": obj["metadata"].get("resourceVersion", "")}]) + more
+            if ops:
+                self.arm.write_pod(state, ops)
+            self.pod_written(state, ungate_patch(state.obj, keys.BACKFILL_GATE))
+        for release in backfill.released:
+            state = self.state_of(release.namespace, release.name, release.uid)
+            if state is not None:
+                self.pod_written(state, ungate_patch(state.obj, keys.BACKFILL_GATE))
+
+    def estimates(self, result: Plan) -> None:
+        """Writer.estimates: each waiting owner's expected start on its pods (a merge patch of one annotation), at
+        most MAX_ESTIMATE_WRITES a plan. The trace has no PodGroups."""
+        sent = 0
+        for mark in result.backfill.estimate_marks:
+            state = self.arm.pods.get(mark.name)
+            if mark.kind != "Pod" or state is None or mark.namespace != self.arm.spec.namespace:
+                continue
+            if sent >= MAX_ESTIMATE_WRITES:
+                break
+            sent += 1
+            annotations = state.obj["metadata"].get("annotations") or {}
+            if annotations.get(keys.EXPECTED_START) != mark.text:
+                self.pod_written(state, [{"op": "add", "path": "/metadata/annotations",
+                                          "value": {**annotations, keys.EXPECTED_START: mark.text}}])
+
+
+# --- the runs ------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """The nodes and pods of a replay, and the header line bench-trace prints for them."""
+
+    nodes: list[trace.NodeRow]
+    pods: list[trace.ReplayPod]
+    header: str
+
+
+def replayed(*, pods_csv: str | None = None, nodes_csv: str | None = None, seed: int = 0, fraction: float = 0.1,
+             arrival_seconds: float = 600.0, runtime_factor: float = 30.0, runtime_floor: float = 2.0,
+             runtime_cap: float = 120.0, window: float | None = 300.0) -> Replayed:
+    """The replay bench-trace builds (bench/trace/run.py `run`): the trace's nodes (a stratified `fraction` of them)
+    and its pods compressed (trace.replay), from the CSVs or the synthetic trace of `seed`."""
+    if (pods_csv is None) != (nodes_csv is None):
+        raise SimulationError("give both --pods (the pods CSV) and --nodes (the nodes CSV), or neither for the "
+                              "synthetic trace")
+    if pods_csv is not None and nodes_csv is not None:
+        node_rows, pod_rows = trace.read_nodes(nodes_csv), trace.read_pods(pods_csv)
+        source = f"{pods_csv} on {nodes_csv}"
+    else:
+        node_rows, pod_rows = trace.synthetic(seed)
+        source = f"the synthetic trace (seed {seed})"
+    try:
+        chosen = trace.subset_nodes(node_rows, fraction)
+        replay = trace.replay(pod_rows, arrival_seconds=arrival_seconds, runtime_factor=runtime_factor,
+                              runtime_floor=runtime_floor, runtime_cap=runtime_cap, window=window)
+    except ValueError as err:
+        raise SimulationError(str(err)) from None
+    if not chosen:
+        raise SimulationError(f"--fraction {fraction} of {len(node_rows)} nodes keeps none: give a larger fraction")
+    header = (f"simulate: {source}: {len(chosen)} nodes ({sum(r.gpu for r in chosen)} GPUs), {len(replay.pods)} pods "
+              f"over {window or arrival_seconds:.0f} s ({replay.skipped} never scheduled in the trace, left out)")
+    return Replayed(chosen, replay.pods, header)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One arm's result: what bench/trace/report.py reads, and a line of what the agent did (plans, gate passes and
+    the gate's holds as run.py's gate_costs says them), with the wall-clock seconds it took."""
+
+    arm: report.Arm
+    line: str
+    wall: float
+
+
+def run_arm(spec: ArmSpec, node_rows: Sequence[trace.NodeRow], pods: Sequence[trace.ReplayPod], seed: int,
+            tail: float, progress: bool = False) -> Outcome:
+    """One arm, start to end (a process of its own when arms run side by side), its progress on standard error."""
+    began = time.monotonic()
+    run = ArmRun(spec, node_rows, pods, seed=seed, tail=tail, progress=sys.stderr if progress else None)
+    arm = run.run()
+    return Outcome(arm, run.line(), time.monotonic() - began)
+
+
+def simulate(arms: Iterable[ArmSpec], node_rows: Sequence[trace.NodeRow], pods: Sequence[trace.ReplayPod], *,
+             seed: int = 0, tail: float = 300.0, progress: bool = False, jobs: int = 1) -> list[Outcome]:
+    """Each arm on the same nodes and pods, kube-scheduler's ties drawn from random.Random(seed) afresh in each, in
+    `jobs` processes at once (the arms share nothing: the outcomes are the same in any number of processes), in
+    the order given; `progress`: a line on standard error every few seconds of each arm."""
+    specs = list(arms)
+    if jobs <= 1 or len(specs) <= 1:
+        return [run_arm(spec, node_rows, pods, seed, tail, progress) for spec in specs]
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=min(jobs, len(specs))) as pool:
+        futures = [pool.submit(run_arm, spec, list(node_rows), list(pods), seed, tail, progress) for spec in specs]
+        return [future.result() for future in futures]
+
+
+def main_lines(outcomes: Sequence[Outcome]) -> list[str]:
+    """What bench-trace prints: the table (report.table), a line per arm of what the agent did, and the last line
+    (report.last_line: kube-scheduler alone, the first arm, -> the arm named backfill, else the last one)."""
+    arms = [o.arm for o in outcomes]
+    lines = [report.table(arms), "", *report.criteria_lines(arms), "", *(o.line for o in outcomes)]
+    by_name = {a.name: a for a in arms}
+    if len(arms) > 1:
+        lines.append(report.last_line(arms[0], by_name.get("backfill") or arms[-1]))
+    return lines
+
+
+if __name__ == "__main__":  # python -m bench.trace.simulate: the default run, as `reservoir simulate`
+    default = replayed()
+    print(default.header)
+    print("\n".join(main_lines(simulate(default_arms(), default.nodes, default.pods, progress=True))))

@@ -1,0 +1,201 @@
+"""`reservoir simulate` (bench/trace/simulate.py): the replay of bench-trace in one process, kube-scheduler modelled,
+Reservoir's own webhook, planner and writer deciding. Hand-made traces whose outcomes are worked out in the comments,
+kube-scheduler's scoring arithmetic on hand values, and determinism for a seed."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from agent.planner.model import lock_on
+from bench.trace import report, simulate
+from bench.trace.run import arm_config as run_config
+from bench.trace.trace import NodeRow, PodRow, ReplayPod, write_nodes, write_pods
+from reservoir import cli
+from shared import keys
+from shared.keys import LockKind
+from shared.views import NodeView
+
+GIB = 1024  # MiB
+
+
+def small(name: str, arrival: float, runtime: float, *, models: tuple[str, ...] = ()) -> ReplayPod:
+    return ReplayPod(name, "1 GPU", arrival, runtime, 1000, GIB, 1, 1000, models)
+
+
+def big(name: str, arrival: float, runtime: float) -> ReplayPod:
+    return ReplayPod(name, "8 GPU", arrival, runtime, 8000, 8 * GIB, 8, 1000, ())
+
+
+# one node of 8 GPUs, where every GPU pod must go, and a CPU-only node beside it (so that maxLockedNodePercent 50 and
+# reservedNodePercent 20 of 2 schedulable nodes leave room for one lock)
+GPU_NODE = NodeRow("gpu-a", 64_000, 256 * GIB, 8, "G2")
+CPU_NODE = NodeRow("cpu-b", 32_000, 128 * GIB, 0, "")
+NODES = [GPU_NODE, CPU_NODE]
+
+
+def stream() -> list[ReplayPod]:
+    """1-GPU pods s00..s29 arriving every 2 s from t=0, each running 15 s: s_k runs over [2k, 2k + 15), so from t=14 on
+    seven run at any moment and each arrival finds the one GPU s_(k-8) freed a second before; the 8-GPU pod arrives
+    at t=1. Alone it waits until all 30 have ended (t = 2 x 29 + 15 = 73)."""
+    return sorted([*(small(f"s{k:02d}", 2.0 * k, 15.0) for k in range(30)), big("p8", 1.0, 10.0)],
+                  key=lambda p: (p.arrival, p.name))
+
+
+def arms(*names: str) -> list[simulate.ArmSpec]:
+    return [a for a in simulate.default_arms() if a.name in names]
+
+
+def run(spec: simulate.ArmSpec, pods: Sequence[ReplayPod], nodes: Sequence[NodeRow] = NODES,
+        seed: int = 0) -> report.Arm:
+    return simulate.run_arm(spec, nodes, pods, seed, 300.0).arm
+
+
+def record(arm: report.Arm, name: str) -> report.PodRecord:
+    return next(r for r in arm.records if r.name == name)
+
+
+def wait(arm: report.Arm, name: str) -> float:
+    found = record(arm, name)
+    assert found.bound is not None, f"{name} was never bound"
+    return found.bound - found.created
+
+
+def node_of(arm: str, row: NodeRow) -> str:
+    return f"{arm}-{row.sn}"
+
+
+def test_kube_scheduler_alone_starves_the_big_pod_and_a_starvation_lock_places_it_sooner() -> None:
+    alone, starvation = (run(spec, stream()) for spec in arms("alone", "starvation"))
+    # alone: some 1-GPU pod runs on the GPU node from t=0 to t=73 without a gap; the 8-GPU pod binds when the last,
+    # s29 (58 + 15), ends
+    assert record(alone, "p8").bound == 73.0
+    # starvation (threshold 30 s): p8, created at t=1, starves from t=31; the change at t=31 (s08 ends) is planned
+    # for at 31.1 and locks the GPU node for it. From then no 1-GPU pod lands there (s16, arriving at t=32, waits);
+    # the seven running, s09..s15, end at 33, 35, ..., 45, and p8 binds at t=45 when s15 (30 + 15) ends
+    assert record(starvation, "p8").bound == 45.0
+    assert wait(starvation, "p8") == 44.0
+    assert wait(alone, "p8") == 72.0
+    [lock] = [span for span in starvation.locks if span.owner_class == "8 GPU"]
+    assert lock.node == node_of("starvation", GPU_NODE)
+    assert 31.0 < lock.since <= 31.1 + 1e-9
+    assert alone.locks == []
+
+
+def test_a_locked_node_takes_only_its_owners_pods() -> None:
+    starvation = run(arms("starvation")[0], stream())
+    [lock] = starvation.locks
+    until = lock.until if lock.until is not None else float("inf")
+    on_it = [r.name for r in starvation.records
+             if r.node == lock.node and r.bound is not None and lock.since <= r.bound < until]
+    assert on_it == ["p8"]
+    # s16 arrived at t=32 with a GPU free on the locked node, and waited: it binds when p8 (45 + 10) has ended
+    assert record(starvation, "s16").bound == 55.0
+
+
+def test_the_lock_on_the_node_is_the_one_the_writer_writes() -> None:
+    # the story cut at its last arrival + 5 s (s16 at t=32): the run ends at t=37, the GPU node locked since 31.1
+    run_ = simulate.ArmRun(arms("starvation")[0], NODES, stream()[:18], seed=0, tail=5.0)
+    arm = run_.run()
+    assert arm.seconds == 37.0
+    view = NodeView.from_obj(run_.node_objs[node_of("starvation", GPU_NODE)])
+    lock = lock_on(view)
+    assert lock is not None and lock.owner.startswith("job-trace-starvation-Pod-p8-") and lock.kind is LockKind.JOB
+    assert [(t.key, t.value, t.effect) for t in view.taints] == [(keys.LOCK, lock.owner, keys.LOCK_EFFECT)]
+    assert view.labels[keys.LOCK] == lock.owner and view.labels[keys.LOCK_KIND] == "job"
+    assert lock.tasks == ("trace-starvation/p8",) and lock.unreadable == ""
+    assert lock_on(NodeView.from_obj(run_.node_objs[node_of("starvation", CPU_NODE)])) is None
+
+
+def test_a_pod_naming_a_gpu_model_lands_only_on_that_models_nodes() -> None:
+    # three 1-GPU pods naming T4 at t=0, running 10 s, on an empty G2 node of 8 GPUs and a T4 node of 2: two bind on
+    # the T4 node at once, the third waits for one of them (t=10) though the G2 node stays empty; a pod naming no model
+    # goes anywhere (the G2 node scores higher: LeastAllocated on its 96 cores)
+    t4 = NodeRow("t4", 16_000, 64 * GIB, 2, "T4")
+    g2 = NodeRow("g2", 96_000, 384 * GIB, 8, "G2")
+    pods = [small("a", 0.0, 10.0, models=("T4",)), small("b", 0.0, 10.0, models=("T4",)),
+            small("c", 0.0, 10.0, models=("T4",)), small("d", 0.5, 10.0)]
+    for spec in arms("alone", "starvation"):
+        arm = run(spec, pods, [t4, g2])
+        assert {r.name: r.node for r in arm.records if r.models} == {n: node_of(spec.name, t4) for n in "abc"}
+        assert sorted(wait(arm, n) for n in "abc") == [0.0, 0.0, 10.0]
+        assert record(arm, "d").node == node_of(spec.name, g2)
+
+
+def test_backfill_uses_the_locked_nodes_room_and_the_owner_binds_as_without_it() -> None:
+    # the starvation story, and a 1-GPU pod declaring 3 s arriving at t=33 while the GPU node is locked for p8 (from
+    # 31.1) with 2 GPUs idle (s08 and s09 ended). The lock's node is needed at 45 (s15's start 30 + its 15 s), its
+    # room noted until 45 - margin 5 = 40: 33 + 3 s ends by then, so the webhook holds the pod on the gate and the gate
+    # pass (33.1) lets it onto the node with activeDeadlineSeconds 3; it ends at 36.1, and p8 binds at 45 as without
+    pods = sorted([*stream(), small("short", 33.0, 3.0)], key=lambda p: (p.arrival, p.name))
+    backfill = run(arms("backfill")[0], pods)
+    short = record(backfill, "short")
+    assert short.backfilled and short.node == node_of("backfill", GPU_NODE)
+    assert short.bound == pytest.approx(33.1)
+    assert record(backfill, "p8").bound == 45.0
+    assert backfill.owner_delays == [0.0]
+    # the other pods were let in ungated (none would end before the room's end) or let go: none backfilled
+    assert [r.name for r in backfill.records if r.backfilled] == ["short"]
+
+
+def test_a_run_is_the_same_for_the_same_seed() -> None:
+    replay = simulate.replayed(window=20.0, seed=3)
+    first, second = (simulate.simulate(arms("alone", "backfill"), replay.nodes, replay.pods, seed=3)
+                     for _ in range(2))
+    assert [o.arm.records for o in first] == [o.arm.records for o in second]
+    assert [o.arm.samples for o in first] == [o.arm.samples for o in second]
+    assert [o.arm.locks for o in first] == [o.arm.locks for o in second]
+    assert [o.line for o in first] == [o.line for o in second]
+    assert all(r.bound is not None for o in first for r in o.arm.records)
+
+
+def test_kube_schedulers_scores_and_search_on_hand_values() -> None:
+    # an empty 96-core, 384 GiB node taking a pod of 12 cores and 48 GiB: LeastAllocated (87 + 87) / 2 = 87;
+    # fractions 0.125 and 0.125, BalancedAllocation 100
+    assert simulate.node_score(12_000, 96_000, 48 * GIB, 384 * GIB) == 87 + 100
+    # 48 of 64 cores and 64 of 256 GiB requested: LeastAllocated (25 + 75) / 2 = 50; std |0.75 - 0.25| / 2 = 0.25,
+    # BalancedAllocation 75
+    assert simulate.node_score(48_000, 64_000, 64 * GIB, 256 * GIB) == 50 + 75
+    # a node with no memory reported: LeastAllocated 0 for memory, BalancedAllocation over cpu alone (std 0)
+    assert simulate.node_score(32_000, 64_000, 1, 0) == 25 + 100
+    # percentageOfNodesToScore, adaptive: every node under 100; else 50 - nodes/125 percent (at least 5), at least 100
+    assert [simulate.feasible_nodes_to_find(n) for n in (50, 152, 1000, 5000, 10_000)] == [50, 100, 420, 500, 500]
+
+
+def test_the_cadence_constants_are_the_agents() -> None:
+    from agent import controller, writer
+
+    assert (simulate.SETTLE, simulate.GATE_GAP) == (controller.SETTLE, controller.GATE_GAP)
+    assert simulate.MAX_ESTIMATE_WRITES == writer.MAX_ESTIMATE_WRITES
+
+
+def test_a_request_the_model_does_not_count_is_refused_by_name() -> None:
+    scheduler = simulate.Scheduler([], random.Random(0))
+    pod = {"metadata": {"name": "odd"}, "spec": {"containers": [{"name": "c", "resources": {
+        "requests": {"cpu": "1", "example.com/fpga": "1"}, "limits": {"example.com/fpga": "1"}}}]}}
+    with pytest.raises(simulate.SimulationError, match=r"pod odd: requests example\.com/fpga"):
+        scheduler.queued(pod, 0.0)
+
+
+def test_the_command_runs_a_trace_and_a_config_and_names_a_bad_one(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    write_nodes(tmp_path / "nodes.csv", NODES)
+    # pods.csv in the trace's own format: the 8-GPU pod's story shortened (created at 0..20 s, 15 s runs), replayed
+    # at the trace's own pace (--arrival-seconds 20 over a 20 s span, runtimes as written)
+    rows = [PodRow(f"s{k}", 1000, GIB, 1, 1000, "", "LS", "Succeeded", 2.0 * k, 2.0 * k + 15, 2.0 * k)
+            for k in range(11)] + [PodRow("p8", 8000, 8 * GIB, 8, 1000, "", "LS", "Succeeded", 1.0, 40.0, 30.0)]
+    write_pods(tmp_path / "pods.csv", rows)
+    (tmp_path / "locks.yaml").write_text(run_config("starvation", "trace-locks"))
+    (tmp_path / "bad.yaml").write_text("starvation: {starvingJobTimeThreshold: soon}\n")
+    common = ["simulate", "--pods", str(tmp_path / "pods.csv"), "--nodes", str(tmp_path / "nodes.csv"),
+              "--fraction", "1", "--arrival-seconds", "20", "--window", "0", "--runtime-factor", "1", "-q", "-j", "1"]
+    assert cli.main([*common, "--config", str(tmp_path / "bad.yaml")]) == 1
+    assert "bad.yaml: invalid: starvation.starvingJobTimeThreshold" in capsys.readouterr().err
+    assert cli.main([*common, "--config", str(tmp_path / "locks.yaml"), "-o", "json"]) == 0
+    body = json.loads(capsys.readouterr().out)
+    assert [a["name"] for a in body["arms"]] == ["alone", "locks"]
+    assert all(a["summary"]["unplaced"] == 0 for a in body["arms"])
