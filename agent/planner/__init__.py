@@ -36,6 +36,7 @@ Seed 000, "Reserve Action" (starvation.STARVATION):
 - "The proportion of nodes participating in reserve action" (reservedNodePercent) -> starvation.starvation_cap,
   starvation.Budget, starvation.plan_starvation
 - "Reserve logic" (a higher-priority job that can be scheduled goes first) -> starvation.higher_priority_blocker
+  (asked per job through starvation.Blockers)
 - "Reserve will succeed only if the job can reach ready or condition ready" (minMember - bound tasks) ->
   starvation.reserve_job, starvation.needed_tasks
 - "Data Model": `Reserved` is "the sum of the resource requirement of all the tasks reserved" -> starvation.job_locks

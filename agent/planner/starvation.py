@@ -39,7 +39,7 @@ still keeps a one-node cluster unlocked. A job left without nodes is told which 
 (`Budget.reason`).
 
 No new lock is made while a higher-priority pending pod can be placed now (`higher_priority_blocker`, seed 000
-"Reserve logic").
+"Reserve logic"; the planner asks `Blockers`, which decides only the pods of higher priority than the job).
 
 maxLockDuration and the cool-down (`lock_cooldowns`): a job lock older than `maxLockDuration` is released; the job
 then waits `lockCooldown` before it may lock any node again (in the plan its lock expires it also goes to the back
@@ -111,29 +111,37 @@ def placeable_now(jobs: Iterable[Job], states: Mapping[str, NodeState],
                   rankings: Mapping[str, ShapeRanking] | None = None) -> list[Placeable]:
     """Seed 000 "Reserve logic": pending pods kube-scheduler could bind right now (some schedulable node's idle
     covers them and the one predicate, shared.predicates.schedulable_on, lets them on, Reservoir's locks included),
-    as (priority, owner, pod) highest priority first. Decided once per pod shape: through the shape's ShapeRanking
-    when `rankings` keeps one (issue 34), else node by node. Such a node is one of the ranking's nodes that fit now
-    (its front: idle covers the pod, and usable_ever, which the one predicate with the lock and the pods counted
-    implies), so only those are asked; when none fits, no node is."""
+    as (priority, owner, pod) highest priority first. Decided once per pod shape (shape_fits_now). The planner asks
+    Blockers, which decides only the pods a job's question needs; this whole list is its oracle in the tests."""
     fits: dict[Shape, bool] = {}
     out = []
     for job in jobs:
         for pod in job.pending:
-            key = shape(pod)
-            if key not in fits:
-                named = shape_id(key)
-                kept = "now" + named
-                ranking = rankings.get(named) if rankings else None
-                if ranking is None:
-                    fits[key] = any(fits_now(state, pod, kept) for state in states.values())
-                else:
-                    ranking.sync(states, pod.requests, pod.placement)
-                    order = ranking.order
-                    fits[key] = any(fits_now(states[order[i][3]], pod, kept)
-                                    for i in range(bisect_right(order, NOW_FRONT)))
-            if fits[key]:
+            if shape_fits_now(pod, states, rankings, fits):
                 out.append((pod.priority, job.owner, pod.key))
     return sorted(out, key=lambda item: (-item[0], item[2]))
+
+
+def shape_fits_now(pod: PodView, states: Mapping[str, NodeState], rankings: Mapping[str, ShapeRanking] | None,
+                   fits: dict[Shape, bool]) -> bool:
+    """Whether some node could take a pod of this one's shape now, kept in `fits` by shape: through the shape's
+    ShapeRanking when `rankings` keeps one (issue 34), else node by node. Such a node is one of the ranking's nodes
+    that fit now (its front: idle covers the pod, and usable_ever, which the one predicate with the lock and the pods
+    counted implies), so only those are asked; when none fits, no node is."""
+    key = shape(pod)
+    answer = fits.get(key)
+    if answer is None:
+        named = shape_id(key)
+        kept = "now" + named
+        ranking = rankings.get(named) if rankings else None
+        if ranking is None:
+            answer = any(fits_now(state, pod, kept) for state in states.values())
+        else:
+            ranking.sync(states, pod.requests, pod.placement)
+            order = ranking.order
+            answer = any(fits_now(states[order[i][3]], pod, kept) for i in range(bisect_right(order, NOW_FRONT)))
+        fits[key] = answer
+    return answer
 
 
 def fits_now(state: NodeState, pod: PodView, kept: str) -> bool:
@@ -154,6 +162,33 @@ def higher_priority_blocker(job: Job, placeable: Sequence[Placeable]) -> str | N
         if owner != job.owner:
             return pod
     return None
+
+
+class Blockers:
+    """higher_priority_blocker(job, placeable_now(jobs, ...)) for each job that asks, deciding only the pods the
+    answer needs: the pending pods of higher priority than the job, best first, until one of another job fits now.
+    The whole placeable_now decided every pending pod's shape on every node each plan: on a cluster whose pending
+    pods are all of one priority (the production trace: every pod's requests its own shape) that was most of a
+    plan's time, to find pods no job's question could use. Same answers (tests/unit/test_ranking.py)."""
+
+    def __init__(self, jobs: Iterable[Job], states: Mapping[str, NodeState],
+                 rankings: Mapping[str, ShapeRanking] | None = None) -> None:
+        self._jobs = jobs
+        self._states = states
+        self._rankings = rankings
+        self._order: list[tuple[int, str, str, PodView]] | None = None
+        self._fits: dict[Shape, bool] = {}
+
+    def blocker(self, job: Job) -> str | None:
+        if self._order is None:
+            self._order = sorted(((pod.priority, j.owner, pod.key, pod) for j in self._jobs for pod in j.pending),
+                                 key=lambda item: (-item[0], item[2]))
+        for priority, owner, key, pod in self._order:
+            if priority <= job.priority:
+                return None
+            if owner != job.owner and shape_fits_now(pod, self._states, self._rankings, self._fits):
+                return key
+        return None
 
 
 class NodeChooser:
@@ -493,7 +528,7 @@ class Starvation:
     held_by: Mapping[str, Sequence[Lock]]  # job owner -> its job locks now
     expired: frozenset[str]  # job owners whose locks outlived maxLockDuration (release_expired)
     cooling: Mapping[str, datetime]  # job owner -> when its cool-down ends (lock_cooldowns)
-    placeable: Sequence[Placeable]  # placeable_now
+    blockers: Blockers  # seed 000's higher-priority pods placeable now, asked per job
     chooser: NodeChooser
     budget: Budget
     smaller: Smaller  # the least requests of the cluster's pods: who a lock would protect a task from
@@ -567,7 +602,7 @@ def starvation_round(jobs: Sequence[Job], *, context: PlanContext, taken: Set[st
                if not displaces(LockKind.JOB, lock, live_jobs=claiming)}
     return Starvation(config=config, now=context.now, states=context.states, current=context.current,
                       held_by=held_by, expired=cooldowns.expired, cooling=cooldowns.until,
-                      placeable=placeable_now(jobs, context.states, context.rankings),
+                      blockers=Blockers(jobs, context.states, context.rankings),
                       chooser=NodeChooser(context.states, taken, blocked, context.now, context.rankings),
                       budget=Budget.of(context),
                       smaller=Smaller(context.states, context.snapshot.index.unbound.values()))
@@ -637,7 +672,7 @@ def job_turn(job: Job, *, starvation: Starvation, taken: Set[str], budget: int) 
         return JobTurn(status=job_status(job, starving=False, reason=f"waiting {age}s of "
                                          f"{int(threshold.total_seconds())}s threshold"))
     if not kept:
-        blocker = higher_priority_blocker(job, starvation.placeable)
+        blocker = starvation.blockers.blocker(job)
         if blocker is not None:
             why = f"higher-priority pod {blocker} can be placed now"
             return JobTurn(status=job_status(job, starving=True, reason="waiting for a higher-priority job"),

@@ -1,6 +1,7 @@
 """Issue 34: what plans keep from one to the next and bring up to date from the changes alone, against the same thing
 made from scratch: a shape's node ranking (capacity.ShapeRanking, synced from NodeStates.changed; its `split` at a
-`now` moving either way), placeable_now through the kept rankings, and the pod index's Layered mappings."""
+`now` moving either way), placeable_now through the kept rankings, the higher-priority blockers asked lazily, and the
+pod index's Layered mappings."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import agent.planner.podindex as podindex
 from agent.planner.capacity import NodeStates, ShapeRanking, kept_ranking, node_states
 from agent.planner.jobs import build_jobs
 from agent.planner.podindex import PodIndex
-from agent.planner.starvation import placeable_now
+from agent.planner.starvation import Blockers, higher_priority_blocker, placeable_now
 from shared.views import PodView
 from tests.builders import NOW, node, pod, snap
 
@@ -142,3 +143,35 @@ def test_an_index_update_shares_the_pods_it_did_not_touch() -> None:
     assert isinstance(after.pods, podindex.Layered) and after.pods._base is index.pods._base  # type: ignore[attr-defined]
     assert after == PodIndex.of([*pods[:-1], bound])
     assert index == PodIndex.of(pods) and index.pods["ns/waiting"] is pods[-1]
+
+
+@settings(max_examples=150, deadline=None)
+@given(cluster_steps, st.lists(st.tuples(st.sampled_from(("1", "2", "3", "6")), st.integers(0, 3),
+                                         st.sampled_from(("a", "b", None))), min_size=1, max_size=6))
+def test_blockers_asked_job_by_job_equal_the_whole_placeable_list(steps: list, tasks_spec: list) -> None:
+    """Seed 000's "a higher-priority job that can be placed now goes first", as the planner asks it (Blockers: only
+    the pods of higher priority than the asking job are decided, and only until one fits), equals
+    higher_priority_blocker over the whole placeable_now list, for every job, asked in any order, with and without
+    kept rankings; jobs of several pods (a group) included."""
+    cache: dict = {}
+    rankings: dict = {}
+    previous: NodeStates | None = None
+    blocked = 0
+    for nodes_step, minutes, reverse in steps:
+        nodes, pods = cluster(nodes_step, cache)
+        tasks = [pod(f"t{k}", cpu, age=timedelta(hours=1), priority=priority, group=group)
+                 for k, (cpu, priority, group) in enumerate(tasks_spec)]
+        snapshot = snap(list(nodes.values()), pods + tasks)
+        states = node_states(snapshot.nodes, snapshot.index, previous)
+        jobs = build_jobs(snapshot)
+        now = NOW + timedelta(minutes=minutes)
+        for task in tasks[::2]:
+            kept_ranking(rankings, states, task, now)
+        whole = placeable_now(jobs, states, rankings)
+        for kept in (rankings, None):
+            lazy = Blockers(jobs, states, kept)
+            for job in (jobs[::-1] if reverse else jobs):
+                assert lazy.blocker(job) == higher_priority_blocker(job, whole)
+                blocked += lazy.blocker(job) is not None
+        previous = states
+    event(f"jobs blocked: {min(blocked, 2)}")
