@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: up test lint unit e2e e2e-oldest cluster-bin bench-webhook bench-planner bench-planner-compare bench-scale clean
+.PHONY: up test lint unit e2e e2e-oldest cluster-bin bench-webhook bench-planner bench-planner-compare bench-scale bench-simulate clean
 
 # What we test and ship is pinned with hashes: requirements-test.lock (the product, the test tools and the build
 # backend) here, requirements.lock (the product) in the image. The project itself goes in without its dependencies
@@ -135,6 +135,13 @@ image:
 	$(CONTAINER_TOOL) build --network=host --file Containerfile --tag $(IMAGE) --build-arg VERSION=$(VERSION) \
 	  --build-arg REVISION=$(shell git rev-parse --short HEAD 2>/dev/null || echo unknown) \
 	  $(if $(BASE),--build-arg BASE=$(BASE)) .
+
+.PHONY: bench-simulate
+## bench-simulate: reservoir simulate at scale: 100,000 pods of the synthetic trace on 5,000 nodes of its shapes
+## (NODES=, PODS=), each arm in turn on one core; CPU seconds per arm and the peak RSS; last line
+## `simulate: N pods on M nodes: alone C s, starvation C s, backfill C s of CPU; peak RSS R MiB`
+bench-simulate: $(STAMP)
+	$(PY) -m bench.trace.simulate_scale $(if $(NODES),--nodes $(NODES)) $(if $(PODS),--pods $(PODS))
 
 .PHONY: bench-trace
 ## bench-trace: a production GPU cluster's pods (Alibaba's openb trace format; default a synthetic trace drawn from its

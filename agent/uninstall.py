@@ -65,6 +65,7 @@ INSTALLED = (
     ("rbac.authorization.k8s.io/v1", "clusterroles", "reservoir-webhook"),
     ("rbac.authorization.k8s.io/v1", "clusterroles", "reservoir-tenant"),
     ("rbac.authorization.k8s.io/v1", "clusterroles", "reservoir-status"),
+    ("rbac.authorization.k8s.io/v1", "clusterroles", "reservoir-record"),
     ("scheduling.k8s.io/v1", "priorityclasses", keys.PLACEHOLDER_PRIORITY_CLASS),
 )
 RESERVATION_CRD = ("apiextensions.k8s.io/v1", "customresourcedefinitions",

@@ -145,6 +145,43 @@ def _uninstall(args: argparse.Namespace) -> int:
     return 0
 
 
+def _record(args: argparse.Namespace) -> int:
+    """`reservoir record`: agent/record.py. Errors of the flags or of --out end it with one line naming the flag."""
+    import math
+
+    from agent.record import Settings, record
+    from agent.recording import Options, RecordingError
+    from shared.duration import DurationError, parse_duration
+
+    def fail(message: str) -> int:
+        print(f"reservoir record: {message}", file=sys.stderr)
+        return 2
+
+    duration = math.inf
+    if args.duration != "0":
+        try:
+            seconds = parse_duration(args.duration).total_seconds()
+        except DurationError as err:
+            return fail(f"--duration: {err} (e.g. --duration 24h; 0 records until stopped)")
+        if seconds <= 0:
+            return fail(f"--duration {args.duration}: expected a duration above 0, such as 24h (0 records until "
+                        f"stopped)")
+        duration = seconds
+    for flag, value in (("--gpu-resource", args.gpu_resource), ("--gpu-model-label", args.gpu_model_label)):
+        if not value or any(c.isspace() for c in value):
+            return fail(f"{flag} {value!r}: expected a resource or label name such as nvidia.com/gpu")
+    _quiet_retries(args)
+    settings = Settings(out=Path(args.out), duration=duration, kubeconfig=args.kubeconfig, context=args.context,
+                        quiet=args.quiet, options=Options(anonymize=args.anonymize, gpu_resource=args.gpu_resource,
+                                                          gpu_model_label=args.gpu_model_label))
+    try:
+        last = asyncio.run(record(settings))
+    except RecordingError as err:
+        return fail(str(err))
+    print(last, file=sys.stderr)
+    return 0
+
+
 def _simulate(args: argparse.Namespace) -> int:
     """`reservoir simulate`: bench-trace's replay in one process (bench/trace/simulate.py). The engine and the trace
     format live in the source tree's bench/, which the installed package does not ship: found beside this package
@@ -165,6 +202,27 @@ def _simulate(args: argparse.Namespace) -> int:
         print(f"reservoir simulate: {message}", file=sys.stderr)
         return 1
 
+    # the replay's shaping flags default to None so that --as-recorded can tell one given; bench-trace's defaults
+    # otherwise (bench/trace/run.py's)
+    shaping = {"--fraction": "fraction", "--window": "window", "--arrival-seconds": "arrival_seconds",
+               "--runtime-factor": "runtime_factor", "--runtime-floor": "runtime_floor",
+               "--runtime-cap": "runtime_cap"}
+    if args.as_recorded:
+        given = [flag for flag, name in shaping.items() if getattr(args, name) is not None]
+        if given:
+            print(f"reservoir simulate: --as-recorded replays the recording as it happened (every node, no "
+                  f"compression, no floor, cap or window): drop {', '.join(given)}", file=sys.stderr)
+            return 2
+        if args.pods is None:
+            print("reservoir simulate: --as-recorded replays a recording: give --pods and --nodes (the files "
+                  "`reservoir record` wrote)", file=sys.stderr)
+            return 2
+    for name, default in SHAPING_DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
+    for flag, value in (("--tail", args.tail), ("--window", args.window)):
+        if not value >= 0:  # NaN too
+            return fail(f"{flag} {value}: expected seconds >= 0 (--window 0: every arrival)")
     arms = [simulate.ArmSpec("alone", None, "trace-alone")]
     if not args.config:
         arms = simulate.default_arms()
@@ -193,7 +251,7 @@ def _simulate(args: argparse.Namespace) -> int:
         replay = simulate.replayed(pods_csv=args.pods, nodes_csv=args.nodes, seed=args.seed, fraction=args.fraction,
                                    arrival_seconds=args.arrival_seconds, runtime_factor=args.runtime_factor,
                                    runtime_floor=args.runtime_floor, runtime_cap=args.runtime_cap,
-                                   window=args.window if args.window > 0 else None)
+                                   window=args.window if args.window > 0 else None, as_recorded=args.as_recorded)
     except OSError as err:
         return fail(f"{err.filename}: cannot read it: {err.strerror or err}")
     except (trace.TraceError, simulate.SimulationError) as err:
@@ -222,6 +280,9 @@ def _simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+# `reservoir simulate`'s replay shaping when not given (and not --as-recorded): bench-trace's setting
+SHAPING_DEFAULTS = {"fraction": 0.1, "window": 300.0, "arrival_seconds": 600.0, "runtime_factor": 30.0,
+                    "runtime_floor": 2.0, "runtime_cap": 120.0}
 KUBECONFIG_HELP = ("default: $KUBECONFIG (a list, merged as kubectl merges), else ~/.kube/config, else in-cluster")
 
 
@@ -323,6 +384,32 @@ def build_parser(prog: str = "reservoir") -> argparse.ArgumentParser:
     _client_flags(release)
     release.set_defaults(run=_release)
 
+    record = commands.add_parser(
+        "record", help="watch a cluster (read-only) and write its pods and nodes as a trace for `reservoir simulate`",
+        description="Watches pods and nodes (list and watch, nothing else: deploy/record-rbac.yaml) and writes DIR/"
+                    "pods.csv and DIR/nodes.csv in the trace format of `make bench-trace` (Alibaba's openb columns "
+                    "first, then uid, namespace, owner_kind, declared_runtime, node, gated, ungated_time, end, "
+                    "end_after). A pod's row is written when it ends (Succeeded, Failed or deleted); times are "
+                    "seconds since the recording's first start. Stopped (Ctrl-C, SIGTERM, kill -9), the same "
+                    "command resumes it without losing or repeating a row. Replay it with `reservoir simulate --pods "
+                    "DIR/pods.csv --nodes DIR/nodes.csv --as-recorded`.")
+    record.add_argument("--out", required=True, metavar="DIR",
+                        help="the recording's directory (made when missing; resumed when it holds one)")
+    record.add_argument("--duration", default="24h",
+                        help="how long to record, a Go duration counted from the recording's first start (default "
+                             "%(default)s; 0: until stopped); then the pods still open are written and it ends")
+    record.add_argument("--anonymize", action="store_true",
+                        help="write pod, namespace and node names as keyed hashes (the key: DIR/anonymize.key); GPU "
+                             "models are kept")
+    record.add_argument("--gpu-resource", default=keys.GPU_RESOURCE,
+                        help="the extended resource counted as GPUs (default %(default)s)")
+    record.add_argument("--gpu-model-label", default=keys.GPU_MODEL_LABEL,
+                        help="the node label naming its GPU model (default %(default)s, set by NVIDIA's GPU feature "
+                             "discovery); a pod's nodeSelector or required affinity on it is its choice of models")
+    _client_flags(record)
+    record.add_argument("-q", "--quiet", action="store_true", help="no progress lines on standard error")
+    record.set_defaults(run=_record)
+
     simulate = commands.add_parser(
         "simulate", help="replay a GPU cluster's trace in one process: kube-scheduler alone beside Reservoir's configs",
         description="The replay `make bench-trace` runs on a real control plane, as a deterministic discrete-event "
@@ -343,15 +430,19 @@ def build_parser(prog: str = "reservoir") -> argparse.ArgumentParser:
                           help="table (default), or json: every pod's record, sample and summary per arm")
     simulate.add_argument("--plot", default=None, metavar="DIR",
                           help="also write trace-timeline.png and trace-waits.png there (needs matplotlib)")
-    simulate.add_argument("--fraction", type=float, default=0.1, help="share of each node shape (default 0.1)")
-    simulate.add_argument("--window", type=float, default=300.0,
+    simulate.add_argument("--as-recorded", action="store_true",
+                          help="replay a recording of `reservoir record` as it happened: every node, arrivals and "
+                               "runtimes (end - bind) as recorded, no compression, floor, cap or window; a pod "
+                               "still running or pending when the recording stopped runs to its last moment")
+    simulate.add_argument("--fraction", type=float, default=None, help="share of each node shape (default 0.1)")
+    simulate.add_argument("--window", type=float, default=None,
                           help="seconds of the compressed arrivals replayed, at the same intensity (default 300; "
                                "0: all)")
-    simulate.add_argument("--arrival-seconds", type=float, default=600.0,
+    simulate.add_argument("--arrival-seconds", type=float, default=None,
                           help="the trace's arrival span compressed into this many seconds (default 600)")
-    simulate.add_argument("--runtime-factor", type=float, default=30.0, help="runtimes divided by this (default 30)")
-    simulate.add_argument("--runtime-floor", type=float, default=2.0, help="shortest runtime, seconds (default 2)")
-    simulate.add_argument("--runtime-cap", type=float, default=120.0, help="longest runtime, seconds (default 120)")
+    simulate.add_argument("--runtime-factor", type=float, default=None, help="runtimes divided by this (default 30)")
+    simulate.add_argument("--runtime-floor", type=float, default=None, help="shortest runtime, seconds (default 2)")
+    simulate.add_argument("--runtime-cap", type=float, default=None, help="longest runtime, seconds (default 120)")
     simulate.add_argument("--tail", type=float, default=300.0,
                           help="seconds after the last arrival an arm waits for pending pods (default 300)")
     simulate.add_argument("-j", "--jobs", type=int, default=0,

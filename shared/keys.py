@@ -118,6 +118,10 @@ DEFAULT_QUEUE = "default"
 # read as the extended resource `guarantee.gpuResource` of the config (nvidia.com/gpu by default)
 GPU_DIMENSION = "gpu"
 
+# --- GPUs as `reservoir record` reads them (its --gpu-resource and --gpu-model-label defaults) ---
+GPU_RESOURCE = "nvidia.com/gpu"  # NVIDIA's device plugin's extended resource
+GPU_MODEL_LABEL = "nvidia.com/gpu.product"  # NVIDIA GPU feature discovery's node label naming the GPU model
+
 # --- Reservoir's own objects ---
 CONFIGMAP_NAME = "reservoir-config"
 CONFIG_KEY = "config.yaml"

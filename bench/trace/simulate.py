@@ -54,7 +54,8 @@ The kube-scheduler model:
 
 Departures, each to be measured against the real replay (bench-trace's own table):
 - no backoff: a pod failed is tried again at the next change (kube-scheduler waits 1 s, doubling to 10 s, before
-  retrying it), and no periodic flush of unschedulable pods;
+  retrying it, but since 1.33 takes a backing-off pod at once when its active queue is empty, SchedulerPopFromBackoffQ,
+  on by default: here, with scheduling instantaneous, it always is), and no periodic flush of unschedulable pods;
 - queueing hints coarsely: every waiting pod is tried after any pod ends, only those a changed node now takes after a
   node change;
 - no latency anywhere: the webhook, the planner, the writer, the watch caches, binding and kwok are instantaneous
@@ -1031,9 +1032,13 @@ class Replayed:
 
 def replayed(*, pods_csv: str | None = None, nodes_csv: str | None = None, seed: int = 0, fraction: float = 0.1,
              arrival_seconds: float = 600.0, runtime_factor: float = 30.0, runtime_floor: float = 2.0,
-             runtime_cap: float = 120.0, window: float | None = 300.0) -> Replayed:
+             runtime_cap: float = 120.0, window: float | None = 300.0, as_recorded: bool = False) -> Replayed:
     """The replay bench-trace builds (bench/trace/run.py `run`): the trace's nodes (a stratified `fraction` of them)
-    and its pods compressed (trace.replay), from the CSVs or the synthetic trace of `seed`."""
+    and its pods compressed (trace.replay), from the CSVs or the synthetic trace of `seed`.
+
+    `as_recorded` (a recording of `reservoir record`, replayed at its own pace): every node, and trace.replay with the
+    identity for each of its steps (no compression, no floor or cap, no window) and the pods the recording saw no
+    end of kept (trace.replay `unended`); the other settings are not read."""
     if (pods_csv is None) != (nodes_csv is None):
         raise SimulationError("give both --pods (the pods CSV) and --nodes (the nodes CSV), or neither for the "
                               "synthetic trace")
@@ -1044,15 +1049,23 @@ def replayed(*, pods_csv: str | None = None, nodes_csv: str | None = None, seed:
         node_rows, pod_rows = trace.synthetic(seed)
         source = f"the synthetic trace (seed {seed})"
     try:
-        chosen = trace.subset_nodes(node_rows, fraction)
-        replay = trace.replay(pod_rows, arrival_seconds=arrival_seconds, runtime_factor=runtime_factor,
-                              runtime_floor=runtime_floor, runtime_cap=runtime_cap, window=window)
+        if as_recorded:
+            chosen = list(node_rows)
+            replay = trace.replay(pod_rows, arrival_seconds=None, runtime_factor=1.0, runtime_floor=0.0,
+                                  runtime_cap=math.inf, window=None, unended=True)
+        else:
+            chosen = trace.subset_nodes(node_rows, fraction)
+            replay = trace.replay(pod_rows, arrival_seconds=arrival_seconds, runtime_factor=runtime_factor,
+                                  runtime_floor=runtime_floor, runtime_cap=runtime_cap, window=window)
     except ValueError as err:
         raise SimulationError(str(err)) from None
     if not chosen:
-        raise SimulationError(f"--fraction {fraction} of {len(node_rows)} nodes keeps none: give a larger fraction")
+        raise SimulationError(f"--fraction {fraction} of {len(node_rows)} nodes keeps none: give a larger fraction"
+                              if not as_recorded else f"{nodes_csv}: no nodes")
+    span = (replay.pods[-1].arrival if replay.pods else 0.0) if as_recorded else (window or arrival_seconds)
+    pace = " as recorded" if as_recorded else ""
     header = (f"simulate: {source}: {len(chosen)} nodes ({sum(r.gpu for r in chosen)} GPUs), {len(replay.pods)} pods "
-              f"over {window or arrival_seconds:.0f} s ({replay.skipped} never scheduled in the trace, left out)")
+              f"over {span:.0f} s{pace} ({replay.skipped} never scheduled in the trace, left out)")
     return Replayed(chosen, replay.pods, header)
 
 

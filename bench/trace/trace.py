@@ -9,60 +9,35 @@ GPU) as the trace writes them; times are seconds, floats, as the trace's clock a
 
 from __future__ import annotations
 
-import csv
 import math
 import random
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
-from pathlib import Path
 from statistics import NormalDist
-from typing import TypeVar
 
-T = TypeVar("T")
+# the CSV format itself lives in shared/tracecsv.py (`reservoir record` writes it too); re-exported here by its names
+from shared.tracecsv import (
+    NODE_COLUMNS,
+    POD_COLUMNS,
+    RECORDED_POD_COLUMNS,
+    NodeRow,
+    PodRow,
+    TraceError,
+    format_time,
+    read_nodes,
+    read_pods,
+    write_nodes,
+    write_pods,
+)
+
+__all__ = ["NODE_COLUMNS", "POD_COLUMNS", "RECORDED_POD_COLUMNS", "NodeRow", "PodRow", "TraceError", "format_time",
+           "read_nodes", "read_pods", "write_nodes", "write_pods"]
+
 
 CLASSES = ("CPU only", "GPU share", "1 GPU", "2 GPU", "4 GPU", "8 GPU")
 OTHER_GPU = "other GPU"
-
-NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
-POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec", "qos", "pod_phase",
-               "creation_time", "deletion_time", "scheduled_time")
-
-
-class TraceError(ValueError):
-    """A trace file that cannot be read: the message names the file, the line, the column, the value found and what
-    was expected, so the user can fix the file rather than guess."""
-
-
-@dataclass(frozen=True)
-class NodeRow:
-    """One row of `openb_node_list_all_node.csv`: a node. `model` is "" for a CPU-only node."""
-
-    sn: str
-    cpu_milli: int
-    memory_mib: int
-    gpu: int
-    model: str
-
-
-@dataclass(frozen=True)
-class PodRow:
-    """One row of `openb_pod_list_*.csv`: a pod as the trace recorded it. `scheduled_time` is None for a pod never
-    scheduled, `deletion_time` None for one not deleted when the trace was taken; `gpu_spec` is the `|`-separated
-    models the pod may use, "" for any."""
-
-    name: str
-    cpu_milli: int
-    memory_mib: int
-    num_gpu: int
-    gpu_milli: int
-    gpu_spec: str
-    qos: str
-    pod_phase: str
-    creation_time: float
-    deletion_time: float | None
-    scheduled_time: float | None
 
 
 @dataclass(frozen=True)
@@ -181,130 +156,6 @@ def node_shape_name(row: NodeRow) -> str:
         return f"cpu-{size}"
     model = re.sub(r"[^a-z0-9]+", "-", row.model.lower()).strip("-") or "gpu"
     return f"g{row.gpu}-{model}-{size}"
-
-
-# --- reading and writing ---------------------------------------------------------------------------------------------
-
-
-def _columns(path: Path, fieldnames: Sequence[str] | None, required: Sequence[str]) -> None:
-    found = list(fieldnames or ())
-    missing = [c for c in required if c not in found]
-    hint = ""
-    if "creation_time" in missing:
-        hint = (" (a pod list without creation times, such as the multigpu* variants' five columns, cannot be "
-                "replayed: a replay needs each pod's arrival)")
-    if missing:
-        raise TraceError(f"{path}:1: column {', '.join(repr(c) for c in missing)} missing from the header "
-                         f"{','.join(found) or '(empty file)'!r}; expected the columns {','.join(required)}{hint}")
-
-
-def _field(path: Path, line: int, row: dict[str | None, str | list[str] | None], column: str) -> str:
-    value = row.get(column)
-    if value is None:
-        raise TraceError(f"{path}:{line}: column {column!r}: no value (the row has too few fields); expected a value")
-    assert isinstance(value, str)
-    return value
-
-
-def _int(path: Path, line: int, row: dict[str | None, str | list[str] | None], column: str) -> int:
-    text = _field(path, line, row, column)
-    try:
-        value = int(text.strip())
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise TraceError(f"{path}:{line}: column {column!r}: {text!r} is not a whole number >= 0")
-    return value
-
-
-def _time(path: Path, line: int, row: dict[str | None, str | list[str] | None], column: str, *,
-          optional: bool) -> float | None:
-    text = _field(path, line, row, column)
-    if not text.strip() and optional:
-        return None
-    try:
-        value = float(text.strip())
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value):
-        blank = " or empty" if optional else ""
-        raise TraceError(f"{path}:{line}: column {column!r}: {text!r} is not a time in seconds (a finite "
-                         f"number{blank})")
-    return value
-
-
-def _required_time(path: Path, line: int, row: dict[str | None, str | list[str] | None], column: str) -> float:
-    value = _time(path, line, row, column, optional=False)
-    assert value is not None
-    return value
-
-
-def _text(path: Path, line: int, row: dict[str | None, str | list[str] | None], column: str) -> str:
-    text = _field(path, line, row, column)
-    if not text.strip():
-        raise TraceError(f"{path}:{line}: column {column!r}: {text!r} is empty; expected a name")
-    return text
-
-
-def _read(path: Path, columns: Sequence[str],
-          parse: Callable[[int, dict[str | None, str | list[str] | None]], T]) -> list[T]:
-    path = Path(path)
-    with path.open(newline="", encoding="utf-8-sig") as handle:
-        reader = csv.DictReader(handle)
-        _columns(path, reader.fieldnames, columns)
-        return [parse(reader.line_num, row) for row in reader]
-
-
-def read_nodes(path: Path | str) -> list[NodeRow]:
-    """The nodes of a node-list CSV (`sn,cpu_milli,memory_mib,gpu,model`; columns found by name, others ignored)."""
-    where = Path(path)
-
-    def parse(line: int, row: dict[str | None, str | list[str] | None]) -> NodeRow:
-        return NodeRow(sn=_text(where, line, row, "sn"), cpu_milli=_int(where, line, row, "cpu_milli"),
-                       memory_mib=_int(where, line, row, "memory_mib"), gpu=_int(where, line, row, "gpu"),
-                       model=_field(where, line, row, "model"))
-    return _read(where, NODE_COLUMNS, parse)
-
-
-def read_pods(path: Path | str) -> list[PodRow]:
-    """The pods of a pod-list CSV (the trace's eleven columns, found by name, others ignored). The `multigpu*`
-    variants, which carry only the first five columns, are refused: a replay needs the creation times."""
-    where = Path(path)
-
-    def parse(line: int, row: dict[str | None, str | list[str] | None]) -> PodRow:
-        return PodRow(name=_text(where, line, row, "name"), cpu_milli=_int(where, line, row, "cpu_milli"),
-                      memory_mib=_int(where, line, row, "memory_mib"), num_gpu=_int(where, line, row, "num_gpu"),
-                      gpu_milli=_int(where, line, row, "gpu_milli"), gpu_spec=_field(where, line, row, "gpu_spec"),
-                      qos=_field(where, line, row, "qos"), pod_phase=_field(where, line, row, "pod_phase"),
-                      creation_time=_required_time(where, line, row, "creation_time"),
-                      deletion_time=_time(where, line, row, "deletion_time", optional=True),
-                      scheduled_time=_time(where, line, row, "scheduled_time", optional=True))
-    return _read(where, POD_COLUMNS, parse)
-
-
-def _number(value: float | None) -> str:
-    """A time as the trace writes it: whole seconds without a decimal point, other values exactly (repr)."""
-    if value is None:
-        return ""
-    return str(int(value)) if value.is_integer() else repr(value)
-
-
-def write_nodes(path: Path | str, rows: Iterable[NodeRow]) -> None:
-    with Path(path).open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle, lineterminator="\n")
-        writer.writerow(NODE_COLUMNS)
-        for r in rows:
-            writer.writerow((r.sn, r.cpu_milli, r.memory_mib, r.gpu, r.model))
-
-
-def write_pods(path: Path | str, rows: Iterable[PodRow]) -> None:
-    with Path(path).open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle, lineterminator="\n")
-        writer.writerow(POD_COLUMNS)
-        for r in rows:
-            writer.writerow((r.name, r.cpu_milli, r.memory_mib, r.num_gpu, r.gpu_milli, r.gpu_spec, r.qos,
-                             r.pod_phase, _number(r.creation_time), _number(r.deletion_time),
-                             _number(r.scheduled_time)))
 
 
 # --- the synthetic trace ---------------------------------------------------------------------------------------------
@@ -530,38 +381,54 @@ def _unique(name: str, used: set[str]) -> str:
     return candidate
 
 
-def replay(pods: Sequence[PodRow], *, arrival_seconds: float = 600.0, runtime_factor: float = 30.0,
-           runtime_floor: float = 2.0, runtime_cap: float = 120.0, window: float | None = None) -> Replay:
+def replay(pods: Sequence[PodRow], *, arrival_seconds: float | None = 600.0, runtime_factor: float = 30.0,
+           runtime_floor: float = 2.0, runtime_cap: float = 120.0, window: float | None = None,
+           unended: bool = False) -> Replay:
     """The README's replay setting: the span from the first to the last creation time (of all the trace's pods)
     compressed into `arrival_seconds` (about 4,895 trace seconds to one for the real trace), each runtime
     (deletion - scheduled) divided by `runtime_factor` and clamped to [runtime_floor, runtime_cap]; arrivals are
     compressed far more than runtimes because at the trace's own pace the cluster is nearly empty. Pods the trace
     never scheduled are left out and counted. `window` keeps only the pods arriving within its first seconds (the
-    same intensity, a part of the arrivals)."""
-    if arrival_seconds <= 0 or runtime_factor <= 0 or not 0 <= runtime_floor <= runtime_cap:
-        raise ValueError("arrival_seconds and runtime_factor must be > 0, and 0 <= runtime_floor <= runtime_cap")
+    same intensity, a part of the arrivals).
+
+    A recording replayed at its own pace (`reservoir simulate --as-recorded`) is the same function with the identity
+    for each step: `arrival_seconds` None (arrivals as the trace has them, factor 1), `runtime_factor` 1, floor 0,
+    cap math.inf, no window; and `unended`: a pod the trace saw no end of (deletion_time empty: still running or still
+    pending when the recording stopped) is kept, and runs, once bound, until the trace's last moment (the latest
+    creation, scheduled or deletion time of any pod), counted from its scheduled time (from its creation when it
+    was never scheduled): all the trace knows is that it held its node that long. A pod deleted before it was ever
+    scheduled is still left out (its runtime, had it run, is unknown)."""
+    if arrival_seconds is not None and arrival_seconds <= 0:
+        raise ValueError("arrival_seconds must be > 0 (or None: as the trace has them)")
+    if runtime_factor <= 0 or not 0 <= runtime_floor <= runtime_cap:
+        raise ValueError("runtime_factor must be > 0, and 0 <= runtime_floor <= runtime_cap")
     if not pods:
         return Replay([], 0, 0, 1.0)
     first = min(p.creation_time for p in pods)
     span = max(p.creation_time for p in pods) - first
-    factor = span / arrival_seconds if span > 0 else 1.0
+    factor = span / arrival_seconds if arrival_seconds is not None and span > 0 else 1.0
+    last = max(max(p.creation_time, p.scheduled_time or p.creation_time, p.deletion_time or p.creation_time)
+               for p in pods)
     skipped = outside = 0
-    kept: list[tuple[float, str, PodRow]] = []
+    kept: list[tuple[float, str, PodRow, float]] = []
     for p in pods:
-        if p.scheduled_time is None or p.deletion_time is None:
+        if p.deletion_time is None and unended:
+            ran = last - (p.scheduled_time if p.scheduled_time is not None else p.creation_time)
+        elif p.scheduled_time is None or p.deletion_time is None:
             skipped += 1
             continue
+        else:
+            ran = p.deletion_time - p.scheduled_time
         arrival = (p.creation_time - first) / factor
         if window is not None and arrival > window:
             outside += 1
             continue
-        kept.append((arrival, p.name, p))
+        kept.append((arrival, p.name, p, ran))
     kept.sort(key=lambda k: (k[0], k[1]))
     used: set[str] = set()
     out = []
-    for arrival, name, p in kept:
-        assert p.scheduled_time is not None and p.deletion_time is not None
-        runtime = min(runtime_cap, max(runtime_floor, (p.deletion_time - p.scheduled_time) / runtime_factor))
+    for arrival, name, p, ran in kept:
+        runtime = min(runtime_cap, max(runtime_floor, ran / runtime_factor))
         gpus = p.num_gpu if p.num_gpu > 0 else int(p.gpu_milli > 0)
         models = tuple(m.strip() for m in p.gpu_spec.split("|") if m.strip())
         out.append(ReplayPod(_unique(pod_name(name), used), pod_class(p), arrival, runtime, p.cpu_milli,

@@ -195,6 +195,8 @@ def test_the_command_runs_a_trace_and_a_config_and_names_a_bad_one(tmp_path: Pat
               "--fraction", "1", "--arrival-seconds", "20", "--window", "0", "--runtime-factor", "1", "-q", "-j", "1"]
     assert cli.main([*common, "--config", str(tmp_path / "bad.yaml")]) == 1
     assert "bad.yaml: invalid: starvation.starvingJobTimeThreshold" in capsys.readouterr().err
+    assert cli.main([*common, "--tail", "-1"]) == 1
+    assert "--tail -1.0: expected seconds >= 0" in capsys.readouterr().err
     assert cli.main([*common, "--config", str(tmp_path / "locks.yaml"), "-o", "json"]) == 0
     body = json.loads(capsys.readouterr().out)
     assert [a["name"] for a in body["arms"]] == ["alone", "locks"]

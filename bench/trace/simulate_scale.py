@@ -1,0 +1,88 @@
+"""`make bench-simulate`: how `reservoir simulate` scales (issue 31: "100,000 pods on 5,000 nodes in under 5 minutes on
+one core, with memory stated").
+
+The cluster: the synthetic trace's 1,523 nodes copied four times (each copy's names prefixed) and a stratified subset
+of 5,000 of them kept, so the 27 shapes keep their mix. The pods: synthetic traces of seeds 0, 1, ... merged (names
+prefixed by seed), each at its own arrival times, until the replay at bench-trace's setting (34 days into 600 s,
+the first 300 s, runtimes / 30 from 2 s to 120 s) holds at least PODS pods. The load per node is then about
+bench-trace's own (its 152 nodes take 3,877 pods in those 300 s; 5,000 nodes take about 33 times as many).
+
+Each arm runs in this one process, one after the other (kube-scheduler alone, starvation locks, locks and backfill,
+bench-trace's configs), and is measured by itself: CPU seconds of the process (contention on a shared machine does
+not inflate it, wall seconds are shown beside it) and the peak RSS the process reached by its end (VmHWM; the arms
+run in order, so a later arm's line is at least the earlier one's). Last line:
+`simulate: N pods on M nodes: alone C s, starvation C s, backfill C s of CPU; peak RSS R MiB`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import resource
+import sys
+import time
+
+from bench.trace import simulate, trace
+
+NODE_COPIES = 4
+
+
+def scaled_nodes(nodes: int) -> list[trace.NodeRow]:
+    """`nodes` of the synthetic trace's nodes copied NODE_COPIES times, a stratified subset."""
+    base = trace.synthetic_nodes()
+    copies = [dataclasses.replace(row, sn=f"c{k}-{row.sn}") for k in range(NODE_COPIES) for row in base]
+    if nodes > len(copies):
+        raise SystemExit(f"bench-simulate: NODES {nodes}: at most {len(copies)}")
+    return trace.subset_nodes(copies, nodes / len(copies))
+
+
+def scaled_pods(pods: int) -> tuple[list[trace.ReplayPod], int]:
+    """The replay (bench-trace's setting) of synthetic traces merged seed by seed until it holds `pods` pods; and how
+    many traces that took."""
+    rows: list = []
+    seed = 0
+    while True:
+        rows += [dataclasses.replace(row, name=f"s{seed}-{row.name}") for row in trace.synthetic(seed)[1]]
+        seed += 1
+        replay = trace.replay(rows, arrival_seconds=600.0, runtime_factor=30.0, runtime_floor=2.0, runtime_cap=120.0,
+                              window=300.0)
+        if len(replay.pods) >= pods:
+            return replay.pods, seed
+
+
+def peak_rss_mib() -> float:
+    """The process's peak resident set (VmHWM), MiB."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench-simulate", description=__doc__.split("\n")[0])
+    parser.add_argument("--nodes", type=int, default=5000, help="nodes (5000)")
+    parser.add_argument("--pods", type=int, default=100_000, help="pods replayed, at least (100000)")
+    parser.add_argument("--arms", default="alone,starvation,backfill", help="arms, in order")
+    args = parser.parse_args(argv)
+    began = time.process_time()
+    nodes = scaled_nodes(args.nodes)
+    pods, traces = scaled_pods(args.pods)
+    print(f"bench-simulate: {len(pods)} pods ({traces} synthetic traces merged) on {len(nodes)} nodes "
+          f"({sum(r.gpu for r in nodes)} GPUs), built in {time.process_time() - began:.1f} s of CPU", flush=True)
+    wanted = args.arms.split(",")
+    specs = [a for a in simulate.default_arms() if a.name in wanted]
+    cpu: dict[str, float] = {}
+    for spec in specs:
+        cpu_before, wall_before = time.process_time(), time.monotonic()
+        outcome = simulate.run_arm(spec, nodes, pods, seed=0, tail=300.0, progress=True)
+        cpu[spec.name] = time.process_time() - cpu_before
+        arm = outcome.arm
+        placed = sum(r.bound is not None for r in arm.records)
+        print(f"bench-simulate: {spec.name}: {cpu[spec.name]:.1f} s of CPU ({time.monotonic() - wall_before:.1f} s "
+              f"wall), peak RSS so far {peak_rss_mib():.0f} MiB; {placed} of {len(arm.records)} placed; "
+              f"{outcome.line}", flush=True)
+    print(f"simulate: {len(pods)} pods on {len(nodes)} nodes: "
+          + ", ".join(f"{name} {seconds:.0f} s" for name, seconds in cpu.items())
+          + f" of CPU; peak RSS {peak_rss_mib():.0f} MiB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
