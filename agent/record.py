@@ -203,6 +203,8 @@ class Recorder:
         self.rows_written = 0
         self.skipped = 0
         self.unreadable: set[str] = set()  # uids of pods whose last version could not be read
+        self.pods: WatchCache[PodSeen] | None = None  # the pods' watch cache, while run() runs
+        self.heard_wall = time.time()  # wall time the pods' watch last spoke (an event, a bookmark; not a relist)
         self.stop = asyncio.Event()
 
     # --- what the watches show ---
@@ -217,7 +219,14 @@ class Recorder:
             return
         self.unreadable.discard(pod.uid)
         now = time.time()
-        rows = self.recording.pod_deleted(pod, now) if event == "DELETED" else self.recording.pod_changed(pod, now)
+        if event == "DELETED" and self.pods is not None and self.pods.relisting:
+            rows = self.recording.pod_vanished(pod, now, self.heard_wall)
+        elif event == "DELETED":
+            rows = self.recording.pod_deleted(pod, now)
+        else:
+            rows = self.recording.pod_changed(pod, now)
+        if not (self.pods is not None and self.pods.relisting):
+            self.heard_wall = max(self.heard_wall, now)
         self.pending.extend(rows)
         self.state_dirty = True
 
@@ -282,6 +291,7 @@ class Recorder:
         pods: WatchCache[PodSeen] = WatchCache(
             api, "pods", "/api/v1/pods", PodReader(settings.options.gpu_resource, settings.options.gpu_model_label),
             key=lambda obj: obj["metadata"]["uid"], on_change=self.pod_event, on_skip=self.skip)
+        self.pods = pods
         nodes: WatchCache[NodeSeen] = WatchCache(
             api, "nodes", "/api/v1/nodes", NodeReader(settings.options.gpu_resource, settings.options.gpu_model_label),
             on_change=self.node_event, on_skip=self.skip)
@@ -315,6 +325,9 @@ class Recorder:
                     error = task.exception() if task.done() and not task.cancelled() else None
                     if error is not None:
                         raise error
+                # the last moment the pods' watch spoke (bookmarks included), on the wall clock: a pod a later
+                # relist lacks was there until then at least
+                self.heard_wall = max(self.heard_wall, time.time() - pods.stale_for())
                 self.flush()
                 self.save()
                 if self.progress is not None and time.monotonic() - last_progress >= PROGRESS_SECONDS:

@@ -393,6 +393,19 @@ class Recording:
             self.pod_changed(pod, now)
         return [self.row(self.open[pod.uid], end=now, how="Deleted")]
 
+    def pod_vanished(self, pod: PodSeen, now: float, known_until: float) -> list[list[str]]:
+        """A pod a relist no longer shows (its watch broke, or the API server was out of reach, and it was deleted
+        meanwhile): ended at some moment between `known_until` (the last word from the watch) and `now`, written
+        as Vanished with both bounds, as after a restart."""
+        if pod.uid in self.written_uids:
+            self.written_uids.discard(pod.uid)
+            return []
+        if pod.uid in self.ending:
+            return []
+        if pod.uid not in self.open:
+            self.pod_changed(pod, now)
+        return [self.row(self.open[pod.uid], end=now, how="Vanished", end_after=min(known_until, now))]
+
     def resume(self, present: Iterable[str], now: float) -> list[list[str]]:
         """After the first list of a resumed run: the pods of the state pods.csv already holds are dropped (a crash
         after their row was appended, before the state was saved); the rows of the pods the list no longer shows
@@ -475,9 +488,11 @@ def read_written_uids(path: Path) -> set[str]:
             data = data[:cut]
     try:
         reader = csv.DictReader(io.StringIO(data.decode("utf-8")))
-        if reader.fieldnames is not None and "uid" not in reader.fieldnames:
-            raise RecordingError(f"{path}: has no uid column: not a file `reservoir record` wrote; give another "
-                                 f"--out")
+        if reader.fieldnames is not None and list(reader.fieldnames) != list(RECORD_COLUMNS):
+            # rows appended under another header would land in the wrong columns, silently
+            raise RecordingError(f"{path}: its columns {','.join(reader.fieldnames)[:300]!r} are not the ones "
+                                 f"`reservoir record` writes ({','.join(RECORD_COLUMNS)}): restore the file as it "
+                                 f"wrote it, or give another --out")
         return {row["uid"] for row in reader if row.get("uid")}
     except (csv.Error, UnicodeDecodeError) as err:
         raise RecordingError(f"{path}: unreadable as CSV ({err}): not as `reservoir record` wrote it; give another "

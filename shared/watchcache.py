@@ -274,6 +274,9 @@ class WatchCache(Generic[V]):
         self.absent = False
         self.version = 0  # bumped on every change of the views, so readers can cache what they derive from the items
         self.heard_at: float | None = None  # time.monotonic() of the last answer from the API server
+        # True while a list is put in force: the DELETED then reported is an object the new list lacks (deleted at
+        # some moment since the watch last spoke), not one a watch event saw go
+        self.relisting = False
         self._created_at = time.monotonic()
 
     @classmethod
@@ -407,10 +410,14 @@ class WatchCache(Generic[V]):
                    if old.get(key) is not value]
         if deleted or changed:
             self.version += 1
-        for value in deleted:
-            self._notify("DELETED", value)
-        for event, value in changed:
-            self._notify(event, value)
+        self.relisting = True  # on_change may tell a list's DELETED (gone while unwatched) from a watch's
+        try:
+            for value in deleted:
+                self._notify("DELETED", value)
+            for event, value in changed:
+                self._notify(event, value)
+        finally:
+            self.relisting = False
         return bool(deleted or changed)
 
     def _replace(self, objects: Iterable[Any]) -> bool:

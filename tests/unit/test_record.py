@@ -479,7 +479,7 @@ def test_a_pod_naming_thousands_of_long_models_keeps_the_file_readable(tmp_path:
         writer.writerow(row)
     assert [p.name for p in trace.read_pods(path)] == ["wide"]
     assert read_written_uids(path) == {"uid-wide"}
-    path.write_text("uid,name\n\"" + "x" * 200_000 + "\",a\n")
+    path.write_text(",".join(RECORD_COLUMNS) + "\n\"" + "x" * 200_000 + "\",a\n")
     with pytest.raises(RecordingError, match="unreadable as CSV"):
         read_written_uids(path)
 
@@ -551,3 +551,26 @@ def test_files_a_local_user_planted_are_not_followed_and_written_uids_do_not_gro
     rec.written(as_dict(row)["uid"])
     assert rec.pod_changed(done, now=ORIGIN + 4) == [] and "uid-d" in rec.written_uids  # still listed: ignored
     assert rec.pod_deleted(done, now=ORIGIN + 5) == [] and "uid-d" not in rec.written_uids
+
+
+def test_a_pods_csv_with_other_columns_is_refused_not_appended_to(tmp_path: Path) -> None:
+    """A pods.csv whose header is not the recording's (columns reordered by hand, another tool's file): refused by
+    name, since rows appended to it would land under the wrong columns."""
+    path = tmp_path / "pods.csv"
+    path.write_text(",".join(reversed(RECORD_COLUMNS)) + "\n")
+    with pytest.raises(RecordingError, match="are not the ones `reservoir record` writes"):
+        read_written_uids(path)
+    path.write_text(",".join(RECORD_COLUMNS) + "\n")
+    assert read_written_uids(path) == set()
+
+
+def test_a_pod_a_relist_lacks_is_written_vanished_between_the_watchs_last_word_and_the_relist() -> None:
+    """Deleted while the watch was down (an outage, a 410): not "Deleted at the relist", which would stretch its
+    runtime by the outage, but Vanished with both bounds, as after a restart; a pod already written leaves memory."""
+    rec = new_recording()
+    running = READ(pod_obj("r", created=1, node="n", bound=2, phase="Running"))
+    assert rec.pod_changed(running, now=ORIGIN + 2.5) == []
+    (row,) = rec.pod_vanished(running, now=ORIGIN + 100, known_until=ORIGIN + 40)
+    got = as_dict(row)
+    assert (got["end"], got["pod_phase"], got["deletion_time"], got["end_after"]) == ("Vanished", "Unknown", "100",
+                                                                                      "40")

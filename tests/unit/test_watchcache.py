@@ -422,3 +422,16 @@ def test_a_skipped_list_item_without_a_kind_is_named_by_its_view_s_kind() -> Non
                      "spec": {"priority": "abc", "containers": []}}])
     [record] = seen.skips
     assert (record.kind, record.name) == ("Pod", "ns/p") and record.error.startswith("spec.priority:")
+
+
+def test_a_relists_deletions_are_told_apart_from_a_watchs() -> None:
+    """`relisting` is true while a list put in force reports what it lacks (deleted at some moment the watch did not
+    see: `reservoir record` writes such a pod as vanished, with bounds), false for a watch's own DELETED."""
+    flags: list[tuple[str, bool]] = []
+    cache: WatchCache[Any] = WatchCache.of(None, kinds.PODGROUPS,
+                                           on_change=lambda event, value: flags.append((event, cache.relisting)))
+    cache._replace([podgroup("a"), podgroup("b")])
+    cache.apply_event({"type": "DELETED", "object": podgroup("a", rv="2")})
+    cache._replace([])
+    assert flags == [("ADDED", True), ("ADDED", True), ("DELETED", False), ("DELETED", True)]
+    assert cache.relisting is False
