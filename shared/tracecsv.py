@@ -58,6 +58,11 @@ class PodRow:
     creation_time: float
     deletion_time: float | None
     scheduled_time: float | None
+    # read from a recording (its declared_runtime column is there): the maximum runtime the pod declared, None for
+    # none. A trace without the column (Alibaba's own) says nothing of it: `declares` False, and a replay assumes,
+    # as bench-trace does, that every pod declares its runtime
+    declared_runtime: float | None = None
+    declares: bool = False
 
 
 # What `reservoir record` (agent/record.py) writes after POD_COLUMNS, one column each: the pod's uid (a recording's
@@ -157,13 +162,17 @@ def read_pods(path: Path | str) -> list[PodRow]:
     where = Path(path)
 
     def parse(line: int, row: dict[str | None, str | list[str] | None]) -> PodRow:
+        declares = "declared_runtime" in row
         return PodRow(name=_text(where, line, row, "name"), cpu_milli=_int(where, line, row, "cpu_milli"),
                       memory_mib=_int(where, line, row, "memory_mib"), num_gpu=_int(where, line, row, "num_gpu"),
                       gpu_milli=_int(where, line, row, "gpu_milli"), gpu_spec=_field(where, line, row, "gpu_spec"),
                       qos=_field(where, line, row, "qos"), pod_phase=_field(where, line, row, "pod_phase"),
                       creation_time=_required_time(where, line, row, "creation_time"),
                       deletion_time=_time(where, line, row, "deletion_time", optional=True),
-                      scheduled_time=_time(where, line, row, "scheduled_time", optional=True))
+                      scheduled_time=_time(where, line, row, "scheduled_time", optional=True),
+                      declared_runtime=(_time(where, line, row, "declared_runtime", optional=True) if declares
+                                        else None),
+                      declares=declares)
     return _read(where, POD_COLUMNS, parse)
 
 

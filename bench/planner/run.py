@@ -462,9 +462,9 @@ def main() -> int:
         r = rows[-1]
         print(f"{r['nodes']:>6} nodes {r['pods']:>7} pods: snapshot {r['snapshot_s']:.2f}s, plan {r['plan_s']:.3f}s, "
               f"peak {r['peak_mib']:.0f} MiB, kept between plans {r['kept_mib']:.0f} MiB (pod index "
-              f"{r['index_mib']:.0f} MiB), replan after one pod event {r['replan_ms']:.0f} ms (median of {REPLANS}), after one node "
-              f"event {r['node_event_ms']:.0f} ms, after time alone {r['time_ms']:.0f} ms, {r['locks']} locks, "
-              f"{r['starving']} starving",
+              f"{r['index_mib']:.0f} MiB), replan after one pod event {r['replan_ms']:.0f} ms (median of {REPLANS}), "
+              f"after one node event {r['node_event_ms']:.0f} ms, after time alone {r['time_ms']:.0f} ms, "
+              f"{r['locks']} locks, {r['starving']} starving",
               flush=True)
     if len(rows) >= 2:
         a, b = rows[0], rows[-1]

@@ -102,8 +102,9 @@ def pod_body(pod: trace.ReplayPod, namespace: str) -> dict[str, Any]:
     if pod.gpu_models:
         spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
             {"matchExpressions": [{"key": MODEL_LABEL, "operator": "In", "values": list(pod.gpu_models)}]}]}}}
-    annotations = {keys.MAXIMUM_RUNTIME: f"{math.ceil(pod.runtime)}s", COMPLETE_AFTER: f"{pod.runtime:.1f}s",
-                   keys.BACKFILL: "true"}
+    annotations = {COMPLETE_AFTER: f"{pod.runtime:.1f}s", keys.BACKFILL: "true"}
+    if pod.declared is not None:  # a pod of a recording may declare none: then Reservoir knows nothing of its end
+        annotations[keys.MAXIMUM_RUNTIME] = f"{math.ceil(pod.declared)}s"
     return {"apiVersion": "v1", "kind": "Pod", "spec": spec,
             "metadata": {"name": pod.name, "namespace": namespace, "annotations": annotations}}
 

@@ -347,6 +347,9 @@ class ReplayPod:
     gpus: int
     gpu_milli: int
     gpu_models: tuple[str, ...]
+    # the maximum runtime it declares (seconds, compressed as its runtime), None for none: its runtime for a trace
+    # that does not say (bench-trace's setting: every pod declares it), what the recording says for a recording
+    declared: float | None = None
 
 
 @dataclass(frozen=True)
@@ -431,7 +434,13 @@ def replay(pods: Sequence[PodRow], *, arrival_seconds: float | None = 600.0, run
         runtime = min(runtime_cap, max(runtime_floor, ran / runtime_factor))
         gpus = p.num_gpu if p.num_gpu > 0 else int(p.gpu_milli > 0)
         models = tuple(m.strip() for m in p.gpu_spec.split("|") if m.strip())
+        if not p.declares:
+            declared: float | None = runtime
+        elif p.declared_runtime is None:
+            declared = None
+        else:
+            declared = min(runtime_cap, max(runtime_floor, p.declared_runtime / runtime_factor))
         out.append(ReplayPod(_unique(pod_name(name), used), pod_class(p), arrival, runtime, p.cpu_milli,
-                             p.memory_mib, gpus, p.gpu_milli, models))
+                             p.memory_mib, gpus, p.gpu_milli, models, declared))
     out.sort(key=lambda r: (r.arrival, r.name))
     return Replay(out, skipped, outside, factor)

@@ -24,11 +24,11 @@ GIB = 1024  # MiB
 
 
 def small(name: str, arrival: float, runtime: float, *, models: tuple[str, ...] = ()) -> ReplayPod:
-    return ReplayPod(name, "1 GPU", arrival, runtime, 1000, GIB, 1, 1000, models)
+    return ReplayPod(name, "1 GPU", arrival, runtime, 1000, GIB, 1, 1000, models, declared=runtime)
 
 
 def big(name: str, arrival: float, runtime: float) -> ReplayPod:
-    return ReplayPod(name, "8 GPU", arrival, runtime, 8000, 8 * GIB, 8, 1000, ())
+    return ReplayPod(name, "8 GPU", arrival, runtime, 8000, 8 * GIB, 8, 1000, (), declared=runtime)
 
 
 # one node of 8 GPUs, where every GPU pod must go, and a CPU-only node beside it (so that maxLockedNodePercent 50 and

@@ -6,6 +6,7 @@ figures on hand-made runs whose expectations are worked out in the comments."""
 from __future__ import annotations
 
 import json
+import math
 import re
 import statistics
 from collections import Counter
@@ -410,7 +411,8 @@ def test_plot_writes_two_pngs(tmp_path: Path) -> None:
 
 def test_gpu_allocation_is_averaged_over_the_arrival_window_when_given() -> None:
     """Two arms alike over their 100 s window; one drains 300 s more at a low allocation: over the window they agree,
-    over all samples the slow drain looks emptier (0.5 over the window; (0.5 * 100 + 0.1 * 300) / 400 = 0.2 over all)."""
+    over all samples the slow drain looks emptier (0.5 over the window; (0.5 * 100 + 0.1 * 300) / 400 = 0.2 over
+    all)."""
     samples = [report.Sample(t=0.0, gpu_allocated=5, locked_nodes=0, locked_idle_gpus=0, pending_multi_gpu=0),
                report.Sample(t=100.0, gpu_allocated=1, locked_nodes=0, locked_idle_gpus=0, pending_multi_gpu=0),
                report.Sample(t=400.0, gpu_allocated=1, locked_nodes=0, locked_idle_gpus=0, pending_multi_gpu=0)]
@@ -483,3 +485,30 @@ def test_validation_rows_hold_the_model_to_20_percent_or_10_seconds() -> None:
     assert "validation: 6 of 10 measures within tolerance" in text
     # the replay's 8-GPU p95 is x5 lower (goal met), the model's x2.7 (not met): one verdict differs
     assert "validation: the same verdict on 3 of 4 goals (differs: 8 GPU p95 at least 3x lower)" in text
+
+
+def test_a_recordings_declared_runtimes_reach_the_replayed_pods(tmp_path: Path) -> None:
+    """A trace without a declared_runtime column (Alibaba's): every replayed pod declares its (compressed) runtime,
+    bench-trace's setting. A recording: a pod declares what it declared, compressed alike, or nothing (no maximum
+    runtime annotation on its body: Reservoir knows nothing of its end, as in the cluster recorded)."""
+    from bench.trace.run import pod_body
+    from shared import keys
+    from shared.tracecsv import RECORDED_POD_COLUMNS
+
+    header = ",".join((*trace.POD_COLUMNS, *RECORDED_POD_COLUMNS))
+    lines = [header,
+             "a,1000,1024,1,1000,,LS,Succeeded,0,100,10,u1,ns,Job,300,n,,,Succeeded,",
+             "b,1000,1024,1,1000,,LS,Succeeded,0,100,10,u2,ns,,,n,,,Succeeded,"]
+    (tmp_path / "rec.csv").write_text("\n".join(lines) + "\n")
+    recorded = trace.replay(trace.read_pods(tmp_path / "rec.csv"), arrival_seconds=None, runtime_factor=1.0,
+                            runtime_floor=0.0, runtime_cap=math.inf)
+    by_name = {p.name: p for p in recorded.pods}
+    assert (by_name["a"].runtime, by_name["a"].declared, by_name["b"].declared) == (90.0, 300.0, None)
+    assert pod_body(by_name["a"], "ns")["metadata"]["annotations"][keys.MAXIMUM_RUNTIME] == "300s"
+    assert keys.MAXIMUM_RUNTIME not in pod_body(by_name["b"], "ns")["metadata"]["annotations"]
+    (tmp_path / "openb.csv").write_text("\n".join([",".join(trace.POD_COLUMNS),
+                                                   "c,1000,1024,1,1000,,LS,Succeeded,0,100,10"]) + "\n")
+    (openb,) = trace.replay(trace.read_pods(tmp_path / "openb.csv"), arrival_seconds=None, runtime_factor=30.0,
+                            runtime_floor=2.0, runtime_cap=120.0).pods
+    assert openb.declared == openb.runtime == 3.0
+    assert pod_body(openb, "ns")["metadata"]["annotations"][keys.MAXIMUM_RUNTIME] == "3s"
