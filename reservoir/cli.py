@@ -18,6 +18,7 @@ import uvloop
 
 from shared import keys, logs
 from shared.config import ConfigError, load_config
+from shared.tracecsv import REPLAY_SETTING
 from shared.version import version
 
 if TYPE_CHECKING:
@@ -217,7 +218,7 @@ def _simulate(args: argparse.Namespace) -> int:
             print("reservoir simulate: --as-recorded replays a recording: give --pods and --nodes (the files "
                   "`reservoir record` wrote)", file=sys.stderr)
             return 2
-    for name, default in SHAPING_DEFAULTS.items():
+    for name, default in REPLAY_SETTING.items():
         if getattr(args, name) is None:
             setattr(args, name, default)
     for flag, value in (("--tail", args.tail), ("--window", args.window)):
@@ -281,8 +282,6 @@ def _simulate(args: argparse.Namespace) -> int:
 
 
 # `reservoir simulate`'s replay shaping when not given (and not --as-recorded): bench-trace's setting
-SHAPING_DEFAULTS = {"fraction": 0.1, "window": 300.0, "arrival_seconds": 600.0, "runtime_factor": 30.0,
-                    "runtime_floor": 2.0, "runtime_cap": 120.0}
 KUBECONFIG_HELP = ("default: $KUBECONFIG (a list, merged as kubectl merges), else ~/.kube/config, else in-cluster")
 
 
@@ -434,15 +433,21 @@ def build_parser(prog: str = "reservoir") -> argparse.ArgumentParser:
                           help="replay a recording of `reservoir record` as it happened: every node, arrivals and "
                                "runtimes (end - bind) as recorded, no compression, floor, cap or window; a pod "
                                "still running or pending when the recording stopped runs to its last moment")
-    simulate.add_argument("--fraction", type=float, default=None, help="share of each node shape (default 0.1)")
+    setting = {name: f"{value:g}" for name, value in REPLAY_SETTING.items()}
+    simulate.add_argument("--fraction", type=float, default=None,
+                          help=f"share of each node shape (default {setting['fraction']})")
     simulate.add_argument("--window", type=float, default=None,
-                          help="seconds of the compressed arrivals replayed, at the same intensity (default 300; "
-                               "0: all)")
+                          help="seconds of the compressed arrivals replayed, at the same intensity (default "
+                               f"{setting['window']}; 0: all)")
     simulate.add_argument("--arrival-seconds", type=float, default=None,
-                          help="the trace's arrival span compressed into this many seconds (default 600)")
-    simulate.add_argument("--runtime-factor", type=float, default=None, help="runtimes divided by this (default 30)")
-    simulate.add_argument("--runtime-floor", type=float, default=None, help="shortest runtime, seconds (default 2)")
-    simulate.add_argument("--runtime-cap", type=float, default=None, help="longest runtime, seconds (default 120)")
+                          help="the trace's arrival span compressed into this many seconds (default "
+                               f"{setting['arrival_seconds']})")
+    simulate.add_argument("--runtime-factor", type=float, default=None,
+                          help=f"runtimes divided by this (default {setting['runtime_factor']})")
+    simulate.add_argument("--runtime-floor", type=float, default=None,
+                          help=f"shortest runtime, seconds (default {setting['runtime_floor']})")
+    simulate.add_argument("--runtime-cap", type=float, default=None,
+                          help=f"longest runtime, seconds (default {setting['runtime_cap']})")
     simulate.add_argument("--tail", type=float, default=300.0,
                           help="seconds after the last arrival an arm waits for pending pods (default 300)")
     simulate.add_argument("-j", "--jobs", type=int, default=0,

@@ -65,6 +65,14 @@ class PodRow:
     declares: bool = False
 
 
+# bench-trace's replay setting (the trace fixture's README): a tenth of each node shape; the trace's 34 days of
+# arrivals compressed into 600 s, of which the first 300 s replayed; runtimes divided by 30 and clamped to 2-120 s.
+# `make bench-trace`, `reservoir simulate` and `make bench-simulate` default to it (trace.replay's parameters but the
+# node fraction). Here because reservoir/cli.py may read it and bench/ is not part of the installed package.
+REPLAY_SETTING: dict[str, float] = {"fraction": 0.1, "window": 300.0, "arrival_seconds": 600.0, "runtime_factor": 30.0,
+                                    "runtime_floor": 2.0, "runtime_cap": 120.0}
+
+
 # What `reservoir record` (agent/record.py) writes after POD_COLUMNS, one column each: the pod's uid (a recording's
 # rows are deduplicated by it); its namespace (hashed with --anonymize); its controller's kind ("" for a pod no
 # controller owns); the maximum runtime it declared (seconds, Reservoir's/Volcano's `volcano.sh/maximum-runtime` as the

@@ -329,6 +329,14 @@ def _p95(arm: Arm, klass: str) -> float | None:
     return percentile(placed, 95) if placed else None
 
 
+def wait_ratio(alone: float, reservoir: float) -> float:
+    """How many times lower a wait is with Reservoir: alone / reservoir; inf when Reservoir's is 0 and alone's is
+    not, 1.0 when both are 0."""
+    if reservoir > 0:
+        return alone / reservoir
+    return math.inf if alone > 0 else 1.0
+
+
 def last_line(alone: Arm, reservoir: Arm) -> str:
     """`trace: 8gpu p95 A s -> B s (xR), 1gpu p95 C s -> D s, gpu alloc E -> F, backfilled N, unplaced U`: the 8-GPU
     and 1-GPU pods' wait p95 and the GPU allocation, kube-scheduler alone -> with Reservoir; R = A / B ("inf" when B
@@ -336,12 +344,7 @@ def last_line(alone: Arm, reservoir: Arm) -> str:
     U: pods backfilled and pods never placed with Reservoir."""
     a, b = _p95(alone, "8 GPU"), _p95(reservoir, "8 GPU")
     c, d = _p95(alone, "1 GPU"), _p95(reservoir, "1 GPU")
-    if a is None or b is None:
-        ratio = "n/a"
-    elif b > 0:
-        ratio = f"{a / b:.1f}"
-    else:
-        ratio = "inf" if a > 0 else "1.0"
+    ratio = "n/a" if a is None or b is None else f"{wait_ratio(a, b):.1f}"
 
     def s(value: float | None) -> str:
         return "n/a" if value is None else f"{value:.1f}"
@@ -374,7 +377,7 @@ def criteria(arms: Sequence[Arm]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     a8, r8 = _p95(alone, "8 GPU"), _p95(reservoir, "8 GPU")
     if a8 is not None and r8 is not None:
-        ratio = a8 / r8 if r8 > 0 else (math.inf if a8 > 0 else 1.0)
+        ratio = wait_ratio(a8, r8)
         rows.append({"criterion": f"8 GPU p95 at least {RATIO_GOAL:g}x lower",
                      "value": f"{a8:.1f} -> {r8:.1f} s (x{ratio:.1f})", "met": ratio >= RATIO_GOAL})
     for klass in classes([alone, reservoir]):
@@ -405,6 +408,11 @@ def criteria_lines(arms: Sequence[Arm]) -> list[str]:
     return [f"goal {'met' if row['met'] else 'NOT MET'}: {row['criterion']}: {row['value']}" for row in criteria(arms)]
 
 
+VALIDATION_SECONDS = 10.0  # issue 31: per-class p50 and p95 within 20% or 10 s, whichever is larger
+VALIDATION_SHARE = 0.2
+VALIDATION_ALLOCATION = 0.03  # GPU allocation within 0.03
+
+
 def validation_rows(real: Sequence[Arm], model: Sequence[Arm]) -> list[dict[str, Any]]:
     """The simulation (`reservoir simulate`) against the replay on the control plane, arm by arm (matched by name)
     and class by class: p50 and p95 waits on each side and whether the model is within VALIDATION_SECONDS or
@@ -417,11 +425,11 @@ def validation_rows(real: Sequence[Arm], model: Sequence[Arm]) -> list[dict[str,
         if sim is None:
             continue
         for klass in classes([arm, sim]):
+            placed_real = waits(r for r in arm.records if r.klass == klass)
+            placed_sim = waits(r for r in sim.records if r.klass == klass)
+            if not placed_real or not placed_sim:
+                continue
             for q in (50, 95):
-                placed_real = waits(r for r in arm.records if r.klass == klass)
-                placed_sim = waits(r for r in sim.records if r.klass == klass)
-                if not placed_real or not placed_sim:
-                    continue
                 a, b = percentile(placed_real, q), percentile(placed_sim, q)
                 rows.append({"arm": arm.name, "what": f"{klass} p{q}", "replay": a, "simulate": b,
                              "met": abs(a - b) <= max(VALIDATION_SECONDS, VALIDATION_SHARE * a)})
@@ -429,11 +437,6 @@ def validation_rows(real: Sequence[Arm], model: Sequence[Arm]) -> list[dict[str,
         rows.append({"arm": arm.name, "what": "GPU allocation", "replay": a, "simulate": b,
                      "met": abs(a - b) <= VALIDATION_ALLOCATION})
     return rows
-
-
-VALIDATION_SECONDS = 10.0  # issue 31: per-class p50 and p95 within 20% or 10 s, whichever is larger
-VALIDATION_SHARE = 0.2
-VALIDATION_ALLOCATION = 0.03  # GPU allocation within 0.03
 
 
 def validation_table(real: Sequence[Arm], model: Sequence[Arm]) -> str:
@@ -445,7 +448,8 @@ def validation_table(real: Sequence[Arm], model: Sequence[Arm]) -> str:
         lines.append(f"| {row['arm']} | {row['what']} | {fmt.format(row['replay'])} | {fmt.format(row['simulate'])} "
                      f"| {'yes' if row['met'] else 'NO'} |")
     within = sum(row["met"] for row in rows)
-    lines += ["", f"validation: {within} of {len(rows)} measures within tolerance (20% or 10 s; allocation 0.03)"]
+    lines += ["", f"validation: {within} of {len(rows)} measures within tolerance "
+              f"({VALIDATION_SHARE:.0%} or {VALIDATION_SECONDS:g} s; allocation {VALIDATION_ALLOCATION:g})"]
     verdicts_real = {row["criterion"]: row["met"] for row in criteria(real)}
     verdicts_sim = {row["criterion"]: row["met"] for row in criteria(model)}
     differ = sorted(k for k in verdicts_real if verdicts_sim.get(k) != verdicts_real[k])

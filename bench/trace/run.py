@@ -54,9 +54,10 @@ from bench.trace import report, simulate, trace
 from localcluster.cluster import COMPLETE_AFTER, kwok_node
 from shared import keys
 from shared.ownership import JobRef
+from shared.tracecsv import REPLAY_SETTING
 
 REPO = Path(__file__).resolve().parents[2]
-GPU = "nvidia.com/gpu"
+GPU = keys.GPU_RESOURCE
 MODEL_LABEL = "bench.reservoir.sh/gpu-model"
 ARMS = ("alone", "starvation", "backfill")
 THRESHOLD = "30s"
@@ -334,14 +335,16 @@ async def run(args: argparse.Namespace) -> list[str]:
     report.write_json(arms, out / "trace.json")
     pictures = report.plot(arms, out)
     command = "make bench-trace" + "".join(f" {k}={v}" for k, v in (("TRACE", args.pods), ("NODES", args.nodes),
-                                                                     ("FRACTION", args.fraction if args.fraction != 0.1
+                                                                     ("FRACTION", args.fraction
+                                                                      if args.fraction != REPLAY_SETTING["fraction"]
                                                                       else None), ("WINDOW", args.window))
                                            if v is not None)
     (out / "report.md").write_text(f"`{command}`\n\n{header}\n\n{table}\n\n" + "\n".join(lines[1:]) + "\n")
     lines += [table, *(f"picture: {p}" for p in pictures), f"records: {out / 'trace.json'}"]
     by_name = {a.name: a for a in arms}
-    if "alone" in by_name and len(arms) > 1:
-        lines.append(report.last_line(by_name["alone"], by_name.get("backfill") or arms[-1]))
+    reservoir = report.reservoir_arm(arms)
+    if "alone" in by_name and reservoir is not None:
+        lines.append(report.last_line(by_name["alone"], reservoir))
     return lines
 
 
@@ -349,14 +352,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench-trace", description=__doc__.split("\n")[0])
     parser.add_argument("--pods", help="the trace's pods CSV (openb format); default: the synthetic trace")
     parser.add_argument("--nodes", help="the trace's nodes CSV (openb format)")
-    parser.add_argument("--fraction", type=float, default=0.1, help="share of each node shape replayed (0.1)")
-    parser.add_argument("--window", type=float, default=300.0,
-                        help="seconds of the compressed arrivals replayed, at the same intensity (300)")
-    parser.add_argument("--arrival-seconds", type=float, default=600.0,
-                        help="the trace's arrival span compressed into this many seconds (600)")
-    parser.add_argument("--runtime-factor", type=float, default=30.0, help="runtimes divided by this (30)")
-    parser.add_argument("--runtime-floor", type=float, default=2.0, help="shortest replayed runtime, seconds (2)")
-    parser.add_argument("--runtime-cap", type=float, default=120.0, help="longest replayed runtime, seconds (120)")
+    setting = REPLAY_SETTING
+    parser.add_argument("--fraction", type=float, default=setting["fraction"],
+                        help="share of each node shape replayed (%(default)g)")
+    parser.add_argument("--window", type=float, default=setting["window"],
+                        help="seconds of the compressed arrivals replayed, at the same intensity (%(default)g)")
+    parser.add_argument("--arrival-seconds", type=float, default=setting["arrival_seconds"],
+                        help="the trace's arrival span compressed into this many seconds (%(default)g)")
+    parser.add_argument("--runtime-factor", type=float, default=setting["runtime_factor"],
+                        help="runtimes divided by this (%(default)g)")
+    parser.add_argument("--runtime-floor", type=float, default=setting["runtime_floor"],
+                        help="shortest replayed runtime, seconds (%(default)g)")
+    parser.add_argument("--runtime-cap", type=float, default=setting["runtime_cap"],
+                        help="longest replayed runtime, seconds (%(default)g)")
     parser.add_argument("--tail", type=float, default=300.0,
                         help="seconds after the last arrival an arm waits for pending pods (300)")
     parser.add_argument("--seed", type=int, default=0, help="the synthetic trace's seed (0)")

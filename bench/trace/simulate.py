@@ -93,11 +93,12 @@ from shared.ownership import JobRef
 from shared.predicates import NodeAffinity, Placement, node_selector, required_node_affinity, schedulable_on
 from shared.resources import CPU, MEMORY, PODS, Resources, pod_requests
 from shared.timestamps import stamp
+from shared.tracecsv import REPLAY_SETTING
 from shared.views import NodeView, PodView
 from webhook.lookup import Lookup
 from webhook.mutate import mutate_pod
 
-GPU = "nvidia.com/gpu"  # bench/trace/run.py GPU
+GPU = keys.GPU_RESOURCE
 MODELLED = frozenset((CPU, MEMORY, GPU, PODS))  # the resources NodeResourcesFit is modelled on
 # the simulated clock's zero: the first arrival. Any fixed moment would do; the planner reads only differences.
 EPOCH = datetime(2030, 1, 1, tzinfo=UTC)
@@ -1030,9 +1031,11 @@ class Replayed:
     header: str
 
 
-def replayed(*, pods_csv: str | None = None, nodes_csv: str | None = None, seed: int = 0, fraction: float = 0.1,
-             arrival_seconds: float = 600.0, runtime_factor: float = 30.0, runtime_floor: float = 2.0,
-             runtime_cap: float = 120.0, window: float | None = 300.0, as_recorded: bool = False) -> Replayed:
+def replayed(*, pods_csv: str | None = None, nodes_csv: str | None = None, seed: int = 0,
+             fraction: float = REPLAY_SETTING["fraction"], arrival_seconds: float = REPLAY_SETTING["arrival_seconds"],
+             runtime_factor: float = REPLAY_SETTING["runtime_factor"],
+             runtime_floor: float = REPLAY_SETTING["runtime_floor"], runtime_cap: float = REPLAY_SETTING["runtime_cap"],
+             window: float | None = REPLAY_SETTING["window"], as_recorded: bool = False) -> Replayed:
     """The replay bench-trace builds (bench/trace/run.py `run`): the trace's nodes (a stratified `fraction` of them)
     and its pods compressed (trace.replay), from the CSVs or the synthetic trace of `seed`.
 
@@ -1108,9 +1111,9 @@ def main_lines(outcomes: Sequence[Outcome]) -> list[str]:
     (report.last_line: kube-scheduler alone, the first arm, -> the arm named backfill, else the last one)."""
     arms = [o.arm for o in outcomes]
     lines = [report.table(arms), "", *report.criteria_lines(arms), "", *(o.line for o in outcomes)]
-    by_name = {a.name: a for a in arms}
-    if len(arms) > 1:
-        lines.append(report.last_line(arms[0], by_name.get("backfill") or arms[-1]))
+    reservoir = report.reservoir_arm(arms)
+    if arms and reservoir is not None:
+        lines.append(report.last_line(arms[0], reservoir))
     return lines
 
 

@@ -23,6 +23,7 @@ import sys
 import time
 
 from bench.trace import simulate, trace
+from shared.tracecsv import REPLAY_SETTING
 
 NODE_COPIES = 4
 
@@ -44,8 +45,7 @@ def scaled_pods(pods: int) -> tuple[list[trace.ReplayPod], int]:
     while True:
         rows += [dataclasses.replace(row, name=f"s{seed}-{row.name}") for row in trace.synthetic(seed)[1]]
         seed += 1
-        replay = trace.replay(rows, arrival_seconds=600.0, runtime_factor=30.0, runtime_floor=2.0, runtime_cap=120.0,
-                              window=300.0)
+        replay = trace.replay(rows, **{k: v for k, v in REPLAY_SETTING.items() if k != "fraction"})
         if len(replay.pods) >= pods:
             return replay.pods, seed
 
