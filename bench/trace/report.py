@@ -12,12 +12,12 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.trace.trace import CLASSES
+from bench.trace.trace import CLASSES, NodeRow, ReplayPod
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,7 @@ class LockSpan:
     owner_class: str
     since: float
     until: float | None
+    owner: str = ""  # the replayed pod it was held for, "" for any other owner
 
 
 @dataclass
@@ -76,6 +77,8 @@ class Arm:
     window: float | None = None
     locks: list[LockSpan] = field(default_factory=list)
     node_gpus: dict[str, int] = field(default_factory=dict)  # GPUs of each node, by name
+    # per replayed pod's first lock: how much later its node could take it than the soonest could (lock_regrets)
+    lock_regrets: list[float] = field(default_factory=list)
 
 
 def percentile(values: Iterable[float], q: float) -> float:
@@ -243,6 +246,91 @@ def lock_rows(arm: Arm) -> list[dict[str, Any]]:
     return sorted(rows.values(), key=lambda row: order.get(row["class"], len(order)))
 
 
+def first_locks(arm: Arm) -> dict[str, LockSpan]:
+    """Each replayed pod a lock was held for: its first lock."""
+    first: dict[str, LockSpan] = {}
+    for span in arm.locks:
+        if span.owner and (span.owner not in first or span.since < first[span.owner].since):
+            first[span.owner] = span
+    return first
+
+
+def lock_waits(arm: Arm) -> list[dict[str, Any]]:
+    """Per class, the pods a lock was held for and bound: their waits cut at their first lock, p50 / p95 of creation
+    to the lock (the starvation threshold and the planner's latency) and of the lock to the bind (the locked node's
+    drain). Which part of a locked pod's wait Reservoir's rules decide, and which the pods already running do."""
+    by_name = {r.name: r for r in arm.records}
+    parts: dict[str, tuple[list[float], list[float]]] = {}
+    for name, span in first_locks(arm).items():
+        record = by_name.get(name)
+        if record is None or record.bound is None:
+            continue
+        to_lock, to_bind = parts.setdefault(record.klass, ([], []))
+        to_lock.append(max(0.0, span.since - record.created))
+        to_bind.append(max(0.0, record.bound - span.since))
+    order = {k: i for i, k in enumerate(classes([arm]))}
+    return [{"class": klass, "pods": len(to_lock), "to_lock_p50": percentile(to_lock, 50),
+             "to_lock_p95": percentile(to_lock, 95), "to_bind_p50": percentile(to_bind, 50),
+             "to_bind_p95": percentile(to_bind, 95)}
+            for klass, (to_lock, to_bind) in sorted(parts.items(), key=lambda kv: order.get(kv[0], len(order)))]
+
+
+def fit_moment(want: ReplayPod, row: NodeRow, running: Iterable[tuple[ReplayPod, float]], at: float) -> float | None:
+    """When the node of `row` could first take `want` from `at` on, were nothing else to come: `at` if its room
+    covers the request, else the end of the running pod (its pod, its end) whose end frees enough; None if it never
+    could (too small, another GPU model, or room only after pods with no end seen)."""
+    if (want.gpu_models and row.model not in want.gpu_models) or want.cpu_milli > row.cpu_milli or (
+            want.memory_mib > row.memory_mib or want.gpus > row.gpu):
+        return None
+    cpu, memory, gpus = row.cpu_milli - want.cpu_milli, row.memory_mib - want.memory_mib, row.gpu - want.gpus
+    ends = sorted(running, key=lambda pod_end: pod_end[1])
+    cpu -= sum(p.cpu_milli for p, _ in ends)
+    memory -= sum(p.memory_mib for p, _ in ends)
+    gpus -= sum(p.gpus for p, _ in ends)
+    moment = at
+    for pod, end in ends:
+        if cpu >= 0 and memory >= 0 and gpus >= 0:
+            break
+        cpu, memory, gpus, moment = cpu + pod.cpu_milli, memory + pod.memory_mib, gpus + pod.gpus, end
+    return moment if cpu >= 0 and memory >= 0 and gpus >= 0 and math.isfinite(moment) else None
+
+
+def lock_regrets(arm: Arm, pods: Mapping[str, ReplayPod], nodes: Mapping[str, NodeRow]) -> list[float]:
+    """Seed 000 locks the node where the task fits soonest. For each replayed pod's first lock: how much later the
+    node locked could take it than the node that could soonest (of those no other pod's lock held at that moment:
+    the planner leaves another job's locked node alone), from the pods running on each node at the lock and
+    the moments they really ended (what the planner reads from their declared runtimes; a pod not seen ending never
+    frees its room). 0 where the lock went to the soonest node; the lock's node is what its drain (lock_waits'
+    lock -> bind) is made of."""
+    running: dict[str, list[PodRecord]] = {}
+    for r in arm.records:
+        if r.node and r.bound is not None:
+            running.setdefault(r.node, []).append(r)
+
+    def fits(name: str, want: ReplayPod, at: float) -> float | None:
+        on = [(pods[r.name], r.ended if r.ended is not None else math.inf) for r in running.get(name, ())
+              if r.name in pods and r.name != want.name and r.bound is not None and r.bound <= at
+              and (r.ended is None or r.ended > at)]
+        return fit_moment(want, nodes[name], on, at)
+
+    regrets = []
+    for owner, span in sorted(first_locks(arm).items()):
+        want = pods.get(owner)
+        if want is None or span.node not in nodes:
+            continue
+        others = {s.node for s in arm.locks if s.owner != owner and s.since <= span.since
+                  and (s.until is None or s.until > span.since)}
+        chosen = fits(span.node, want, span.since)
+        best = min((m for m in (fits(n, want, span.since) for n in nodes if n not in others) if m is not None),
+                   default=None)
+        if chosen is not None and best is not None:
+            regrets.append(chosen - best)
+    return regrets
+
+
+REGRET_SECONDS = 0.5  # a node that could take the pod this close to the soonest counts as the soonest
+
+
 def _idle_gpu_seconds(gpus: int, pods: Iterable[PodRecord], since: float, until: float) -> float:
     """The integral over [since, until] of the node's GPUs that no running pod requests."""
     if until <= since or gpus <= 0:
@@ -308,6 +396,19 @@ def table(arms: Sequence[Arm]) -> str:
             lines.append(f"  - {a.name} locks by the class they were held for: " + "; ".join(
                 f"{row['class']} {row['locks']} locks, {row['node_seconds']:.0f} node-s, "
                 f"{row['idle_gpu_seconds']:.0f} idle GPU-s" for row in held))
+        parts = lock_waits(a)
+        if parts:
+            line = (f"  - {a.name} pods locked for, wait p50 / p95 (s) from creation to their first lock, then to "
+                    f"their bind: " + "; ".join(
+                        f"{row['class']} {row['pods']} pods {_seconds(row['to_lock_p50'])} / "
+                        f"{_seconds(row['to_lock_p95'])}, then {_seconds(row['to_bind_p50'])} / "
+                        f"{_seconds(row['to_bind_p95'])}" for row in parts))
+            if a.lock_regrets:
+                soonest = sum(1 for r in a.lock_regrets if r <= REGRET_SECONDS)
+                line += (f"; {soonest} of {len(a.lock_regrets)} first locks on a node that could take the pod "
+                         f"soonest" + ("" if soonest == len(a.lock_regrets) else
+                                       f" (the others up to {max(a.lock_regrets):.1f} s later)"))
+            lines.append(line)
     pools = pool_rows(arms)
     if len(pools) > 1:
         lines += ["", "GPU-share and 1-GPU pods by the GPU models they name, wait mean / p95 (s), and the GPU-seconds "

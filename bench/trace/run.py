@@ -271,11 +271,12 @@ async def arm(api: Api, kubectl: list[str], name: str, node_rows: Sequence[trace
                                 models="|".join(p.gpu_models))
                for p in replay]
     owner_pod = {JobRef(namespace, "Pod", p).owner_id: p for p in pods}
-    locks = [report.LockSpan(node, pods[owner_pod[owner]].klass if owner in owner_pod else "other", since, until)
-             for node, owner, since, until in seen.lock_history]
+    locks = [report.LockSpan(node, pods[owner_pod[owner]].klass if owner in owner_pod else "other", since, until,
+                             owner_pod.get(owner, "")) for node, owner, since, until in seen.lock_history]
     result = report.Arm(name=name, records=records, samples=samples, total_gpus=sum(r.gpu for r in node_rows),
                         owner_delays=owner_delays(seen, pods, nodes, namespace), seconds=seconds,
                         window=last_arrival, locks=locks, node_gpus={n: row.gpu for n, row in nodes.items()})
+    result.lock_regrets = report.lock_regrets(result, pods, nodes)
     await api.call("DELETE", f"/api/v1/namespaces/{namespace}/pods?gracePeriodSeconds=0", ok=(200, 202, 404))
     await api.call("DELETE", f"/api/v1/namespaces/{namespace}", ok=(200, 202, 404))
     for node in nodes:

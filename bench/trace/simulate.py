@@ -727,12 +727,14 @@ class ArmRun:
         seen.lock_history = list(self.lock_history)
         pods = {p.name: p for p in self.replay}
         owner_pod = {JobRef(self.spec.namespace, "Pod", p).owner_id: p for p in pods}
-        locks = [report.LockSpan(node, pods[owner_pod[owner]].klass if owner in owner_pod else "other", since, until)
-                 for node, owner, since, until in self.lock_history]
+        locks = [report.LockSpan(node, pods[owner_pod[owner]].klass if owner in owner_pod else "other", since, until,
+                                 owner_pod.get(owner, "")) for node, owner, since, until in self.lock_history]
         delays = owner_delays(seen, pods, dict(self.rows), self.spec.namespace) if self.agent is not None else []
-        return report.Arm(name=self.spec.name, records=records, samples=self.samples,
-                          total_gpus=sum(r.gpu for r in self.rows.values()), owner_delays=delays, seconds=end,
-                          window=last_arrival, locks=locks, node_gpus={n: r.gpu for n, r in self.rows.items()})
+        arm = report.Arm(name=self.spec.name, records=records, samples=self.samples,
+                         total_gpus=sum(r.gpu for r in self.rows.values()), owner_delays=delays, seconds=end,
+                         window=last_arrival, locks=locks, node_gpus={n: r.gpu for n, r in self.rows.items()})
+        arm.lock_regrets = report.lock_regrets(arm, pods, self.rows)
+        return arm
 
 
 def gates(obj: Mapping[str, Any]) -> bool:

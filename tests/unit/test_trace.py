@@ -439,6 +439,59 @@ def test_locks_are_charged_to_the_class_they_were_held_for_with_the_gpus_they_le
     assert "8 GPU 1 locks, 10 node-s, 72 idle GPU-s" in report.table([result])
 
 
+def replay_pod(name: str, gpus: int, cpu: int = 1000, memory: int = 1024, models: tuple[str, ...] = ()
+               ) -> trace.ReplayPod:
+    return trace.ReplayPod(name, f"{gpus} GPU", 0.0, 10.0, cpu, memory, gpus, gpus * 1000, models, 10.0)
+
+
+def test_a_locked_pods_wait_is_cut_at_its_first_lock() -> None:
+    """An 8-GPU pod created at 0, locked for at 30 (and again at 50 on another node), bound at 100: 30 s to its lock,
+    70 s from it; a pod locked for but never bound, and a lock for an owner not replayed, count nowhere."""
+    records = [PodRecord("big", "8 GPU", 8, 0.0, 100.0, None, "n2", False),
+               PodRecord("other", "8 GPU", 8, 0.0, 10.0, None, "n3", False),
+               PodRecord("stuck", "4 GPU", 4, 0.0, None, None, "", False)]
+    result = arm("starvation", records)
+    result.locks = [report.LockSpan("n2", "8 GPU", 50.0, 100.0, "big"),
+                    report.LockSpan("n1", "8 GPU", 30.0, 50.0, "big"),
+                    report.LockSpan("n4", "4 GPU", 30.0, None, "stuck"), report.LockSpan("n5", "other", 1.0, 2.0)]
+    assert report.lock_waits(result) == [{"class": "8 GPU", "pods": 1, "to_lock_p50": 30.0, "to_lock_p95": 30.0,
+                                          "to_bind_p50": 70.0, "to_bind_p95": 70.0}]
+    assert "8 GPU 1 pods 30.0 / 30.0, then 70.0 / 70.0" in report.table([result])
+
+
+def test_fit_moment_is_when_the_pods_running_have_freed_enough() -> None:
+    """A node of 8 GPUs and 10 cpu: a 4-GPU pod fits at once beside a 4-GPU pod; an 8-GPU pod when both 4-GPU pods
+    running there have ended (the later end), or when the one holding the cpu it lacks ends; never on a node of
+    another model it names, one too small, or room only after a pod with no end seen."""
+    row = NodeRow("n", 10_000, 65_536, 8, "G2")
+    a, b = replay_pod("a", 4), replay_pod("b", 4, cpu=9_000)
+    assert report.fit_moment(replay_pod("x", 4), row, [(a, 20.0)], 5.0) == 5.0
+    assert report.fit_moment(replay_pod("x", 8), row, [(a, 20.0), (b, 12.0)], 5.0) == 20.0
+    assert report.fit_moment(replay_pod("x", 0, cpu=2_000), row, [(b, 12.0)], 5.0) == 12.0
+    assert report.fit_moment(replay_pod("x", 8, models=("T4",)), row, [], 5.0) is None
+    assert report.fit_moment(replay_pod("x", 8, cpu=11_000), row, [], 5.0) is None
+    assert report.fit_moment(replay_pod("x", 8), row, [(a, math.inf)], 5.0) is None
+
+
+def test_lock_regret_is_how_much_later_the_locked_node_frees_than_the_soonest_free_to_lock() -> None:
+    """At the lock (t=10) n1 frees its 8 GPUs at 60, n2 at 30, n3 at 20 but n3 is locked for another pod then: the
+    soonest node that could be locked is n2, so a lock on n1 cost 30 s, and one on n2 nothing."""
+    nodes = {n: NodeRow(n, 10_000, 65_536, 8, "G2") for n in ("n1", "n2", "n3")}
+    pods = {"big": replay_pod("big", 8), "p1": replay_pod("p1", 1), "p2": replay_pod("p2", 1),
+            "p3": replay_pod("p3", 1), "rival": replay_pod("rival", 8)}
+    records = [PodRecord("big", "8 GPU", 8, 0.0, 61.0, None, "n1", False),
+               PodRecord("p1", "1 GPU", 1, 0.0, 1.0, 60.0, "n1", False),
+               PodRecord("p2", "1 GPU", 1, 0.0, 1.0, 30.0, "n2", False),
+               PodRecord("p3", "1 GPU", 1, 0.0, 1.0, 20.0, "n3", False),
+               PodRecord("rival", "8 GPU", 8, 0.0, 21.0, None, "n3", False)]
+    result = arm("starvation", records)
+    result.locks = [report.LockSpan("n3", "8 GPU", 5.0, 21.0, "rival"),
+                    report.LockSpan("n1", "8 GPU", 10.0, 61.0, "big")]
+    assert report.lock_regrets(result, pods, nodes) == [30.0, 0.0]  # by owner: big, then rival (n3 frees soonest)
+    result.locks[1] = report.LockSpan("n2", "8 GPU", 10.0, 61.0, "big")
+    assert report.lock_regrets(result, pods, nodes) == [0.0, 0.0]
+
+
 def test_criteria_measure_each_goal_of_the_trace_issue() -> None:
     """8-GPU p95 3x lower, every other class at most 10 s higher, nothing unplaced that alone placed, allocation no
     lower, and with backfill fewer locked-idle GPU-s than starvation alone and no owner delay."""
