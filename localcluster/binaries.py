@@ -73,9 +73,19 @@ def promtool_missing() -> bool:
     return not os.access(promtool(), os.X_OK)
 
 
+def kueue_dir() -> Path:
+    """Kueue's manager (`kueue`), its CRDs (`crd/`) and its webhook manifests (`webhooks.yaml`), from the one module
+    version versions.env pins, built by build.sh into a directory of its own, like helm."""
+    return cache_root() / "bin" / f"kueue-{versions()['KUEUE_VERSION']}"
+
+
+def kueue_missing() -> bool:
+    return not (os.access(kueue_dir() / "kueue", os.X_OK) and (kueue_dir() / "crd").is_dir())
+
+
 def ensure_built() -> Path:
-    """Build whatever is missing, helm and promtool too (progress goes to stderr), and return the control plane's bin
-    directory."""
-    if missing() or helm_missing() or promtool_missing():
+    """Build whatever is missing, helm, promtool and Kueue too (progress goes to stderr), and return the control
+    plane's bin directory."""
+    if missing() or helm_missing() or promtool_missing() or kueue_missing():
         subprocess.run([str(HERE / "build.sh")], check=True, stdout=subprocess.DEVNULL, stderr=sys.stderr)
     return bin_dir()

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the local control plane (etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl,
-# kwok), helm (for the chart's tests) and promtool (for the alert rules' tests) from the Go module proxy into a
-# cache outside the repository, and reuses what is already there.
+# kwok), helm (for the chart's tests), promtool (for the alert rules' tests) and Kueue's manager (for the Kueue
+# tests) from the Go module proxy into a cache outside the repository, and reuses what is already there.
 #
 #   localcluster/build.sh            build what is missing, print the control plane's bin directory last
 #   RESERVOIR_CACHE=/path ...        cache root (default ~/.cache/reservoir)
@@ -148,6 +148,32 @@ else
   mv "$promtool_tmp/promtool" "$promtool_bin/promtool"
   rmdir "$promtool_tmp"
   log "promtool: built in $((SECONDS - start))s"
+fi
+
+# Kueue (the Kueue tests): `go install` of its published module's manager, its go.mod honoured as is; its CRDs and
+# webhook manifests copied beside it from the same module, so the tests install exactly the version they run.
+kueue_bin="$cache/bin/kueue-$KUEUE_VERSION"
+if [[ -x "$kueue_bin/kueue" && -d "$kueue_bin/crd" ]]; then
+  log "kueue: cached ($kueue_bin/kueue)"
+else
+  log "kueue: building sigs.k8s.io/kueue/cmd/kueue@$KUEUE_VERSION (about 2-3 minutes on 2 cores)"
+  start=$SECONDS
+  mkdir -p "$kueue_bin"
+  kueue_dir=$(go mod download -json "sigs.k8s.io/kueue@$KUEUE_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  [[ -d $kueue_dir/config/components/crd/bases ]] || { log "kueue: no CRDs in $kueue_dir"; exit 1; }
+  kueue_tmp=$(mktemp -d "$kueue_bin/.install.XXXXXX")
+  GOBIN="$kueue_tmp" go install -trimpath \
+    -ldflags "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION" "sigs.k8s.io/kueue/cmd/kueue@$KUEUE_VERSION"
+  mkdir -p "$kueue_tmp/crd"
+  cp "$kueue_dir"/config/components/crd/bases/*.yaml "$kueue_tmp/crd/"
+  cp "$kueue_dir/config/components/webhook/manifests.yaml" "$kueue_tmp/webhooks.yaml"
+  chmod u+w "$kueue_tmp"/crd/*.yaml "$kueue_tmp/webhooks.yaml"
+  rm -rf "$kueue_bin/crd"
+  mv "$kueue_tmp/crd" "$kueue_bin/crd"
+  mv "$kueue_tmp/webhooks.yaml" "$kueue_bin/webhooks.yaml"
+  mv "$kueue_tmp/kueue" "$kueue_bin/kueue"
+  rmdir "$kueue_tmp"
+  log "kueue: built in $((SECONDS - start))s"
 fi
 
 echo "$bin"
