@@ -27,7 +27,7 @@ from shared.kube import NotFound, get_json, new_api_client, resource_path
 from shared.logs import printable
 from shared.ownership import queue_name as queue_name_of
 from shared.timestamps import stamp
-from shared.views import PodGroupView, QueueView
+from shared.views import PodGroupView, PodView, QueueView, WorkloadView
 from shared.watchcache import Skipped, WatchCache
 
 
@@ -262,13 +262,19 @@ async def why(kubeconfig: str | None, namespace: str, pod: str, reservoir_namesp
         # both sources, keyed as the agent keys them (Koordinator's `scheduling.koordinator.sh/<name>`, issue 18)
         sources = [kinds.RESERVATIONS] + ([kinds.KOORDINATOR_RESERVATIONS] if config.koordinator.reservations else [])
         reservations = {r.key: r for kind in sources for r in await _list(api, kind)}
+        workload = None
+        named = ((obj.get("metadata") or {}).get("annotations") or {}).get(keys.KUEUE_WORKLOAD)
+        if config.kueue.workloads and PodView.from_obj(obj).job[1] == "Workload" and named:
+            workload_obj = await _get(api, resource_path(keys.KUEUE_API_VERSION, keys.WORKLOAD_PLURAL, name=named,
+                                                         namespace=namespace))
+            workload = WorkloadView.from_obj(workload_obj) if workload_obj is not None else None
         locks, _ = await read_locks(api)
         published = await read_published(api, reservoir_namespace)
     finally:
         await api.close()
     answer = explain(obj, podgroup=podgroup, queue=QueueView.from_obj(queue_obj) if queue_obj is not None else None,
                      reservations=reservations, locks=locks, published=published, config=config,
-                     now=datetime.now(UTC), where=f"{reservoir_namespace}/{keys.STATUS_CONFIGMAP}")
+                     now=datetime.now(UTC), where=f"{reservoir_namespace}/{keys.STATUS_CONFIGMAP}", workload=workload)
     text = dump(answer, output) if output in ("json", "yaml") else why_text(answer)
     return Shown(text, None)
 

@@ -79,7 +79,8 @@ OWN_WRITES_SEEN = 1.0  # seconds a pass waits at most for the caches to show the
 GATE_SAFE_CACHES = frozenset((kinds.PODS.name, kinds.NODES.name))
 MAX_PENDING_EVENTS = 1000  # Warning Events about unreadable objects waiting for the next reconcile; more are dropped
 _WATCHED = {w.name: w for w in (kinds.NODES, kinds.PODS, kinds.PODGROUPS, kinds.QUEUES, kinds.PRIORITY_CLASSES,
-                                kinds.RESERVATIONS, kinds.KOORDINATOR_RESERVATIONS)} | {"config": kinds.config_map("")}
+                                kinds.RESERVATIONS, kinds.KOORDINATOR_RESERVATIONS, kinds.WORKLOADS)} | {
+    "config": kinds.config_map("")}
 
 
 @dataclass(frozen=True)
@@ -359,6 +360,9 @@ class Agent:
         self.daemonsets = watched(kinds.DAEMONSETS)
         # issue 18: Koordinator's Reservations, followed only while `koordinator.reservations` is on
         self.koordinator = SwitchedCache(watched(kinds.KOORDINATOR_RESERVATIONS))
+        # issue 32: Kueue's Workloads, followed only while `kueue.workloads` is on
+        self.workloads = SwitchedCache(watched(kinds.WORKLOADS))
+        self.switched = (self.koordinator, self.workloads)
         self.configmaps = WatchCache.of(api, kinds.config_map(namespace), on_change=self._config_changed,
                                         on_skip=skip)
         self.caches = [self.nodes, self.pods, self.podgroups, self.queues, self.priority_classes, self.reservations,
@@ -416,6 +420,7 @@ class Agent:
         config, error = kinds.config_from(event, configmap, self.config)
         self.config = self._protecting(config)
         self.koordinator.switch(self.config.koordinator.reservations)
+        self.workloads.switch(self.config.kueue.workloads)
         if error is not None:
             self.metrics.config_errors.inc()
             log.warning("config rejected, last good kept", extra=fields(config="rejected", kept="last-good",
@@ -444,8 +449,8 @@ class Agent:
 
     def waiting(self) -> list[str]:
         """The caches not synced yet (readiness waits for every one)."""
-        return [c.name for c in self.caches if not c.synced.is_set()] + (
-            [] if self.koordinator.synced else [self.koordinator.name])
+        return [c.name for c in self.caches if not c.synced.is_set()] + [
+            switched.name for switched in self.switched if not switched.synced]
 
     def snapshot(self) -> Snapshot:
         index = self.pod_index()
@@ -457,6 +462,7 @@ class Agent:
             priority_classes=dict(self.priority_classes.items),
             reservations={**self.reservations.items, **self.koordinator.items},  # keys never collide (kinds)
             daemonsets=dict(self.daemonsets.items),
+            workloads=dict(self.workloads.items),
         ).with_index(index)
 
     # --- one reconcile ---
@@ -621,8 +627,9 @@ class Agent:
                 await asyncio.sleep(self.settle(last_started, time.monotonic()))
                 last_started = time.monotonic()
             self.changed.clear()
-            if not self.koordinator.synced:  # issue 18: no plan without the Koordinator Reservations it serves
-                log.info("plan deferred", extra=fields(plan="deferred", waiting=self.koordinator.name))
+            unsynced = [switched.name for switched in self.switched if not switched.synced]
+            if unsynced:  # issues 18, 32: no plan without the Koordinator Reservations or Kueue Workloads it serves
+                log.info("plan deferred", extra=fields(plan="deferred", waiting=",".join(unsynced)))
                 await asyncio.sleep(RETRY_PERIOD)
                 self.changed.set()
                 continue
@@ -664,7 +671,8 @@ class Agent:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            await self.koordinator.stop()
+            for switched in self.switched:
+                await switched.stop()
 
     async def _elect(self) -> None:
         """Run for the Lease for ever: while held, the reconcile loop runs (the library cancels it on loss; so does

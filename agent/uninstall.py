@@ -9,9 +9,10 @@
    NODE_ANNOTATIONS, from shared/keys.py) and nothing else, by the writer `reservoir release --all` uses.
 4. Reservoir's scheduling gates (`reservoir.sh/...`) lifted from every pod, so no pod stays gated.
 5. The placeholder pods (label keys.PLACEHOLDER, in Reservoir's namespace).
-6. What the install created (INSTALLED), unless `leave_install`: the namespace (and everything in it), the
-   cluster-wide RBAC and the placeholders' PriorityClass; the Reservation CRD (and with it every Reservation) only
-   when `crds` is asked. Never Volcano's CRDs, never a Queue or a PodGroup.
+6. What the install created (INSTALLED; COMPONENTS_INSTALLED, the optional components' RBAC), unless
+   `leave_install`: the namespace (and everything in it), the cluster-wide RBAC and the placeholders' PriorityClass;
+   the Reservation CRD (and with it every Reservation) only when `crds` is asked. Never Volcano's CRDs, never a
+   Queue or a PodGroup.
 
 Safe to run again at any time: what is already gone (or going: a deletionTimestamp) is skipped, and a run that
 finds nothing says so. Helm's pre-delete hook runs it with `leave_install` (Helm deletes the rest itself, and a Job
@@ -67,6 +68,17 @@ INSTALLED = (
     ("rbac.authorization.k8s.io/v1", "clusterroles", "reservoir-status"),
     ("rbac.authorization.k8s.io/v1", "clusterroles", "reservoir-record"),
     ("scheduling.k8s.io/v1", "priorityclasses", keys.PLACEHOLDER_PRIORITY_CLASS),
+)
+# what the optional components add (deploy/components/koordinator and kueue): already gone when not installed
+COMPONENTS_INSTALLED = (
+    ("rbac.authorization.k8s.io/v1", "clusterrolebindings", "reservoir-agent-koordinator"),
+    ("rbac.authorization.k8s.io/v1", "clusterrolebindings", "reservoir-webhook-koordinator"),
+    ("rbac.authorization.k8s.io/v1", "clusterroles", "reservoir-agent-koordinator"),
+    ("rbac.authorization.k8s.io/v1", "clusterroles", "reservoir-webhook-koordinator"),
+    ("rbac.authorization.k8s.io/v1", "clusterroles", "reservoir-status-koordinator"),
+    ("rbac.authorization.k8s.io/v1", "clusterrolebindings", "reservoir-agent-kueue"),
+    ("rbac.authorization.k8s.io/v1", "clusterroles", "reservoir-agent-kueue"),
+    ("rbac.authorization.k8s.io/v1", "clusterroles", "reservoir-status-kueue"),
 )
 RESERVATION_CRD = ("apiextensions.k8s.io/v1", "customresourcedefinitions",
                    f"{keys.RESERVATION_PLURAL}.{keys.RESERVATION_GROUP}")
@@ -328,7 +340,8 @@ async def _delete_placeholders(api: client.ApiClient, namespace: str) -> list[st
 
 
 async def _delete_installed(api: client.ApiClient, plan: Uninstall) -> list[str]:
-    objects = [("v1", "namespaces", plan.namespace), *INSTALLED, *([RESERVATION_CRD] if plan.crds else [])]
+    objects = [("v1", "namespaces", plan.namespace), *INSTALLED, *COMPONENTS_INSTALLED,
+               *([RESERVATION_CRD] if plan.crds else [])]
     return [line for api_version, plural, name in objects if (line := await _delete(api, api_version, plural, name))]
 
 

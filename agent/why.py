@@ -33,7 +33,7 @@ from shared.logs import printable
 from shared.ownership import JobRef, pod_queue
 from shared.timestamps import parse_time, stamp
 from shared.tolerations import tolerates_exclusive, tolerates_lock
-from shared.views import PodGroupView, PodView, QueueView, ReservationView
+from shared.views import PodGroupView, PodView, QueueView, ReservationView, WorkloadView
 
 
 def _gates(pod: Mapping[str, Any]) -> list[str]:
@@ -69,16 +69,17 @@ def _listed(nodes: Sequence[str], most: int = 5) -> str:
 def explain(pod: Mapping[str, Any], *, podgroup: PodGroupView | None, queue: QueueView | None,
             reservations: Mapping[str, ReservationView], locks: Mapping[str, Lock],
             published: Mapping[str, Any] | None, config: ReservoirConfig, now: datetime,
-            where: str = "reservoir-system/reservoir-status") -> dict[str, Any]:
+            where: str = "reservoir-system/reservoir-status", workload: WorkloadView | None = None) -> dict[str, Any]:
     """The answer for one pod (module docstring): `{pod, job, owner, queue, covered, reason, explanation, nodes,
     tolerates, start, plan}`; `nodes`: the locked nodes it may use (or, for `bound`, its node); `tolerates`: whether its
     tolerations let it onto them (null when no lock is involved); `plan`: the published plan's age
-    (agent.published.freshness)."""
+    (agent.published.freshness). `workload`: the Kueue Workload the pod names, read while `kueue.workloads` is on."""
     view = PodView.from_obj(pod)
     podgroups = {(podgroup.namespace, podgroup.name): podgroup} if podgroup is not None else {}
     ref = JobRef(*view.job)
     queues = {queue.name: queue} if queue is not None else {}
-    jobs = build_jobs(Snapshot(pods=[view], podgroups=podgroups, queues=queues))
+    workloads = {(workload.namespace, workload.name): workload} if workload is not None else {}
+    jobs = build_jobs(Snapshot(pods=[view], podgroups=podgroups, queues=queues, workloads=workloads))
     # the queue the pod names (its job's is NO_QUEUE when no such Queue exists or it does not admit the namespace)
     queue_name = pod_queue(view, podgroups) if jobs else (podgroup.queue if podgroup is not None and podgroup.queue
                                                           else "")
@@ -165,6 +166,11 @@ def explain(pod: Mapping[str, Any], *, podgroup: PodGroupView | None, queue: Que
         but = "" if rights.every_exclusive else " (but exclusive ones)"
         return done("exempt", f"is {rights.every_lock}: it may use every locked node{but} and no lock is held for it.")
 
+    if workload is not None and not workload.admitted:
+        state = "was evicted by Kueue" if workload.evicted else "has finished" if workload.finished else (
+            f"is waiting in Kueue's LocalQueue {workload.queue_name or '(none)'}, not admitted yet")
+        return done("kueue", f"its job is Kueue's Workload {workload.namespace}/{workload.name}, which {state}: Kueue "
+                             "holds it back, so it is not starving and no lock is held for it until Kueue admits it.")
     starvation = config.starvation
     threshold = starvation.starving_job_time_threshold
     entry = _published_job(published, ref.owner_id)

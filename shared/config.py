@@ -213,6 +213,15 @@ class KoordinatorConfig(_Model):
     reservations: bool = False
 
 
+class KueueConfig(_Model):
+    """Issue 32: `workloads: true` makes the agent read Kueue's Workloads (`kueue.x-k8s.io/v1beta2`): a pod naming
+    its Workload (`kueue.x-k8s.io/workload`, which Kueue writes) is a task of that Workload's job, which starves only
+    once Kueue admitted it, needs all the pods Kueue admitted, is of the ClusterQueue that admitted it and has the
+    priority Kueue resolved (needs deploy/components/kueue or the Helm value `kueue.workloads`, for the RBAC)."""
+
+    workloads: bool = False
+
+
 class BackfillConfig(_Model):
     """Issue 17, backfill (agent/planner/backfill.py): which pods may opt in, and the timings. Off until a namespace or
     a queue is named: a pod opts in with the annotation `reservoir.sh/backfill: "true"` (on it or its PodGroup), and
@@ -263,6 +272,7 @@ class ReservoirConfig(_Model):
     guarantee: GuaranteeConfig = Field(default_factory=GuaranteeConfig)
     reservations: ReservationsConfig = Field(default_factory=ReservationsConfig)
     koordinator: KoordinatorConfig = Field(default_factory=KoordinatorConfig)
+    kueue: KueueConfig = Field(default_factory=KueueConfig)
     backfill: BackfillConfig = Field(default_factory=BackfillConfig)
     webhook: WebhookConfig = Field(default_factory=WebhookConfig)
 

@@ -98,6 +98,14 @@ KOORDINATOR_PRE_ALLOCATION_REQUIRED = f"{KOORDINATOR_DOMAIN}/pre-allocation-requ
 # means a second writer (Koordinator's own scheduler): Reservoir then leaves the object alone (shared.views)
 KOORDINATOR_FIELD_MANAGER = "reservoir-agent"
 
+# --- Kueue's keys (issue 32; sigs.k8s.io/kueue v0.17 apis and pkg/controller/constants) ---
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_API_VERSION = f"{KUEUE_GROUP}/v1beta2"
+WORKLOAD_PLURAL = "workloads"
+# pod annotation Kueue writes into an admitted job's pod template: the Workload (same namespace) the pod belongs to
+KUEUE_WORKLOAD = f"{KUEUE_GROUP}/workload"
+KUEUE_QUEUE_NAME = f"{KUEUE_GROUP}/queue-name"  # a job's label: its LocalQueue (Reservoir reads the Workload's)
+
 # --- Kubernetes' own keys that Reservoir reads ---
 MIRROR_POD = "kubernetes.io/config.mirror"  # pod annotation: a static pod's mirror, owned by the kubelet
 # the user name prefix of a node's own identity (NodeRestriction's rule): only a request made as one is a kubelet's,

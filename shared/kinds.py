@@ -9,7 +9,15 @@ from typing import Any
 
 from shared import keys
 from shared.config import ConfigError, ReservoirConfig, load_config
-from shared.views import NodeView, PodGroupView, PodView, PriorityClassView, QueueView, ReservationView
+from shared.views import (
+    NodeView,
+    PodGroupView,
+    PodView,
+    PriorityClassView,
+    QueueView,
+    ReservationView,
+    WorkloadView,
+)
 
 
 def by_name(obj: Mapping[str, Any]) -> str:
@@ -57,6 +65,11 @@ KOORDINATOR_RESERVATIONS = Watched("koordinator-reservations",
                                    f"/apis/{keys.KOORDINATOR_API_VERSION}/{keys.RESERVATION_PLURAL}",
                                    ReservationView.from_koordinator, by_koordinator_key, kind="Reservation",
                                    api_version=keys.KOORDINATOR_API_VERSION)
+
+
+# Issue 32: Kueue's Workloads, watched only while `kueue.workloads` is on (SwitchedCache)
+WORKLOADS = Watched("workloads", f"/apis/{keys.KUEUE_API_VERSION}/{keys.WORKLOAD_PLURAL}", WorkloadView.from_obj,
+                    by_namespace_and_name, kind="Workload", api_version=keys.KUEUE_API_VERSION)
 
 
 def _uid(obj: Mapping[str, Any]) -> str:

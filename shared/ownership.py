@@ -2,8 +2,11 @@
 the locks it may use. Each rule is written once here; pods reach it as API JSON (the webhook) or as views (the
 planner), through the small adapters below.
 
-Job: the Volcano PodGroup named by `scheduling.k8s.io/group-name`; else the pod's controlling ownerReference;
-else the pod alone. Queue: PodGroup `spec.queue`, else `scheduling.volcano.sh/queue-name`, else `default`.
+Job: the Volcano PodGroup named by `scheduling.k8s.io/group-name`; else the Kueue Workload named by
+`kueue.x-k8s.io/workload` (issue 32: Kueue writes it into an admitted job's pod template); else the pod's controlling
+ownerReference; else the pod alone. Each names an object of the pod's own namespace: a pod that names another job
+of its namespace joins that job, as a pod may join any PodGroup of its namespace.
+Queue: PodGroup `spec.queue`, else `scheduling.volcano.sh/queue-name`, else `default`.
 """
 
 from __future__ import annotations
@@ -37,9 +40,13 @@ class JobRef:
 def job_identity(meta: Mapping[str, Any]) -> tuple[str, str] | None:
     """(kind, name) of the job a pod with this metadata belongs to (module docstring). None for a standalone pod
     whose name is not known yet (generateName at admission)."""
-    group = (meta.get("annotations") or {}).get(keys.GROUP_NAME)
+    annotations = meta.get("annotations") or {}
+    group = annotations.get(keys.GROUP_NAME)
     if group:
         return ("PodGroup", group)
+    workload = annotations.get(keys.KUEUE_WORKLOAD)
+    if workload:
+        return ("Workload", workload)
     for ref in meta.get("ownerReferences") or ():
         if ref.get("controller"):
             return (ref.get("kind", ""), ref.get("name", ""))

@@ -39,6 +39,7 @@ TERMINAL = frozenset(("Succeeded", "Failed"))  # pod phases that hold nothing
 _NO_GRANTS: Mapping[str, Grant] = MappingProxyType({})  # shared by every node without backfill grants
 
 
+MAX_WORKLOAD_PODS = 100_000  # pods of one Kueue pod set Reservoir reads (Kueue's own are int32)
 MAX_DEPTH = 64  # nesting of a kept raw subtree; Kubernetes objects nest about 20 deep at most (managedFields)
 MAX_EXPONENT = 100  # decimal exponent of a number read exactly (`_fraction`): a percentage is in [0, 1]
 _V = TypeVar("_V")
@@ -552,6 +553,80 @@ def parse_percentage_annotation(text: str) -> Mapping[str, Any]:
 
 def _annotation_path(key: str) -> str:
     return f'metadata.annotations["{key}"]'
+
+
+MAX_POD_SETS = 8  # Kueue's own limit on a Workload's podSets (its CRD's maxItems)
+
+
+def _true_condition(conditions: Sequence[Mapping[str, Any]], kind: str, path: str) -> datetime | None:
+    """When the condition of type `kind` last became True (EPOCH when it is True with no time), or None when it is not
+    True."""
+    for i, condition in enumerate(conditions):
+        if condition.get("type") == kind and condition.get("status") == "True":
+            return _time(condition.get("lastTransitionTime"), f"{path}[{i}].lastTransitionTime") or EPOCH
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadView:
+    """Issue 32: a Kueue Workload (`kueue.x-k8s.io/v1beta2`) as the planner reads it. Kueue writes its status: the
+    ClusterQueue that admitted it and the pods it admitted per pod set (`status.admission`), and its conditions
+    (`Admitted`, `Evicted`, `Finished`, `PodsReady`). `count`: the pods admitted (the sum of the pod set
+    assignments' counts; before admission the pod sets' own counts). `priority`: `spec.priority`, the value Kueue
+    resolved from the WorkloadPriorityClass or PriorityClass (None when unset). `admitted_at`: when `Admitted` last
+    became True (None while not admitted)."""
+
+    namespace: str
+    name: str
+    uid: str
+    created: datetime
+    queue_name: str  # spec.queueName: the LocalQueue
+    cluster_queue: str  # status.admission.clusterQueue ("" when not admitted)
+    count: int
+    priority: int | None = None
+    admitted_at: datetime | None = None
+    evicted: bool = False
+    finished: bool = False
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    @_readable("Workload")
+    def from_obj(cls, obj: Mapping[str, Any]) -> WorkloadView:
+        meta = _meta(obj)
+        spec = _mapping(obj.get("spec"), "spec")
+        status = _mapping(obj.get("status"), "status")
+        admission = _mapping(status.get("admission"), "status.admission")
+        pod_sets = _objects(spec.get("podSets"), "spec.podSets")
+        assigned = _objects(admission.get("podSetAssignments"), "status.admission.podSetAssignments")
+        if len(pod_sets) > MAX_POD_SETS or len(assigned) > MAX_POD_SETS:
+            raise ViewError(f"spec.podSets: at most {MAX_POD_SETS} pod sets, as Kueue allows")
+        wanted = [_integer(p.get("count"), f"spec.podSets[{i}].count", 1) for i, p in enumerate(pod_sets)]
+        given = [_integer(a.get("count"), f"status.admission.podSetAssignments[{i}].count", 0)
+                 for i, a in enumerate(assigned)]
+        for path, counts in (("spec.podSets", wanted), ("status.admission.podSetAssignments", given)):
+            if any(c < 0 or c > MAX_WORKLOAD_PODS for c in counts):
+                raise ViewError(f"{path}: expected a count between 0 and {MAX_WORKLOAD_PODS} pods per pod set")
+        conditions = _objects(status.get("conditions"), "status.conditions")
+        priority = spec.get("priority")
+        return cls(
+            namespace=_text(meta.get("namespace"), "metadata.namespace"),
+            name=_text(meta.get("name"), "metadata.name"),
+            uid=_text(meta.get("uid"), "metadata.uid"),
+            created=_time(meta.get("creationTimestamp"), "metadata.creationTimestamp") or EPOCH,
+            queue_name=_text(spec.get("queueName"), "spec.queueName"),
+            cluster_queue=_text(admission.get("clusterQueue"), "status.admission.clusterQueue"),
+            count=max(1, sum(given if assigned else wanted)),
+            priority=None if priority is None else _integer(priority, "spec.priority", 0),
+            admitted_at=_true_condition(conditions, "Admitted", "status.conditions"),
+            evicted=_true_condition(conditions, "Evicted", "status.conditions") is not None,
+            finished=_true_condition(conditions, "Finished", "status.conditions") is not None,
+            annotations=_strings(meta.get("annotations"), "metadata.annotations"),
+        )
+
+    @property
+    def admitted(self) -> bool:
+        """Admitted by Kueue to a ClusterQueue, and neither evicted since nor finished: its pods may run."""
+        return self.admitted_at is not None and bool(self.cluster_queue) and not self.evicted and not self.finished
 
 
 @dataclass(frozen=True, slots=True)

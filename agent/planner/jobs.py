@@ -13,7 +13,7 @@ from shared.entitlement import pods_queue
 from shared.ownership import JobRef
 from shared.priority import job_class, job_priority
 from shared.resources import Resources
-from shared.views import PodGroupView, PodView, QueueView
+from shared.views import PodGroupView, PodView, QueueView, WorkloadView
 
 # the queue of a pod that names none Reservoir honours (a Queue that does not admit its namespace): ranks after every
 # queue in queue order, and no Queue's usage, guarantee or priority class is its
@@ -32,6 +32,8 @@ class Job:
     # seed 001: the value of the job's PriorityClass by shared.priority.job_class (its PodGroup's, else its queue's),
     # for a PodGroup's job; None when it has none (`job_class_value`)
     class_value: int | None = None
+    # issue 32: the priority Kueue resolved for a Workload's job (kueue_job), taken as it is
+    kueue_priority: int | None = None
 
     @cached_property
     def owner(self) -> str:
@@ -44,8 +46,11 @@ class Job:
     @cached_property
     def priority(self) -> int:
         """Seed 001 job priority (shared.priority.job_priority): a PodGroup's job has its PodGroup's class, else its
-        queue's (`class_value`), but never more than the highest priority its pods were admitted with; any other job
-        the highest of its pods' (a pod that chose no class got its queue's from the webhook)."""
+        queue's (`class_value`), but never more than the highest priority its pods were admitted with; a Kueue
+        Workload's job the priority Kueue resolved (`kueue_job`); any other job the highest of its pods' (a pod that
+        chose no class got its queue's from the webhook)."""
+        if self.kueue_priority is not None:
+            return self.kueue_priority
         return job_priority(self.class_value, max((p.priority for p in self.pods), default=0))
 
     @cached_property
@@ -91,7 +96,8 @@ def job_class_value(podgroup: PodGroupView | None, queue: str, snapshot: Snapsho
 
 def build_jobs(snapshot: Snapshot) -> list[Job]:
     """Seed 000: every job with a pending pod not held by scheduling gates (a job with none cannot starve, and holds
-    no lock). minMember (the seed's MinAvailable): the PodGroup's;
+    no lock); a Kueue Workload's job only while Kueue admits it (`kueue_job`). minMember (the seed's MinAvailable):
+    the PodGroup's, the Workload's admitted pods;
     for any other job 1: without a gang constraint a job makes progress as soon as one of its pods is bound (a
     ReplicaSet kept partly pending by a full cluster is not starving; a lone pod that cannot be placed is). Jobs in
     job key order, each job's pods in pod key order (podindex), whatever order the watch delivered them in."""
@@ -105,6 +111,12 @@ def build_jobs(snapshot: Snapshot) -> list[Job]:
     jobs = []
     for key, pods in grouped.items():
         ref = JobRef(*key)
+        workload = snapshot.workloads.get((ref.namespace, ref.name)) if ref.kind == "Workload" else None
+        if workload is not None:
+            if not workload.admitted:
+                continue  # Kueue's to wait for (queued, evicted or finished): not starving, nothing to lock for
+            jobs.append(kueue_job(ref, workload, pods))
+            continue
         group = snapshot.podgroups.get((ref.namespace, ref.name)) if ref.kind == "PodGroup" else None
         if group is not None:
             created, min_member = group.created, group.min_member
@@ -113,3 +125,17 @@ def build_jobs(snapshot: Snapshot) -> list[Job]:
         queue = pods_queue(pods[0], snapshot.podgroups, snapshot.queues) or NO_QUEUE
         jobs.append(Job(ref, queue, created, min_member, pods, job_class_value(group, queue, snapshot)))
     return jobs
+
+
+def kueue_job(ref: JobRef, workload: WorkloadView, pods: list[PodView]) -> Job:
+    """Issue 32: the job of an admitted Kueue Workload. It starves from its admission (while Kueue holds a workload
+    back it is Kueue's to wait for), needs every pod Kueue admitted (minMember: a Workload is admitted whole, and its
+    job runs only when all are placed), is of the ClusterQueue that admitted it (by that name: windows' and
+    backfill's `queues`, queue order) and has the priority Kueue resolved for it (`spec.priority`, from its
+    WorkloadPriorityClass or PriorityClass). That priority is not capped by its pods' own, as a PodGroup's class is
+    (seed 001): Kueue already orders and preempts by it, so the tenant who picks the class gains nothing here that
+    Kueue has not given. A Workload without a priority has its pods' highest. What Kueue wrote is read from the
+    Workload's status, never from labels on the pods (a tenant writes those)."""
+    assert workload.admitted_at is not None
+    return Job(ref, workload.cluster_queue, workload.admitted_at, workload.count, pods,
+               kueue_priority=workload.priority)

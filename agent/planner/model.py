@@ -16,7 +16,15 @@ from shared import keys
 from shared.keys import LockKind
 from shared.resources import EMPTY, Resources
 from shared.timestamps import FIRST_YEAR, LAST_YEAR, in_range, parse_time, stamp
-from shared.views import NodeView, PodGroupView, PodView, PriorityClassView, QueueView, ReservationView
+from shared.views import (
+    NodeView,
+    PodGroupView,
+    PodView,
+    PriorityClassView,
+    QueueView,
+    ReservationView,
+    WorkloadView,
+)
 
 
 @dataclass(frozen=True)
@@ -32,6 +40,8 @@ class Snapshot:
     # each DaemonSet's uid by (namespace, name): a pod's DaemonSet controller reference is believed only when it names
     # one that exists with that uid (guarantee.Witnesses)
     daemonsets: Mapping[tuple[str, str], str] = field(default_factory=dict)
+    # issue 32: Kueue's Workloads by (namespace, name), while `kueue.workloads` is on (else none: jobs.build_jobs)
+    workloads: Mapping[tuple[str, str], WorkloadView] = field(default_factory=dict)
 
     @cached_property
     def index(self) -> PodIndex:

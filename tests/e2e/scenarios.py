@@ -3,8 +3,12 @@ Test modules import these from here, never from each other."""
 
 from __future__ import annotations
 
+import asyncio
+import itertools
+import time
 from datetime import UTC, datetime, timedelta
 
+from localcluster.cluster import COMPLETE_AFTER
 from shared import keys
 from shared.timestamps import parse_time
 from tests.e2e.kit import Kit
@@ -54,6 +58,23 @@ windows:
   duration: 10m
   startReserveAgo: 3m{cap}
 """
+
+
+STREAM_SECONDS = 30  # seed 000's story: how long small pods keep coming
+SMALL_RUNS = "5s"  # ... each running this long
+
+
+async def stream_small_pods(kit: Kit, seconds: float, keep_pending: int = 3) -> None:
+    """Keep `keep_pending` small pods (1 cpu, running SMALL_RUNS) waiting at all times, for `seconds`."""
+    counter = itertools.count()
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        pods = (await kit.raw("GET", f"/api/v1/namespaces/{kit.namespace}/pods?labelSelector=stream=small"))["items"]
+        pending = sum(1 for p in pods if not p["spec"].get("nodeName"))
+        for _ in range(keep_pending - pending):
+            await kit.create_pod(f"small-{next(counter)}", {"cpu": "1"}, labels={"stream": "small"},
+                                 annotations={COMPLETE_AFTER: SMALL_RUNS})
+        await asyncio.sleep(0.3)
 
 
 def scheduled_at(pod: dict) -> float | None:

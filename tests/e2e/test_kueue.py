@@ -4,16 +4,30 @@ control plane of either supported Kubernetes version."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
 
 from localcluster import binaries
+from localcluster.agent_process import AgentProcess
 from localcluster.cluster import COMPLETE_AFTER, LocalCluster
 from localcluster.kueue_process import API_VERSION, KueueManager
+from shared import keys
+from shared.ownership import JobRef
 from tests.conftest import unavailable
-from tests.e2e.kit import Kit
+from tests.e2e.kit import Kit, apply_setup
+from tests.e2e.scenarios import (
+    SETUP,
+    STARVATION_CONFIG,
+    STREAM_SECONDS,
+    configure,
+    scheduled_at,
+    spare_node,
+    stream_small_pods,
+)
 
 KUEUE = f"/apis/{API_VERSION}"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -91,3 +105,61 @@ async def test_kueue_admits_a_job_and_its_pods_name_their_workload(kit: Kit, que
 
     pods = await kit.wait_for(placed, what="the Job's two pods placed", timeout=60)
     assert {p["metadata"]["annotations"].get(WORKLOAD_ANNOTATION) for p in pods} == {workload["metadata"]["name"]}
+
+
+# --- seed 000's story with a Kueue Job: Reservoir off, then on ---
+
+KUEUE_STARVATION = STARVATION_CONFIG + "kueue: {workloads: true}\n"
+
+
+@pytest.fixture
+async def agent(kit: Kit) -> AsyncIterator[AgentProcess]:
+    """The agent as its ServiceAccount, with deploy/components/kueue's RBAC and `kueue.workloads` on."""
+    await apply_setup(kit, *SETUP, "deploy/components/kueue/rbac.yaml")
+    await configure(kit, KUEUE_STARVATION)
+    process = AgentProcess(kit.cluster)
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
+        await kit.raw("DELETE", f"/api/v1/namespaces/{keys.NAMESPACE}/configmaps/{keys.CONFIGMAP_NAME}")
+
+
+async def job_pods(kit: Kit, job: str) -> list[dict[str, Any]]:
+    return (await kit.raw("GET", f"/api/v1/namespaces/{kit.namespace}/pods?labelSelector=job-name={job}"))["items"]
+
+
+async def kueue_story(kit: Kit, queue: str) -> tuple[float, float, dict[str, Any]]:
+    """Seed 000 with Kueue: small pods keep a 4-cpu node full; a Kueue Job of one 4-cpu pod is admitted at once (its
+    ClusterQueue has quota) and its pod waits for the node. Returns (stream end, the big pod's bind time or inf, the
+    Workload)."""
+    await kit.create_node("starve-node", {"cpu": "4", "memory": "16Gi"})
+    await spare_node(kit)
+    stream = asyncio.create_task(stream_small_pods(kit, STREAM_SECONDS))
+    await asyncio.sleep(3)  # the node is full of small pods
+    await kit.raw("POST", f"/apis/batch/v1/namespaces/{kit.namespace}/jobs", job_body("big", queue, "4", 1))
+    await stream
+    stream_end = time.time()
+    await asyncio.sleep(1)
+    [workload] = (await kit.raw("GET", f"{KUEUE}/namespaces/{kit.namespace}/workloads"))["items"]
+    [big] = await job_pods(kit, "big")
+    bound = scheduled_at(big)
+    return stream_end, bound if bound is not None else float("inf"), workload
+
+
+async def test_without_reservoir_an_admitted_kueue_job_waits_for_the_stream_to_end(kit: Kit, queues: str) -> None:
+    stream_end, big_bound, workload = await kueue_story(kit, queues)
+    assert any(c["type"] == "Admitted" and c["status"] == "True" for c in workload["status"]["conditions"])
+    assert big_bound > stream_end - 1, "kube-scheduler alone leaves the admitted Job's pod waiting as the stream runs"
+
+
+async def test_with_reservoir_the_admitted_kueue_job_gets_its_node_locked_for_its_workload(
+        kit: Kit, queues: str, agent: AgentProcess) -> None:
+    stream_end, big_bound, workload = await kueue_story(kit, queues)
+    owner = JobRef(kit.namespace, "Workload", workload["metadata"]["name"])
+    assert big_bound < stream_end - 5, f"the big pod bound at {big_bound}, the stream ended at {stream_end}:\n" \
+                                       f"{agent.log_text()[-3000:]}"
+    events = (await kit.raw("GET", "/api/v1/namespaces/default/events?fieldSelector=involvedObject.name=starve-node"))
+    locked = [e["message"] for e in events["items"] if e["reason"] == "NodeLocked"]
+    assert any(owner.full_name in message for message in locked), locked

@@ -5,7 +5,6 @@ starved past the threshold the node is locked, drains, and the big pod is bound 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import time
 from collections.abc import AsyncIterator
@@ -13,15 +12,19 @@ from collections.abc import AsyncIterator
 import pytest
 
 from localcluster.agent_process import AgentProcess
-from localcluster.cluster import COMPLETE_AFTER
 from shared import keys
 from shared.ownership import JobRef
 from shared.timestamps import parse_time
 from tests.e2e.kit import Kit, apply_setup
-from tests.e2e.scenarios import SETUP, STARVATION_CONFIG, configure, locked_nodes, scheduled_at
-
-STREAM_SECONDS = 30
-SMALL_RUNS = "5s"
+from tests.e2e.scenarios import (
+    SETUP,
+    STARVATION_CONFIG,
+    STREAM_SECONDS,
+    configure,
+    locked_nodes,
+    scheduled_at,
+    stream_small_pods,
+)
 
 
 @pytest.fixture
@@ -35,19 +38,6 @@ async def agent(kit: Kit) -> AsyncIterator[AgentProcess]:
     finally:
         process.stop()
         await kit.raw("DELETE", f"/api/v1/namespaces/{keys.NAMESPACE}/configmaps/{keys.CONFIGMAP_NAME}")
-
-
-async def stream_small_pods(kit: Kit, seconds: float, keep_pending: int = 3) -> None:
-    """Keep `keep_pending` small pods (1 cpu, running SMALL_RUNS) waiting at all times, for `seconds`."""
-    counter = itertools.count()
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        pods = (await kit.raw("GET", f"/api/v1/namespaces/{kit.namespace}/pods?labelSelector=stream=small"))["items"]
-        pending = sum(1 for p in pods if not p["spec"].get("nodeName"))
-        for _ in range(keep_pending - pending):
-            await kit.create_pod(f"small-{next(counter)}", {"cpu": "1"}, labels={"stream": "small"},
-                                 annotations={COMPLETE_AFTER: SMALL_RUNS})
-        await asyncio.sleep(0.3)
 
 
 async def run_story(kit: Kit) -> tuple[float, float, dict, list[dict]]:

@@ -101,6 +101,16 @@ def test_uninstall_deletes_exactly_the_cluster_scoped_objects_of_the_default_ins
     assert uninstall.RESERVATION_CRD[2] in crds(default)
 
 
+def test_uninstall_deletes_exactly_the_cluster_scoped_objects_the_optional_components_add(
+        default: list[dict[str, Any]]) -> None:
+    """deploy/components/koordinator and kueue: what each adds cluster-wide beside the default install's."""
+    def cluster_scoped(docs: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+        return {(d["apiVersion"], PLURALS.get(d["kind"], d["kind"]), d["metadata"]["name"]) for d in docs
+                if not d["metadata"].get("namespace") and d["kind"] not in ("Namespace", "CustomResourceDefinition")}
+    added = cluster_scoped(kustomize(DEPLOY, ("koordinator", "kueue"))) - cluster_scoped(default)
+    assert added == set(uninstall.COMPONENTS_INSTALLED)
+
+
 def test_uninstall_never_names_volcanos_objects() -> None:
     names = [*uninstall.INSTALLED, uninstall.RESERVATION_CRD, *uninstall.WEBHOOK_CONFIGURATIONS]
     assert not [n for n in names if keys.VOLCANO_GROUP in n[0] or keys.VOLCANO_GROUP in n[2]]

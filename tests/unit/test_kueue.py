@@ -1,0 +1,173 @@
+"""Issue 32, Kueue's Workloads as the planner reads them: a pod naming its Workload is a task of that Workload's job,
+which starves only once Kueue admitted it, needs every pod admitted, is of the ClusterQueue that admitted it and has
+the priority Kueue resolved; a Workload Kueue holds back, evicted or finished has no job."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import yaml
+
+from agent.planner.jobs import build_jobs
+from agent.planner.plan import plan
+from shared import keys, kinds
+from shared.config import ReservoirConfig, load_config
+from shared.ownership import JobRef, job_of
+from shared.timestamps import stamp
+from shared.views import PodView, ViewError, WorkloadView
+from tests.builders import CONFIG, NOW, node, pod, snap
+from tests.unit.test_deploy import CHART, DEPLOY, helm_template, kustomize
+
+OWNER = JobRef("ns", "Workload", "job-train-1a2b3").owner_id
+
+
+def workload_obj(name: str = "job-train-1a2b3", *, counts: tuple[int, ...] = (2,), admitted_ago: timedelta | None =
+                 timedelta(minutes=5), cluster_queue: str = "team-a", priority: int | None = None,
+                 evicted: bool = False, finished: bool = False) -> dict[str, Any]:
+    """A Workload as Kueue's manager writes it for an admitted `batch/v1` Job (its shape read off the local cluster's
+    Kueue v0.17.0)."""
+    conditions = []
+    if admitted_ago is not None:
+        moment = stamp(NOW - admitted_ago)
+        conditions += [{"type": kind, "status": "True", "lastTransitionTime": moment, "reason": kind}
+                       for kind in ("QuotaReserved", "Admitted")]
+    if evicted:
+        conditions.append({"type": "Evicted", "status": "True", "lastTransitionTime": stamp(NOW),
+                           "reason": "PodsReadyTimeout"})
+    if finished:
+        conditions.append({"type": "Finished", "status": "True", "lastTransitionTime": stamp(NOW),
+                           "reason": "Succeeded"})
+    spec: dict[str, Any] = {"queueName": "lq", "podSets": [{"name": f"set-{i}", "count": c, "template": {}}
+                                                          for i, c in enumerate(counts)]}
+    if priority is not None:
+        spec["priority"] = priority
+    status: dict[str, Any] = {"conditions": conditions}
+    if admitted_ago is not None:
+        status["admission"] = {"clusterQueue": cluster_queue, "podSetAssignments": [
+            {"name": f"set-{i}", "count": c} for i, c in enumerate(counts)]}
+    return {"apiVersion": keys.KUEUE_API_VERSION, "kind": "Workload",
+            "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}",
+                         "creationTimestamp": stamp(NOW - timedelta(hours=1))},
+            "spec": spec, "status": status}
+
+
+def task(name: str, cpu: str, *, node_name: str = "", workload: str = "job-train-1a2b3", priority: int = 0,
+         age: timedelta = timedelta(hours=1)) -> PodView:
+    """A pod of the Workload's Job: Kueue's annotation, the Job as controller."""
+    view = pod(name, cpu, node_name=node_name, priority=priority, age=age)
+    return dataclasses.replace(view, annotations={**view.annotations, keys.KUEUE_WORKLOAD: workload},
+                               job=("ns", "Workload", workload))
+
+
+def kueue_snap(pods: list[PodView], workloads: list[WorkloadView], nodes: int = 2) -> Any:
+    return dataclasses.replace(snap([node(f"n{i}") for i in range(1, nodes + 1)], pods, spare=2),
+                               workloads={(w.namespace, w.name): w for w in workloads})
+
+
+def test_a_workload_reads_what_kueue_wrote() -> None:
+    view = WorkloadView.from_obj(workload_obj(counts=(2, 3), priority=1000))
+    assert (view.queue_name, view.cluster_queue, view.count, view.priority) == ("lq", "team-a", 5, 1000)
+    assert view.admitted and view.admitted_at == NOW - timedelta(minutes=5)
+    queued = WorkloadView.from_obj(workload_obj(admitted_ago=None, counts=(4,)))
+    assert not queued.admitted and queued.count == 4 and queued.cluster_queue == ""
+    assert not WorkloadView.from_obj(workload_obj(evicted=True)).admitted
+    assert not WorkloadView.from_obj(workload_obj(finished=True)).admitted
+
+
+@pytest.mark.parametrize("bad, field", [
+    ({"spec": {"podSets": "all"}}, "spec.podSets"),
+    ({"spec": {"podSets": [{"count": -1}]}}, "spec.podSets"),
+    ({"spec": {"podSets": [{"count": 10**12}]}}, "spec.podSets"),
+    ({"spec": {"podSets": [{"count": 1}] * 9}}, "spec.podSets"),
+    ({"spec": {"priority": "high"}}, "spec.priority"),
+    ({"status": {"admission": {"clusterQueue": 7}}}, "status.admission.clusterQueue"),
+    ({"status": {"conditions": [{"type": "Admitted", "status": "True", "lastTransitionTime": "soon"}]}},
+     "status.conditions[0].lastTransitionTime"),
+])
+def test_an_unreadable_workload_is_refused_naming_the_field(bad: dict[str, Any], field: str) -> None:
+    obj = workload_obj()
+    for part, value in bad.items():
+        obj[part] = {**obj[part], **value}
+    with pytest.raises(ViewError, match=f"Workload ns/job-train-1a2b3: {field.replace('[', '.').replace(']', '.')}"):
+        WorkloadView.from_obj(obj)
+
+
+def test_a_pod_naming_its_workload_is_that_workloads_task_in_the_webhook_and_the_planner_alike() -> None:
+    meta = {"name": "train-0", "namespace": "ns", "annotations": {keys.KUEUE_WORKLOAD: "job-train-1a2b3"},
+            "ownerReferences": [{"kind": "Job", "name": "train", "uid": "u", "controller": True}]}
+    assert job_of({"metadata": meta}, "ns") == JobRef("ns", "Workload", "job-train-1a2b3")
+    view = PodView.from_obj({"metadata": {**meta, "uid": "u0", "creationTimestamp": stamp(NOW)},
+                             "spec": {"containers": []}, "status": {}})
+    assert view.job == ("ns", "Workload", "job-train-1a2b3")
+    # a Volcano PodGroup, named too, comes first (DESIGN section 1)
+    both = {**meta, "annotations": {**meta["annotations"], keys.GROUP_NAME: "pg"}}
+    assert job_of({"metadata": both}, "ns") == JobRef("ns", "PodGroup", "pg")
+
+
+def test_an_admitted_workloads_job_starves_from_admission_needs_every_pod_with_kueues_queue_and_priority() -> None:
+    workload = WorkloadView.from_obj(workload_obj(counts=(2,), priority=5000, admitted_ago=timedelta(minutes=5)))
+    pods = [task("train-0", "2", node_name="n1", age=timedelta(hours=2)), task("train-1", "4", age=timedelta(hours=2))]
+    [job] = build_jobs(kueue_snap(pods, [workload]))
+    assert (job.queue, job.min_member, job.priority) == ("team-a", 2, 5000)
+    assert job.created == NOW - timedelta(minutes=5), "starving counts from the admission, not the pods' creation"
+    assert not job.ready, "one of the two pods Kueue admitted is placed: the job has not started"
+
+
+def test_a_workload_kueue_holds_back_has_no_job_and_without_the_workload_the_pods_are_a_job_as_before() -> None:
+    pods = [task("train-0", "4")]
+    for held in (workload_obj(admitted_ago=None), workload_obj(evicted=True), workload_obj(finished=True)):
+        assert build_jobs(kueue_snap(pods, [WorkloadView.from_obj(held)])) == []
+    [alone] = build_jobs(kueue_snap(pods, []))  # kueue.workloads off: the pods alone, minMember 1
+    assert (alone.min_member, alone.created) == (1, NOW - timedelta(hours=1))
+
+
+def test_a_partly_placed_workload_is_locked_for_where_without_kueue_it_would_count_as_started() -> None:
+    """Seed 000 on a Kueue Job of two 4-cpu pods: one placed on n1, the other starving behind small pods on n2. With
+    its Workload read, the job needs both and n2 is locked for it; without, one bound pod made it `ready`."""
+    small = [pod(f"small-{i}", "1", node_name="n2", ns="other", runtime="10m", started_ago=timedelta(minutes=8))
+             for i in range(4)]
+    pods = [task("train-0", "4", node_name="n1"), task("train-1", "4"), *small]
+    workload = WorkloadView.from_obj(workload_obj(counts=(2,)))
+    with_kueue = plan(kueue_snap(pods, [workload]), CONFIG, NOW)
+    assert {name: lock.owner for name, lock in with_kueue.locks.items()} == {"n2": OWNER}
+    assert plan(kueue_snap(pods, []), CONFIG, NOW).locks == {}
+    # admitted a moment ago: not starving yet, whatever the pods' age
+    fresh = WorkloadView.from_obj(workload_obj(counts=(2,), admitted_ago=timedelta(seconds=10)))
+    assert plan(kueue_snap(pods, [fresh]), CONFIG, NOW).locks == {}
+    # evicted by Kueue (its waitForPodsReady timeout): the lock goes
+    gone = WorkloadView.from_obj(workload_obj(counts=(2,), evicted=True))
+    assert plan(kueue_snap(pods, [gone]), CONFIG, NOW).locks == {}
+
+
+# --- the switch: config, kustomize component, Helm value ---
+
+def kueue_roles(docs: list[dict[str, Any]]) -> dict[str, set[str]]:
+    """ClusterRoles granting kueue.x-k8s.io: name -> verbs."""
+    return {d["metadata"]["name"]: {verb for rule in d["rules"] if keys.KUEUE_GROUP in rule.get("apiGroups", [])
+                                    for verb in rule["verbs"]}
+            for d in docs if d.get("kind") == "ClusterRole"
+            and any(keys.KUEUE_GROUP in rule.get("apiGroups", []) for rule in d.get("rules") or [])}
+
+
+KUEUE_ROLES = {"reservoir-agent-kueue": {"list", "watch"}, "reservoir-status-kueue": {"get"}}
+
+
+def test_the_switch_is_off_by_default_and_the_component_or_the_chart_value_adds_read_only_rbac() -> None:
+    assert ReservoirConfig().kueue.workloads is False
+    assert load_config("kueue: {workloads: true}").kueue.workloads is True
+    assert kueue_roles(kustomize(DEPLOY)) == {}
+    assert kueue_roles(kustomize(DEPLOY, ("kueue",))) == KUEUE_ROLES
+    off = helm_template()
+    assert off.returncode == 0, off.stderr
+    assert kueue_roles([d for d in yaml.safe_load_all(off.stdout) if d]) == {}
+    on = helm_template("kueue.workloads=true")
+    assert on.returncode == 0, on.stderr
+    docs = [d for d in yaml.safe_load_all(on.stdout) if d]
+    assert kueue_roles(docs) == KUEUE_ROLES
+    [configmap] = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == keys.CONFIGMAP_NAME]
+    assert load_config(configmap["data"][keys.CONFIG_KEY]).kueue.workloads is True
+    assert (CHART / "files" / "kueue-rbac.yaml").resolve() == DEPLOY / "components" / "kueue" / "rbac.yaml"
+    assert kinds.WORKLOADS.path == f"/apis/{keys.KUEUE_API_VERSION}/workloads"
