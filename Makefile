@@ -58,9 +58,9 @@ e2e-oldest: $(STAMP)
 	@RESERVOIR_KUBERNETES=oldest ./localcluster/build.sh >/dev/null
 	RESERVOIR_KUBERNETES=oldest $(PY) -m pytest -q tests/e2e
 
-## up: run Reservoir for real on a local cluster (Ctrl-C stops everything it started)
+## up: run Reservoir for real on a local cluster (Ctrl-C stops everything it started); KUEUE=1: with Kueue's manager
 up: $(STAMP) cluster-bin
-	$(PY) -m localcluster up
+	$(PY) -m localcluster up $(if $(KUEUE),--kueue)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

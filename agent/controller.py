@@ -46,7 +46,7 @@ from agent.writer import EVICTION_OUTCOMES, EventTarget, Writer
 from shared import keys, kinds
 from shared.config import ReservoirConfig
 from shared.keys import LockKind
-from shared.kube import new_api_client
+from shared.kube import NotFound, get_json, new_api_client
 from shared.logs import fields, note_fields
 from shared.metrics import ScrapeGauge, cache_freshness, new_registry
 from shared.ownership import JobRef
@@ -362,7 +362,9 @@ class Agent:
         self.koordinator = SwitchedCache(watched(kinds.KOORDINATOR_RESERVATIONS))
         # issue 32: Kueue's Workloads, followed only while `kueue.workloads` is on
         self.workloads = SwitchedCache(watched(kinds.WORKLOADS))
-        self.switched = (self.koordinator, self.workloads)
+        # issue 32: Kubernetes' own PodGroups, followed only where the API server serves them (native_podgroups_served)
+        self.native_podgroups = SwitchedCache(watched(kinds.NATIVE_PODGROUPS))
+        self.switched = (self.koordinator, self.workloads, self.native_podgroups)
         self.configmaps = WatchCache.of(api, kinds.config_map(namespace), on_change=self._config_changed,
                                         on_skip=skip)
         self.caches = [self.nodes, self.pods, self.podgroups, self.queues, self.priority_classes, self.reservations,
@@ -463,6 +465,7 @@ class Agent:
             reservations={**self.reservations.items, **self.koordinator.items},  # keys never collide (kinds)
             daemonsets=dict(self.daemonsets.items),
             workloads=dict(self.workloads.items),
+            native_podgroups=dict(self.native_podgroups.items),
         ).with_index(index)
 
     # --- one reconcile ---
@@ -659,7 +662,25 @@ class Agent:
             self.leading = False
             self.metrics.leader.set(0)
 
+    async def native_podgroups_served(self) -> bool:
+        """Issue 32: whether the API server serves Kubernetes' own PodGroups (`scheduling.k8s.io/v1alpha2`, 1.36 with
+        the GenericWorkload feature gate), asked of its discovery once at start; said in the log either way."""
+        try:
+            listing = await get_json(self.api, f"/apis/{keys.NATIVE_SCHEDULING_API_VERSION}")
+        except NotFound:
+            served, why = False, "not served"
+        except (ApiException, OSError, TimeoutError) as err:
+            served, why = False, f"discovery failed: {str(err)[:200]}"
+        else:
+            served = any(isinstance(r, Mapping) and r.get("name") == keys.NATIVE_PODGROUP_PLURAL
+                         for r in listing.get("resources") or ())
+            why = "served" if served else "the group is served without podgroups"
+        log.info("native podgroups", extra=fields(nativePodGroups="followed" if served else "off", reason=why,
+                                                  api=keys.NATIVE_SCHEDULING_API_VERSION))
+        return served
+
     async def run(self, stop: asyncio.Event) -> None:
+        self.native_podgroups.switch(await self.native_podgroups_served())
         tasks = [asyncio.create_task(c.run(), name=f"watch-{c.name}") for c in self.caches]
         try:
             await asyncio.gather(*(c.synced.wait() for c in self.caches))

@@ -86,6 +86,8 @@ def clip(text: Any, limit: int = MAX_TEXT) -> Any:
 
 
 def _job_entry(job: JobStatus, nodes: Sequence[str], notes: Sequence[str], threshold: Any) -> dict[str, Any]:
+    if job.threshold is not None:
+        threshold = min(threshold, job.threshold)
     since = job.created + threshold if job.starving and job.created is not None else None
     return {"subject": clip(job.subject), "owner": clip(job.owner), "queue": clip(job.queue),
             "priority": job.priority, "minMember": job.min_member, "bound": job.bound, "pending": job.pending,

@@ -77,7 +77,9 @@ COMPONENTS_INSTALLED = (
     ("rbac.authorization.k8s.io/v1", "clusterroles", "reservoir-webhook-koordinator"),
     ("rbac.authorization.k8s.io/v1", "clusterroles", "reservoir-status-koordinator"),
     ("rbac.authorization.k8s.io/v1", "clusterrolebindings", "reservoir-agent-kueue"),
+    ("rbac.authorization.k8s.io/v1", "clusterrolebindings", "reservoir-webhook-kueue"),
     ("rbac.authorization.k8s.io/v1", "clusterroles", "reservoir-agent-kueue"),
+    ("rbac.authorization.k8s.io/v1", "clusterroles", "reservoir-webhook-kueue"),
     ("rbac.authorization.k8s.io/v1", "clusterroles", "reservoir-status-kueue"),
 )
 RESERVATION_CRD = ("apiextensions.k8s.io/v1", "customresourcedefinitions",

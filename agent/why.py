@@ -24,9 +24,9 @@ from typing import Any
 from agent.planner.jobs import build_jobs
 from agent.planner.model import Lock, Snapshot
 from agent.planner.reservations import is_owner, placeholder_of
-from agent.planner.starvation import is_starving
+from agent.planner.starvation import is_starving, job_threshold
 from agent.published import freshness, start_text
-from shared.config import ReservoirConfig
+from shared.config import KUEUE_THRESHOLD_SHARE, ReservoirConfig
 from shared.duration import format_duration
 from shared.entitlement import Grounds, entitlement
 from shared.logs import printable
@@ -79,7 +79,8 @@ def explain(pod: Mapping[str, Any], *, podgroup: PodGroupView | None, queue: Que
     ref = JobRef(*view.job)
     queues = {queue.name: queue} if queue is not None else {}
     workloads = {(workload.namespace, workload.name): workload} if workload is not None else {}
-    jobs = build_jobs(Snapshot(pods=[view], podgroups=podgroups, queues=queues, workloads=workloads))
+    jobs = build_jobs(Snapshot(pods=[view], podgroups=podgroups, queues=queues, workloads=workloads), config.kueue,
+                      config.starvation.starving_job_time_threshold)
     # the queue the pod names (its job's is NO_QUEUE when no such Queue exists or it does not admit the namespace)
     queue_name = pod_queue(view, podgroups) if jobs else (podgroup.queue if podgroup is not None and podgroup.queue
                                                           else "")
@@ -172,7 +173,6 @@ def explain(pod: Mapping[str, Any], *, podgroup: PodGroupView | None, queue: Que
         return done("kueue", f"its job is Kueue's Workload {workload.namespace}/{workload.name}, which {state}: Kueue "
                              "holds it back, so it is not starving and no lock is held for it until Kueue admits it.")
     starvation = config.starvation
-    threshold = starvation.starving_job_time_threshold
     entry = _published_job(published, ref.owner_id)
     if entry is not None:
         notes = [n.partition(" reason=")[2] or n for n in entry.get("notes") or () if isinstance(n, str)]
@@ -192,10 +192,15 @@ def explain(pod: Mapping[str, Any], *, podgroup: PodGroupView | None, queue: Que
     if job is None:
         return done("not-planned", "is not part of any job the planner considers (nothing pending to reserve for).")
     planned = parse_time(plan["planned"]) if plan["planned"] else None
+    threshold = job_threshold(job, starvation)
     crossing = job.created + threshold
+    capped = job.threshold is not None and job.threshold < starvation.starving_job_time_threshold
+    which = (f"its threshold ({KUEUE_THRESHOLD_SHARE:g} of kueue.podsReadyTimeout)" if capped
+             else "starvingJobTimeThreshold")
     if not is_starving(job, now=now, threshold=threshold):
-        return done("not-starving", f"its job {ref.full_name} is not starving yet: created "
-                                    f"{format_duration(now - job.created)} ago, starvingJobTimeThreshold is "
+        since = "admitted by Kueue" if ref.kind == "Workload" and workload is not None else "created"
+        return done("not-starving", f"its job {ref.full_name} is not starving yet: {since} "
+                                    f"{format_duration(now - job.created)} ago, {which} is "
                                     f"{format_duration(threshold)}; it may be locked for from {stamp(crossing)}.")
     omitted = int(((published.get("omitted") or {}).get("jobs")) or 0)
     if omitted:
@@ -205,7 +210,7 @@ def explain(pod: Mapping[str, Any], *, podgroup: PodGroupView | None, queue: Que
     else:
         why = ("the last published plan did not judge it (one of its pods may not be pending, or the plan "
                "predates its pods)")
-    return done("not-planned", f"its job {ref.full_name} has waited past starvingJobTimeThreshold "
+    return done("not-planned", f"its job {ref.full_name} has waited past {which} "
                                f"({format_duration(threshold)}) but {why}.")
 
 

@@ -919,9 +919,9 @@ class Writer:
 
     async def estimates(self, marks: Sequence[EstimateMark]) -> None:
         """Issue 17: each owner's expected start written where backfill.estimate_marks says (a merge patch of the one
-        annotation keys.EXPECTED_START on a PodGroup or a pod); an object gone is skipped; a refusal is logged, counted
-        and the object not sent one again for ESTIMATE_RETRY_SECONDS unless the estimate moves (the plan says the same
-        at every plan until the annotation is there); at most MAX_ESTIMATE_WRITES sent."""
+        annotation keys.EXPECTED_START on a PodGroup, a Kueue Workload or a pod); an object gone is skipped; a refusal
+        is logged, counted and the object not sent one again for ESTIMATE_RETRY_SECONDS unless the estimate moves (the
+        plan says the same at every plan until the annotation is there); at most MAX_ESTIMATE_WRITES sent."""
         now, moment = self._clock(), datetime.now(UTC)
         refused = self._estimates_refused
         for key in [k for k, (_, at) in refused.items() if now - at >= ESTIMATE_RETRY_SECONDS]:
@@ -935,7 +935,9 @@ class Writer:
                 break
             sent += 1
             path = (resource_path(VOLCANO_API_VERSION, keys.PODGROUP_PLURAL, mark.name, mark.namespace)
-                    if mark.kind == "PodGroup" else resource_path("v1", "pods", mark.name, mark.namespace))
+                    if mark.kind == "PodGroup" else
+                    resource_path(keys.KUEUE_API_VERSION, keys.WORKLOAD_PLURAL, mark.name, mark.namespace)
+                    if mark.kind == "Workload" else resource_path("v1", "pods", mark.name, mark.namespace))
             body = {"metadata": {"annotations": {keys.EXPECTED_START: mark.text}}}
             try:
                 await self._send("PATCH", path, body, content_type=MERGE_PATCH)

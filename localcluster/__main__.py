@@ -14,6 +14,7 @@ import yaml
 from localcluster import binaries
 from localcluster.agent_process import AgentProcess
 from localcluster.cluster import ClusterError, LocalCluster, kwok_node
+from localcluster.kueue_process import KueueManager
 from localcluster.webhook_process import WebhookProcess
 
 REPO = Path(__file__).resolve().parents[1]
@@ -25,6 +26,16 @@ def _log(line: str) -> None:
 
 def _demo_nodes(count: int) -> str:
     return yaml.safe_dump_all([kwok_node(f"kwok-node-{i}", {"cpu": "8", "memory": "32Gi"}) for i in range(count)])
+
+
+KUEUE_HINTS = """
+Kueue's manager runs too (log in its temporary directory), and Reservoir reads its Workloads:
+  kubectl apply -f examples/kueue-queues.yaml             # a ClusterQueue with quota, a LocalQueue in default
+  kubectl apply -f examples/seed-000-starvation.yaml      # small pods fill kwok-node-0 (its config: kueue off)
+  kubectl apply -f examples/kueue-config.yaml             # ...so switch Kueue's Workloads back on
+  kubectl apply -f examples/kueue-big-job.yaml            # an admitted Kueue Job needing the whole node
+  kubectl get workloads; .venv/bin/reservoir status       # the node locked for its Workload's job
+"""
 
 
 def up(args: argparse.Namespace) -> int:
@@ -45,6 +56,7 @@ def up(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     webhook = WebhookProcess(cluster)
     agent = AgentProcess(cluster)
+    kueue = KueueManager(cluster) if args.kueue else None
     try:
         kubectl = cluster.kubectl
         subprocess.run([*kubectl, "apply", "-k", str(REPO / "deploy" / "crds")], check=True)
@@ -54,6 +66,12 @@ def up(args: argparse.Namespace) -> int:
         for manifest in manifests:
             subprocess.run([*kubectl, "apply", "-f", str(REPO / "deploy" / manifest)], check=True)
         subprocess.run([*kubectl, "apply", "-f", "-"], input=_demo_nodes(args.nodes).encode(), check=True)
+        if kueue is not None:  # issue 32: Kueue's manager, Reservoir's Kueue component and its switch
+            kueue.install()
+            kueue.start()
+            subprocess.run([*kubectl, "apply", "-f", str(REPO / "deploy" / "components" / "kueue" / "rbac.yaml")],
+                           check=True)
+            subprocess.run([*kubectl, "apply", "-f", str(REPO / "examples" / "kueue-config.yaml")], check=True)
         webhook.start()
         webhook.register(kubectl)
         agent.start()
@@ -73,7 +91,7 @@ agent: running as ServiceAccount reservoir-agent (log {agent.log_path})
   .venv/bin/reservoir status --queues                     # seed 001: each queue's score and its parts
   kubectl apply -f examples/seed-003-reservation.yaml     # seed 003: a Reservation; then seed-003-owner.yaml
   kubectl get reservations -w
-
+{KUEUE_HINTS if kueue is not None else ""}
 Ctrl-C stops every process this started and removes {cluster.workdir}.
 """, flush=True)
         while not stop:
@@ -82,6 +100,8 @@ Ctrl-C stops every process this started and removes {cluster.workdir}.
                 raise ClusterError(f"webhook exited:\n{webhook.log_text()[-2000:]}")
             if not agent.running():
                 raise ClusterError(f"agent exited:\n{agent.log_text()[-2000:]}")
+            if kueue is not None and not kueue.running():
+                raise ClusterError(f"kueue exited:\n{kueue.log_tail()}")
             time.sleep(1)
     except ClusterError as err:
         _log(f"localcluster: {err}")
@@ -90,6 +110,8 @@ Ctrl-C stops every process this started and removes {cluster.workdir}.
         _log("localcluster: stopping")
         agent.stop()
         webhook.stop()
+        if kueue is not None:
+            kueue.stop()
         cluster.stop()
     return 0
 
@@ -99,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("up", help="start the local cluster and keep it running until Ctrl-C")
     run.add_argument("--nodes", type=int, default=3, help="how many kwok nodes to create (default 3)")
+    run.add_argument("--kueue", action="store_true", help="also run Kueue's manager, with Reservoir reading its "
+                                                          "Workloads (README \"Coming from Kueue\")")
     run.set_defaults(run=up)
     build = commands.add_parser("build", help="build the control-plane binaries (cached)")
     build.set_defaults(run=lambda _: print(binaries.ensure_built()) or 0)

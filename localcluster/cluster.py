@@ -163,6 +163,10 @@ class LocalCluster:
     api_port: int = 0
     components: list[Component] = field(default_factory=list)
     start_seconds: float = 0.0
+    # feature gates (`Name=true`) for the API server, kube-scheduler and kube-controller-manager, and the API server's
+    # --runtime-config (`group/version=true`, an alpha API): a cluster of its own for a test that needs them
+    feature_gates: tuple[str, ...] = ()
+    runtime_config: tuple[str, ...] = ()
 
     @property
     def server(self) -> str:
@@ -312,6 +316,7 @@ class LocalCluster:
             "--allow-privileged=true",
             "--profiling=false",
             "--v=1",
+            *self._gates(), *([f"--runtime-config={','.join(self.runtime_config)}"] if self.runtime_config else []),
         ])
         self._wait("kube-apiserver", deadline, lambda: self._http_ok(f"{self.server}/readyz", self._ssl_context()))
 
@@ -335,7 +340,7 @@ class LocalCluster:
             f"--kubeconfig={kubeconfig}", f"--authentication-kubeconfig={kubeconfig}",
             f"--authorization-kubeconfig={kubeconfig}", "--leader-elect=false",
             "--bind-address=127.0.0.1", f"--secure-port={free_port()}", "--v=1",
-            *scheduler_version_flags(binaries.versions()["KUBERNETES_VERSION"]),
+            *scheduler_version_flags(binaries.versions()["KUBERNETES_VERSION"]), *self._gates(),
         ])
         self._spawn("kube-controller-manager", [
             f"--kubeconfig={kubeconfig}", f"--authentication-kubeconfig={kubeconfig}",
@@ -351,7 +356,7 @@ class LocalCluster:
             # Its client's default 20 requests/s made new nodes Ready at about 9 a second in bench-scale (each needs
             # the not-ready taint lifted); a large cluster's controller-manager runs with limits like these.
             "--kube-api-qps=200", "--kube-api-burst=400",
-            "--v=1",
+            "--v=1", *self._gates(),
         ])
         self._spawn("kwok", [
             f"--kubeconfig={kubeconfig}", f"--config={STAGES}",
@@ -359,6 +364,9 @@ class LocalCluster:
             f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}={KWOK_NODE_VALUE}",
             "--cidr=10.244.0.1/16", "--node-ip=10.240.0.1", "--node-lease-duration-seconds=40",
         ])
+
+    def _gates(self) -> list[str]:
+        return [f"--feature-gates={','.join(self.feature_gates)}"] if self.feature_gates else []
 
     def _wait_default_service_account(self, deadline: float) -> None:
         def ready() -> bool:

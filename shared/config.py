@@ -213,13 +213,35 @@ class KoordinatorConfig(_Model):
     reservations: bool = False
 
 
+KUEUE_THRESHOLD_SHARE = 0.5  # of Kueue's waitForPodsReady.timeout: a Workload's job starves after at most this much
+
+
 class KueueConfig(_Model):
     """Issue 32: `workloads: true` makes the agent read Kueue's Workloads (`kueue.x-k8s.io/v1beta2`): a pod naming
     its Workload (`kueue.x-k8s.io/workload`, which Kueue writes) is a task of that Workload's job, which starves only
     once Kueue admitted it, needs all the pods Kueue admitted, is of the ClusterQueue that admitted it and has the
-    priority Kueue resolved (needs deploy/components/kueue or the Helm value `kueue.workloads`, for the RBAC)."""
+    priority Kueue resolved (needs deploy/components/kueue or the Helm value `kueue.workloads`, for the RBAC).
+    `podsReadyTimeout`: Kueue's waitForPodsReady timeout, when on; the job's lock then comes before Kueue gives up."""
 
     workloads: bool = False
+    # Kueue's own `waitForPodsReady.timeout` (its Configuration), when it is on: an admitted Workload whose pods are
+    # not all ready by then is evicted and requeued. Given, a Workload's job starves after at most half of it
+    # (KUEUE_THRESHOLD_SHARE), so its lock comes while the other half is left for its node to drain.
+    pods_ready_timeout: Duration | None = Field(None, alias="podsReadyTimeout")
+
+    @field_validator("pods_ready_timeout")
+    @classmethod
+    def _positive(cls, value: timedelta | None) -> timedelta | None:
+        if value is not None and value <= timedelta(0):
+            raise ValueError(f"{format_duration(value)} must be positive (Kueue's waitForPodsReady.timeout)")
+        return value
+
+    def threshold(self, starving: timedelta) -> timedelta:
+        """The starvation threshold of a Kueue Workload's job: `starving` (starvingJobTimeThreshold), at most
+        KUEUE_THRESHOLD_SHARE of podsReadyTimeout when it is given."""
+        if self.pods_ready_timeout is None:
+            return starving
+        return min(starving, self.pods_ready_timeout * KUEUE_THRESHOLD_SHARE)
 
 
 class BackfillConfig(_Model):

@@ -60,7 +60,7 @@ from shared.tolerations import (
     owner_tolerations,
     tolerates_taint,
 )
-from shared.views import PodGroupView, PodView, QueueView, ReservationView
+from shared.views import PodGroupView, PodView, QueueView, ReservationView, WorkloadView
 
 USABLE_PHASES = ("Available",)
 MAX_GRANT_SECONDS = 10**9  # an activeDeadlineSeconds beyond any grant (31 years): refused before any arithmetic
@@ -78,6 +78,8 @@ class Grounds:
     # issue 17: the agent's backfill grants by pod uid, with the node each is on (shared.backfill); the webhook's
     # Lookup gives them from its node cache, the planner none (it plans backfill itself)
     backfill_grants: Mapping[str, tuple[str, Grant]] = field(default_factory=dict)
+    # issue 32: Kueue's Workloads by (namespace, name), while `kueue.workloads` is on (kueue_queue)
+    workloads: Mapping[tuple[str, str], WorkloadView] = field(default_factory=dict)
 
     @cached_property
     def exclusive_owners(self) -> frozenset[str]:
@@ -158,10 +160,23 @@ def honoured_queue(named: str, queues: Mapping[str, QueueView], namespace: str) 
     return admitted_queue(named, queues, namespace)
 
 
+def kueue_queue(job: tuple[str, str, str] | None, workloads: Mapping[tuple[str, str], WorkloadView]) -> str | None:
+    """Issue 32: the ClusterQueue that admitted the Kueue Workload `job` (namespace, kind, name) names, while Kueue
+    admits it; None for any other job, or a Workload not admitted (or unknown: `kueue.workloads` off). Read from the
+    Workload's status, which Kueue writes, never from a pod's labels. A ClusterQueue is a queue by its name: windows'
+    and backfill's `queues` name it as they name a Volcano Queue."""
+    if job is None or job[1] != "Workload":
+        return None
+    workload = workloads.get((job[0], job[2]))
+    return workload.cluster_queue if workload is not None and workload.admitted else None
+
+
 def pods_queue(pod: PodView, podgroups: Mapping[tuple[str, str], PodGroupView],
-               queues: Mapping[str, QueueView]) -> str | None:
-    """`honoured_queue` of the queue a pod view names (shared.ownership.pod_queue)."""
-    return honoured_queue(pod_queue(pod, podgroups), queues, pod.namespace)
+               queues: Mapping[str, QueueView],
+               workloads: Mapping[tuple[str, str], WorkloadView] | None = None) -> str | None:
+    """The queue of a pod view: its Kueue Workload's ClusterQueue (kueue_queue), else `honoured_queue` of the queue it
+    names (shared.ownership.pod_queue)."""
+    return kueue_queue(pod.job, workloads or {}) or honoured_queue(pod_queue(pod, podgroups), queues, pod.namespace)
 
 
 def daemonset_exemption(meta: Mapping[str, Any], namespace: str,
@@ -219,10 +234,13 @@ def entitlement(pod: Mapping[str, Any], namespace: str, grounds: Grounds,
     queue = admitted_queue(queue_of(pod, podgroup), grounds.queues, namespace)
     if queue is not None:
         owners[queue_owner_id(queue)] = f"its queue {queue}"
+    # issue 32: a Kueue Workload's pod is of its ClusterQueue too, for windows' `queues`
+    named = {q for q in (queue, kueue_queue((namespace, job.kind, job.name) if job else None, grounds.workloads))
+             if q is not None}
     if is_reserve_pod((pod.get("metadata") or {}).get("annotations") or {}, podgroup):
         for window in grounds.config.windows:
             if (not window.namespaces or namespace in window.namespaces) and (
-                    not window.queues or (queue is not None and queue in window.queues)):
+                    not window.queues or bool(named & set(window.queues))):
                 owners[window_owner_id(window.name)] = f"a reserve pod of window {window.name}"
     for reservation in grounds.reservations.values() if reservations is None else reservations:
         # issue 18: owners by Koordinator's rules, reservation-ignored and spec.taints (shared.reservation_affinity);

@@ -106,6 +106,10 @@ WORKLOAD_PLURAL = "workloads"
 KUEUE_WORKLOAD = f"{KUEUE_GROUP}/workload"
 KUEUE_QUEUE_NAME = f"{KUEUE_GROUP}/queue-name"  # a job's label: its LocalQueue (Reservoir reads the Workload's)
 
+# --- Kubernetes' own Workload API (issue 32; scheduling.k8s.io/v1alpha2 in 1.36, feature gate GenericWorkload) ---
+NATIVE_SCHEDULING_API_VERSION = "scheduling.k8s.io/v1alpha2"
+NATIVE_PODGROUP_PLURAL = "podgroups"
+
 # --- Kubernetes' own keys that Reservoir reads ---
 MIRROR_POD = "kubernetes.io/config.mirror"  # pod annotation: a static pod's mirror, owned by the kubelet
 # the user name prefix of a node's own identity (NodeRestriction's rule): only a request made as one is a kubelet's,

@@ -10,6 +10,7 @@ from typing import Any
 from shared import keys
 from shared.config import ConfigError, ReservoirConfig, load_config
 from shared.views import (
+    NativePodGroupView,
     NodeView,
     PodGroupView,
     PodView,
@@ -70,6 +71,12 @@ KOORDINATOR_RESERVATIONS = Watched("koordinator-reservations",
 # Issue 32: Kueue's Workloads, watched only while `kueue.workloads` is on (SwitchedCache)
 WORKLOADS = Watched("workloads", f"/apis/{keys.KUEUE_API_VERSION}/{keys.WORKLOAD_PLURAL}", WorkloadView.from_obj,
                     by_namespace_and_name, kind="Workload", api_version=keys.KUEUE_API_VERSION)
+
+
+# Issue 32: Kubernetes' own PodGroups (1.36, GenericWorkload), watched only where the API server serves them
+_NATIVE = keys.NATIVE_SCHEDULING_API_VERSION
+NATIVE_PODGROUPS = Watched("native-podgroups", f"/apis/{_NATIVE}/{keys.NATIVE_PODGROUP_PLURAL}",
+                           NativePodGroupView.from_obj, by_namespace_and_name, kind="PodGroup", api_version=_NATIVE)
 
 
 def _uid(obj: Mapping[str, Any]) -> str:

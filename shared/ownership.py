@@ -3,9 +3,10 @@ the locks it may use. Each rule is written once here; pods reach it as API JSON 
 planner), through the small adapters below.
 
 Job: the Volcano PodGroup named by `scheduling.k8s.io/group-name`; else the Kueue Workload named by
-`kueue.x-k8s.io/workload` (issue 32: Kueue writes it into an admitted job's pod template); else the pod's controlling
-ownerReference; else the pod alone. Each names an object of the pod's own namespace: a pod that names another job
-of its namespace joins that job, as a pod may join any PodGroup of its namespace.
+`kueue.x-k8s.io/workload` (issue 32: Kueue writes it into an admitted job's pod template); else the Kubernetes
+PodGroup (`scheduling.k8s.io/v1alpha2`, 1.36) its `spec.schedulingGroup.podGroupName` names; else the pod's
+controlling ownerReference; else the pod alone. Each names an object of the pod's own namespace: a pod that names
+another job of its namespace joins that job, as a pod may join any PodGroup of its namespace.
 Queue: PodGroup `spec.queue`, else `scheduling.volcano.sh/queue-name`, else `default`.
 """
 
@@ -37,9 +38,9 @@ class JobRef:
         return owner_id(LockKind.JOB, self.full_name)
 
 
-def job_identity(meta: Mapping[str, Any]) -> tuple[str, str] | None:
-    """(kind, name) of the job a pod with this metadata belongs to (module docstring). None for a standalone pod
-    whose name is not known yet (generateName at admission)."""
+def job_identity(meta: Mapping[str, Any], spec: Mapping[str, Any] | None = None) -> tuple[str, str] | None:
+    """(kind, name) of the job a pod with this metadata (and spec) belongs to (module docstring). None for a standalone
+    pod whose name is not known yet (generateName at admission)."""
     annotations = meta.get("annotations") or {}
     group = annotations.get(keys.GROUP_NAME)
     if group:
@@ -47,11 +48,26 @@ def job_identity(meta: Mapping[str, Any]) -> tuple[str, str] | None:
     workload = annotations.get(keys.KUEUE_WORKLOAD)
     if workload:
         return ("Workload", workload)
+    native = scheduling_group(spec or {})
+    if native:
+        return (NATIVE_PODGROUP, native)
     for ref in meta.get("ownerReferences") or ():
         if ref.get("controller"):
             return (ref.get("kind", ""), ref.get("name", ""))
     name = meta.get("name")
     return ("Pod", name) if name else None
+
+
+# issue 32: the kind of a job that is a Kubernetes PodGroup (scheduling.k8s.io), told apart from Volcano's PodGroup
+NATIVE_PODGROUP = "PodGroup.scheduling.k8s.io"
+
+
+def scheduling_group(spec: Mapping[str, Any]) -> str:
+    """The standalone PodGroup (`scheduling.k8s.io/v1alpha2`, same namespace) a pod's `spec.schedulingGroup` names
+    (Kubernetes 1.36, feature gate GenericWorkload; it replaced 1.35's `spec.workloadRef`), or ""."""
+    group = spec.get("schedulingGroup")
+    name = group.get("podGroupName") if isinstance(group, Mapping) else None
+    return name if isinstance(name, str) else ""
 
 
 def is_daemonset_pod(meta: Mapping[str, Any]) -> bool:
@@ -101,7 +117,7 @@ def _meta(pod: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def job_of(pod: Mapping[str, Any], namespace: str) -> JobRef | None:
     """The pod's job; None for a standalone pod whose name is not known yet (generateName at admission)."""
-    identity = job_identity(_meta(pod))
+    identity = job_identity(_meta(pod), pod.get("spec") or {})
     return JobRef(namespace, *identity) if identity else None
 
 

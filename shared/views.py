@@ -410,7 +410,7 @@ class PodView:
             scheduler_name=_text(spec.get("schedulerName"), "spec.schedulerName", "default-scheduler"),
             node_selector=_strings(spec.get("nodeSelector"), "spec.nodeSelector"),
             maximum_runtime=runtime_of(annotations),
-            job=(namespace, *(_computed("metadata", lambda: job_identity(meta)) or ("Pod", name))),
+            job=(namespace, *(_computed("metadata", lambda: job_identity(meta, spec)) or ("Pod", name))),
             daemon=daemon,
             daemon_node=daemonset_node(spec) if daemon and not spec.get("nodeName") else "",
             required_affinity=required_node_affinity(spec),
@@ -627,6 +627,41 @@ class WorkloadView:
     def admitted(self) -> bool:
         """Admitted by Kueue to a ClusterQueue, and neither evicted since nor finished: its pods may run."""
         return self.admitted_at is not None and bool(self.cluster_queue) and not self.evicted and not self.finished
+
+
+@dataclass(frozen=True, slots=True)
+class NativePodGroupView:
+    """Issue 32: a Kubernetes PodGroup (`scheduling.k8s.io/v1alpha2`, Kubernetes 1.36 with the GenericWorkload feature
+    gate), the group a pod's `spec.schedulingGroup.podGroupName` names. `min_count`: its gang policy's `minCount` (1
+    under the basic policy: each pod on its own); `priority`: `spec.priority` (the value of its PriorityClass, as the
+    API server resolved it), None when unset."""
+
+    namespace: str
+    name: str
+    uid: str
+    created: datetime
+    min_count: int
+    priority: int | None = None
+
+    @classmethod
+    @_readable("PodGroup")
+    def from_obj(cls, obj: Mapping[str, Any]) -> NativePodGroupView:
+        meta = _meta(obj)
+        spec = _mapping(obj.get("spec"), "spec")
+        policy = _mapping(spec.get("schedulingPolicy"), "spec.schedulingPolicy")
+        gang = _mapping(policy.get("gang"), "spec.schedulingPolicy.gang")
+        min_count = _integer(gang.get("minCount"), "spec.schedulingPolicy.gang.minCount", 1)
+        if not 1 <= min_count <= MAX_WORKLOAD_PODS:
+            raise ViewError(f"spec.schedulingPolicy.gang.minCount: expected 1 to {MAX_WORKLOAD_PODS}, got {min_count}")
+        priority = spec.get("priority")
+        return cls(
+            namespace=_text(meta.get("namespace"), "metadata.namespace"),
+            name=_text(meta.get("name"), "metadata.name"),
+            uid=_text(meta.get("uid"), "metadata.uid"),
+            created=_time(meta.get("creationTimestamp"), "metadata.creationTimestamp") or EPOCH,
+            min_count=min_count,
+            priority=None if priority is None else _integer(priority, "spec.priority", 0),
+        )
 
 
 @dataclass(frozen=True, slots=True)

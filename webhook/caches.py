@@ -36,6 +36,10 @@ class WebhookCaches:
         self.reservations = WatchCache.of(api, kinds.RESERVATIONS, on_skip=on_skip)
         # issue 18: Koordinator's Reservations, followed only while `koordinator.reservations` is on
         self.koordinator = SwitchedCache(WatchCache.of(api, kinds.KOORDINATOR_RESERVATIONS, on_skip=on_skip))
+        # issue 32: Kueue's Workloads (a Kueue pod's ClusterQueue, for windows' and backfill's `queues`), followed
+        # only while `kueue.workloads` is on
+        self.workloads = SwitchedCache(WatchCache.of(api, kinds.WORKLOADS, on_skip=on_skip))
+        self.switched = (self.koordinator, self.workloads)
         self.configmaps = WatchCache.of(api, kinds.config_map(namespace), on_change=self._config_changed,
                                         on_skip=on_skip)
         # to refuse a Queue guarantee larger than the cluster, and a pod's nodeName on a node locked for others
@@ -50,6 +54,7 @@ class WebhookCaches:
     def _config_changed(self, event: str, configmap: Mapping[str, Any] | None) -> None:
         self.config, error = kinds.config_from(event, configmap, self.config)
         self.koordinator.switch(self.config.koordinator.reservations)
+        self.workloads.switch(self.config.kueue.workloads)
         if error is not None:
             log.warning("config=kept-last-good error=%s", error)
         elif configmap is None or event == "DELETED":
@@ -64,14 +69,15 @@ class WebhookCaches:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self.koordinator.stop()
+        for switched in self.switched:
+            await switched.stop()
 
     def synced(self, now: float | None = None) -> dict[str, bool]:
         """Cache name -> synced and still following the cluster (heard from the API server within STALE_AFTER)."""
         synced = {cache.name: cache.synced.is_set() and cache.stale_for(now) <= STALE_AFTER for cache in self.all}
-        if self.koordinator.on:
-            synced[self.koordinator.name] = self.koordinator.synced and self.koordinator.cache.stale_for(
-                now) <= STALE_AFTER
+        for switched in self.switched:
+            if switched.on:
+                synced[switched.name] = switched.synced and switched.cache.stale_for(now) <= STALE_AFTER
         return synced
 
     def stale(self, now: float | None = None) -> list[str]:
@@ -84,7 +90,8 @@ class WebhookCaches:
 
     def lookup(self) -> Lookup:
         """One Lookup per cache state: what it derives (indexes) is computed once, not per request."""
-        versions = (*(cache.version for cache in self.all), self.koordinator.version, self.koordinator.on)
+        versions = (*(cache.version for cache in self.all),
+                    *(part for switched in self.switched for part in (switched.version, switched.on)))
         if self._lookup is None or self._lookup[0] != versions:
             self._lookup = (versions, Lookup(
                 podgroups=dict(self.podgroups.items),
@@ -94,5 +101,6 @@ class WebhookCaches:
                 config=self.config,
                 nodes=dict(self.nodes.items),
                 daemonsets=dict(self.daemonsets.items),
+                workloads=dict(self.workloads.items),
             ))
         return self._lookup[1]

@@ -13,7 +13,7 @@ from shared.backfill import Grant, Room
 from shared.config import ReservoirConfig
 from shared.entitlement import Grounds
 from shared.resources import Resources
-from shared.views import NodeView, PodGroupView, PriorityClassView, QueueView, ReservationView
+from shared.views import NodeView, PodGroupView, PriorityClassView, QueueView, ReservationView, WorkloadView
 
 
 @dataclass(frozen=True)
@@ -27,12 +27,14 @@ class Lookup:
     config: ReservoirConfig = field(default_factory=ReservoirConfig)
     nodes: Mapping[str, NodeView] = field(default_factory=dict)
     daemonsets: Mapping[tuple[str, str], str] = field(default_factory=dict)  # (namespace, name) -> uid
+    workloads: Mapping[tuple[str, str], WorkloadView] = field(default_factory=dict)  # issue 32, kueue.workloads on
 
     @cached_property
     def grounds(self) -> Grounds:
         """What entitlement reads besides the pod (shared.entitlement)."""
         return Grounds(podgroups=self.podgroups, queues=self.queues, reservations=self.reservations,
-                       daemonsets=self.daemonsets, config=self.config, backfill_grants=self.backfill_grants)
+                       daemonsets=self.daemonsets, config=self.config, backfill_grants=self.backfill_grants,
+                       workloads=self.workloads)
 
     @cached_property
     def backfill_grants(self) -> dict[str, tuple[str, Grant]]:

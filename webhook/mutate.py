@@ -14,10 +14,11 @@ from typing import Any
 
 from shared import keys
 from shared.backfill import declared_runtime, hold_refusal
-from shared.entitlement import Entitlement, admitted_queue, entitlement, honoured_queue
+from shared.entitlement import Entitlement, admitted_queue, entitlement, honoured_queue, kueue_queue
 from shared.jsonpatch import Op, add, pointer
 from shared.keys import LockKind, owner_kind
 from shared.ownership import (
+    job_of,
     podgroup_of,
     queue_of,
     reservation_owner_id,
@@ -229,7 +230,10 @@ def mutate_pod(pod: Mapping[str, Any], namespace: str, lookup: Lookup, username:
     if gate_ops:
         reasons.append("held for its Reservation's handover")
     else:
-        gate_ops, why_not = backfill_gate(spec, annotations, podgroup, namespace, queue, lookup, warnings)  # 7
+        job = job_of(pod, namespace)
+        cluster_queue = kueue_queue((namespace, job.kind, job.name) if job else None, lookup.workloads)
+        gate_ops, why_not = backfill_gate(spec, annotations, podgroup, namespace, queue, lookup, warnings,
+                                          cluster_queue=cluster_queue)  # 7
         if gate_ops:
             reasons.append("held for the agent's backfill choice")
         elif why_not:
@@ -239,20 +243,22 @@ def mutate_pod(pod: Mapping[str, Any], namespace: str, lookup: Lookup, username:
 
 def backfill_gate(spec: Mapping[str, Any], annotations: Mapping[str, str], podgroup: PodGroupView | None,
                   namespace: str, queue: str, lookup: Lookup, warnings: list[str],
-                  now: datetime | None = None) -> tuple[list[Op], str]:
+                  now: datetime | None = None, cluster_queue: str | None = None) -> tuple[list[Op], str]:
     """Step 7, issue 17: a pod backfill may hold (shared.backfill.hold_refusal: it opts in, the config's switch covers
     it, it declares a maximum runtime) gets the scheduling gate keys.BACKFILL_GATE, which the agent lifts within one
     resync (agent/planner/backfill.py); not a bound pod, not in a dry run. A pod that opts in but may not be held is
     let in ungated, with a warning that says why. Issue 30: held only when some locked node's backfill room takes it
     in time (Lookup.backfill_room_for, shared.backfill "Room"); else let in ungated, so that where nothing is
     locked, or no lock has room for it, its wait is kube-scheduler's alone. Returns the patch, and why a pod that
-    may be held is not (for the log)."""
+    may be held is not (for the log). `cluster_queue`: the ClusterQueue of the pod's Kueue Workload (issue 32), its
+    queue for backfill's `queues` in place of the one it names."""
     config = lookup.grounds.config
     if spec.get("nodeName") or config.dry_run:
         return [], ""
     group_annotations = podgroup.annotations if podgroup is not None else {}
     why = hold_refusal(annotations, group_annotations, namespace=namespace,
-                       queue=honoured_queue(queue, lookup.grounds.queues, namespace), config=config.backfill)
+                       queue=cluster_queue or honoured_queue(queue, lookup.grounds.queues, namespace),
+                       config=config.backfill)
     if why is not None:
         if why:
             warnings.append(why)

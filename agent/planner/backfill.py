@@ -83,7 +83,7 @@ from shared.ownership import reservation_owner_id
 from shared.predicates import Placement, schedulable_on
 from shared.resources import EMPTY, PODS, Resources
 from shared.timestamps import parse_time, stamp
-from shared.views import NodeView, PodGroupView, PodView, ReservationView
+from shared.views import NodeView, PodGroupView, PodView, ReservationView, WorkloadView
 
 SECOND = timedelta(seconds=1)
 # gated pods decided in one plan, oldest first; the others wait for the next (which comes at once: the writes change
@@ -364,8 +364,8 @@ def gated_pods(pods: Iterable[PodView]) -> list[PodView]:
 def plan_backfill(*, pods: PodIndex | Sequence[PodView], nodes: Mapping[str, NodeView], states: Mapping[str, NodeState],
                   locks: Mapping[str, Lock], config: ReservoirConfig, now: datetime,
                   podgroups: Mapping[tuple[str, str], PodGroupView], grounds: Grounds,
-                  slots: Sequence[BackfillSlot] = (), already: Mapping[str, Sequence[PodView]] | None = None
-                  ) -> BackfillPlan:
+                  slots: Sequence[BackfillSlot] = (), already: Mapping[str, Sequence[PodView]] | None = None,
+                  workloads: Mapping[tuple[str, str], WorkloadView] | None = None) -> BackfillPlan:
     """One plan's backfill (module docstring). Every gated pod (MAX_DECISIONS of them at most, taken in turns across
     namespaces: fair_share; every one past maxGateWait besides, let go unchanged) is decided now, never
     held for a later slot: let onto a locked node when the rule allows one (choose_backfills), else let go unchanged,
@@ -375,7 +375,7 @@ def plan_backfill(*, pods: PodIndex | Sequence[PodView], nodes: Mapping[str, Nod
     and added for each pod placed. `pods`: the snapshot's index (podindex.PodIndex), or the pods to index."""
     index = as_index(pods)
     estimates = start_estimates(slots, locks)
-    marks_of_estimates = estimate_marks(estimates, index.pods, podgroups, now)
+    marks_of_estimates = estimate_marks(estimates, index.pods, podgroups, now, workloads or {})
     gated = sorted(gated_pods(index.unbound.values()), key=lambda p: (p.created, p.key))
     by_uid = index.by_uid
     rooms = room_marks(nodes, slots, already or {}, margin=config.backfill.margin, now=now,
@@ -413,7 +413,7 @@ def plan_backfill(*, pods: PodIndex | Sequence[PodView], nodes: Mapping[str, Nod
     for pod in gated:
         group = pod_group(pod, podgroups)
         why = hold_refusal(pod.annotations, group.annotations if group is not None else {}, namespace=pod.namespace,
-                           queue=pods_queue(pod, podgroups, grounds.queues),
+                           queue=pods_queue(pod, podgroups, grounds.queues, grounds.workloads),
                            config=settings)
         if why is not None:
             release(pod, why or f"it does not opt in ({keys.BACKFILL} is not \"true\" on it or its PodGroup)")
@@ -616,10 +616,13 @@ def moved(have: str | None, want: str, now: datetime) -> bool:
 
 
 def estimate_marks(estimates: Sequence[StartEstimate], pods: Mapping[str, PodView],
-                   podgroups: Mapping[tuple[str, str], PodGroupView], now: datetime) -> tuple[EstimateMark, ...]:
+                   podgroups: Mapping[tuple[str, str], PodGroupView], now: datetime,
+                   workloads: Mapping[tuple[str, str], WorkloadView] | None = None) -> tuple[EstimateMark, ...]:
     """Where each owner's estimate is written (keys.EXPECTED_START), only where what is there must change (moved): a
     starvation job's or a window's pending pods (the first MAX_ESTIMATE_TARGETS of the estimate's tasks), each through
-    its PodGroup when it has one, else itself. A time is never written in the past (an estimate that says "now"). A
+    its PodGroup when it has one, or its Kueue Workload (issue 32: where Kueue's users look; an annotation, not a
+    condition: Kueue's server-side applies of a Workload's status carry every condition it read, so one of ours would
+    become Kueue's too), else itself. A time is never written in the past (an estimate that says "now"). A
     Reservation's goes at the end of its Ready message instead (with_expected_starts: the agent writes only its
     status). One object named by several owners (a reserve pod of two windows, a PodGroup holding a starving job's
     tasks and a window's reserve pods) carries one text, the soonest start (a known one before an unknown): each owner
@@ -635,8 +638,11 @@ def estimate_marks(estimates: Sequence[StartEstimate], pods: Mapping[str, PodVie
                 continue
             namespace, kind, name = pod.job
             group = podgroups.get((namespace, name)) if kind == "PodGroup" else None
-            target = ("PodGroup", namespace, name) if group is not None else ("Pod", pod.namespace, pod.name)
-            have = (group if group is not None else pod).annotations.get(keys.EXPECTED_START)
+            workload = (workloads or {}).get((namespace, name)) if kind == "Workload" else None
+            holder: PodGroupView | WorkloadView | PodView = group or workload or pod
+            target = ((kind, namespace, name) if group is not None or workload is not None
+                      else ("Pod", pod.namespace, pod.name))
+            have = holder.annotations.get(keys.EXPECTED_START)
             if target not in chosen or rank < chosen[target][0]:
                 chosen[target] = (rank, text, have)
     return tuple(EstimateMark(*target, text) for target, (_, text, have) in sorted(chosen.items())

@@ -399,8 +399,7 @@ def guaranteed_evictions(seat: QueueSeat, *, nodes: Sequence[str], context: Plan
     if seat.guarantee.policy != "Guaranteed":
         return ()
     snapshot, states = context.snapshot, seat.cluster.states
-    grounds = Grounds(podgroups=snapshot.podgroups, queues=snapshot.queues, daemonsets=snapshot.daemonsets,
-                      config=context.config)
+    grounds = snapshot.grounds(context.config, reservations=False)
     protected = protected_namespaces(context.config)
     witnesses = Witnesses.of(snapshot)
     evict: list[str] = []

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import cached_property
 
 from agent.planner.capacity import NodeState
 from agent.planner.model import Snapshot
+from shared.config import KueueConfig
 from shared.entitlement import pods_queue
-from shared.ownership import JobRef
+from shared.ownership import NATIVE_PODGROUP, JobRef
 from shared.priority import job_class, job_priority
 from shared.resources import Resources
 from shared.views import PodGroupView, PodView, QueueView, WorkloadView
@@ -34,6 +35,8 @@ class Job:
     class_value: int | None = None
     # issue 32: the priority Kueue resolved for a Workload's job (kueue_job), taken as it is
     kueue_priority: int | None = None
+    # issue 32: the job's own starvation threshold, below starvingJobTimeThreshold (KueueConfig.threshold); None: that
+    threshold: timedelta | None = None
 
     @cached_property
     def owner(self) -> str:
@@ -73,14 +76,16 @@ class Job:
 
 
 def usage_by_queue(states: Mapping[str, NodeState], podgroups: Mapping[tuple[str, str], PodGroupView],
-                   queues: Mapping[str, QueueView]) -> dict[str, dict[str, Resources]]:
+                   queues: Mapping[str, QueueView],
+                   workloads: Mapping[tuple[str, str], WorkloadView] | None = None) -> dict[str, dict[str, Resources]]:
     """Seed 001 "allocated" and seed 002 "queue already used": queue -> node -> the queue's requests on that node,
     in one pass over the pods holding resources. A pod counts for the queue it names only when that Queue admits its
-    namespace (shared.entitlement.pods_queue, issue 29); else for NO_QUEUE."""
+    namespace (shared.entitlement.pods_queue, issue 29), a Kueue Workload's pod for its ClusterQueue (issue 32); else
+    for NO_QUEUE."""
     sums: dict[str, dict[str, list[Resources]]] = {}
     for name, state in states.items():
         for pod in state.pods:
-            queue = pods_queue(pod, podgroups, queues) or NO_QUEUE
+            queue = pods_queue(pod, podgroups, queues, workloads) or NO_QUEUE
             sums.setdefault(queue, {}).setdefault(name, []).append(pod.requests)
     return {q: {n: Resources.total(r) for n, r in nodes.items()} for q, nodes in sums.items()}
 
@@ -94,13 +99,15 @@ def job_class_value(podgroup: PodGroupView | None, queue: str, snapshot: Snapsho
     return None if found is None else found[0].value
 
 
-def build_jobs(snapshot: Snapshot) -> list[Job]:
+def build_jobs(snapshot: Snapshot, kueue: KueueConfig | None = None,
+               starving: timedelta | None = None) -> list[Job]:
     """Seed 000: every job with a pending pod not held by scheduling gates (a job with none cannot starve, and holds
-    no lock); a Kueue Workload's job only while Kueue admits it (`kueue_job`). minMember (the seed's MinAvailable):
-    the PodGroup's, the Workload's admitted pods;
-    for any other job 1: without a gang constraint a job makes progress as soon as one of its pods is bound (a
-    ReplicaSet kept partly pending by a full cluster is not starving; a lone pod that cannot be placed is). Jobs in
-    job key order, each job's pods in pod key order (podindex), whatever order the watch delivered them in."""
+    no lock); a Kueue Workload's job only while Kueue admits it (`kueue_job`; `kueue` and `starving`, the config's,
+    give its threshold). minMember (the seed's MinAvailable): the PodGroup's, the Workload's admitted pods, a
+    Kubernetes PodGroup's gang minCount; for any other job 1: without a gang constraint a job makes progress as soon
+    as one of its pods is bound (a ReplicaSet kept partly pending by a full cluster is not starving; a lone pod that
+    cannot be placed is). Jobs in job key order, each job's pods in pod key order (podindex), whatever order the
+    watch delivered them in."""
     index = snapshot.index  # podindex: the pending pods and each job's pods, without a pass over every pod
     waiting = {pod.job for pod in index.unbound.values() if not pod.deleting and not pod.gated}
     grouped: dict[tuple[str, str, str], list[PodView]] = {}
@@ -115,7 +122,13 @@ def build_jobs(snapshot: Snapshot) -> list[Job]:
         if workload is not None:
             if not workload.admitted:
                 continue  # Kueue's to wait for (queued, evicted or finished): not starving, nothing to lock for
-            jobs.append(kueue_job(ref, workload, pods))
+            threshold = kueue.threshold(starving) if kueue is not None and starving is not None else None
+            jobs.append(kueue_job(ref, workload, pods, threshold))
+            continue
+        native = snapshot.native_podgroups.get((ref.namespace, ref.name)) if ref.kind == NATIVE_PODGROUP else None
+        if native is not None:  # issue 32: a gang of Kubernetes' own, its minCount, its priority (capped, seed 001)
+            queue = pods_queue(pods[0], snapshot.podgroups, snapshot.queues) or NO_QUEUE
+            jobs.append(Job(ref, queue, native.created, native.min_count, pods, native.priority))
             continue
         group = snapshot.podgroups.get((ref.namespace, ref.name)) if ref.kind == "PodGroup" else None
         if group is not None:
@@ -127,7 +140,7 @@ def build_jobs(snapshot: Snapshot) -> list[Job]:
     return jobs
 
 
-def kueue_job(ref: JobRef, workload: WorkloadView, pods: list[PodView]) -> Job:
+def kueue_job(ref: JobRef, workload: WorkloadView, pods: list[PodView], threshold: timedelta | None = None) -> Job:
     """Issue 32: the job of an admitted Kueue Workload. It starves from its admission (while Kueue holds a workload
     back it is Kueue's to wait for), needs every pod Kueue admitted (minMember: a Workload is admitted whole, and its
     job runs only when all are placed), is of the ClusterQueue that admitted it (by that name: windows' and
@@ -135,7 +148,8 @@ def kueue_job(ref: JobRef, workload: WorkloadView, pods: list[PodView]) -> Job:
     WorkloadPriorityClass or PriorityClass). That priority is not capped by its pods' own, as a PodGroup's class is
     (seed 001): Kueue already orders and preempts by it, so the tenant who picks the class gains nothing here that
     Kueue has not given. A Workload without a priority has its pods' highest. What Kueue wrote is read from the
-    Workload's status, never from labels on the pods (a tenant writes those)."""
+    Workload's status, never from labels on the pods (a tenant writes those). `threshold`: its starvation threshold
+    when Kueue's waitForPodsReady timeout caps it (KueueConfig.threshold)."""
     assert workload.admitted_at is not None
     return Job(ref, workload.cluster_queue, workload.admitted_at, workload.count, pods,
-               kueue_priority=workload.priority)
+               kueue_priority=workload.priority, threshold=threshold)

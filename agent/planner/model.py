@@ -6,17 +6,20 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import cached_property
 from typing import Any, TypedDict, cast
 
 from agent.planner.capacity import NodeState, ShapeRanking
 from agent.planner.podindex import PodIndex
 from shared import keys
+from shared.config import ReservoirConfig
+from shared.entitlement import Grounds
 from shared.keys import LockKind
 from shared.resources import EMPTY, Resources
 from shared.timestamps import FIRST_YEAR, LAST_YEAR, in_range, parse_time, stamp
 from shared.views import (
+    NativePodGroupView,
     NodeView,
     PodGroupView,
     PodView,
@@ -42,12 +45,21 @@ class Snapshot:
     daemonsets: Mapping[tuple[str, str], str] = field(default_factory=dict)
     # issue 32: Kueue's Workloads by (namespace, name), while `kueue.workloads` is on (else none: jobs.build_jobs)
     workloads: Mapping[tuple[str, str], WorkloadView] = field(default_factory=dict)
+    # issue 32: Kubernetes' own PodGroups by (namespace, name), where the API server serves them
+    native_podgroups: Mapping[tuple[str, str], NativePodGroupView] = field(default_factory=dict)
 
     @cached_property
     def index(self) -> PodIndex:
         """The pods indexed by node, job, uid and pending (podindex.PodIndex): built from `pods` on first use, unless
         the snapshot was made `with_index` (the agent keeps one up to date from its pod cache's changes)."""
         return PodIndex.of(self.pods)
+
+    def grounds(self, config: ReservoirConfig, *, reservations: bool = True) -> Grounds:
+        """Entitlement's grounds in the planner (shared.entitlement): this snapshot's PodGroups, Queues, DaemonSets
+        and Kueue Workloads, its Reservations unless `reservations` is false (a policy no Reservation bears on
+        skips matching every pod against them), and `config`."""
+        return Grounds(podgroups=self.podgroups, queues=self.queues, daemonsets=self.daemonsets, config=config,
+                       reservations=self.reservations if reservations else {}, workloads=self.workloads)
 
     def with_index(self, index: PodIndex) -> Snapshot:
         """This snapshot, its `index` given: `index` must be the index of `pods` (the agent's, kept up to date from the
@@ -228,6 +240,7 @@ class JobStatus:
     starving: bool
     reason: str
     created: datetime | None = None  # the job's creation time (its PodGroup's, else its oldest pod's); None: unknown
+    threshold: timedelta | None = None  # its own starvation threshold when below the config's (Job.threshold)
 
 
 @dataclass(frozen=True)
@@ -424,7 +437,7 @@ class BackfillSlot:
 @dataclass(frozen=True)
 class EstimateMark:
     """Issue 17: one object to carry an owner's expected start in keys.EXPECTED_START (backfill.estimate_marks): a
-    PodGroup or a Pod, by kind, namespace and name."""
+    PodGroup, a Kueue Workload or a Pod, by kind, namespace and name."""
 
     kind: str
     namespace: str

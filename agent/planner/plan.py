@@ -24,7 +24,6 @@ from agent.planner.reserve import RuntimeMemo, with_group_runtimes
 from agent.planner.starvation import STARVATION, lock_cooldowns
 from agent.planner.windows import WINDOWS, reserve_pods
 from shared.config import ReservoirConfig
-from shared.entitlement import Grounds
 from shared.keys import LockKind
 from shared.ownership import reservation_owner_id, window_owner_id
 from shared.views import PodView
@@ -98,11 +97,10 @@ def plan_backfill_of(context: PlanContext, locks: Mapping[str, Lock], statuses: 
     slots, already = backfill_slots(pods=index, states=context.states, locks=locks, current=context.current,
                                     now=context.now, window_starts=window_starts,
                                     window_tasks=window_tasks, waiting_reservations=waiting)
-    grounds = Grounds(podgroups=snapshot.podgroups, queues=snapshot.queues, reservations=snapshot.reservations,
-                      daemonsets=snapshot.daemonsets, config=context.config)
+    grounds = snapshot.grounds(context.config)
     return plan_backfill(pods=index, nodes=snapshot.nodes, states=context.states, locks=locks,
                          config=context.config, now=context.now, podgroups=snapshot.podgroups, grounds=grounds,
-                         slots=slots, already=already)
+                         slots=slots, already=already, workloads=snapshot.workloads)
 
 
 def plan_gate(snapshot: Snapshot, config: ReservoirConfig, now: datetime, last: Plan,
@@ -156,10 +154,11 @@ def plan_context(*, snapshot: Snapshot, config: ReservoirConfig, now: datetime, 
     read the one answer)."""
     states, runtimes = states_of(snapshot, previous)
     schedulable_nodes = sum(1 for s in states.values() if schedulable(s.node))
-    jobs = build_jobs(snapshot) if config.starvation.enabled or config.guarantee.enabled else []
+    jobs = (build_jobs(snapshot, config.kueue, config.starvation.starving_job_time_threshold)
+            if config.starvation.enabled or config.guarantee.enabled else [])
     named = {j.queue for j in jobs}
     compete = len(named) > 1 or bool(guaranteed_queues(snapshot.queues, config))
-    usage = usage_by_queue(states, snapshot.podgroups, snapshot.queues) if compete else {}
+    usage = usage_by_queue(states, snapshot.podgroups, snapshot.queues, snapshot.workloads) if compete else {}
     # with one queue among the contenders, the queue order decides nothing
     scores = score_queues(snapshot, states, named, config.queue_order, usage) if compete else []
     return PlanContext(snapshot=snapshot, config=config, now=now, states=states, current=current,

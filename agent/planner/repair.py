@@ -59,8 +59,7 @@ def grounds_of(snapshot: Snapshot | None, config: ReservoirConfig | None, *,
         config = ReservoirConfig().model_copy(update={"windows": list(windows or ())})
     if snapshot is None:
         return Grounds(reservations=reservations or {}, config=config)
-    return Grounds(podgroups=snapshot.podgroups, queues=snapshot.queues, reservations=snapshot.reservations,
-                   daemonsets=snapshot.daemonsets, config=config)
+    return snapshot.grounds(config)
 
 
 def plan_repairs(*, jobs: Sequence[Job], pods: Sequence[PodView], locks: Mapping[str, Lock],

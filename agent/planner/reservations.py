@@ -83,7 +83,7 @@ from agent.planner.model import Handover, Lock, Placeholder, ReservationStatus, 
 from agent.planner.policy import PlanContext, Policy, PolicyResult, Statuses, earliest, fair_share, kept_since
 from shared import keys
 from shared.keys import LockKind
-from shared.ownership import reservation_owner_id
+from shared.ownership import NATIVE_PODGROUP, reservation_owner_id
 from shared.predicates import Placement, schedulable_on
 from shared.reservation_affinity import may_use
 from shared.resources import PODS, Resources
@@ -113,11 +113,16 @@ def reserved_amount(reservation: ReservationView) -> Resources:
 
 
 def pod_meta(pod: PodView) -> dict[str, Any]:
-    """Seed 003 owner matching and entitlement (shared.entitlement): the metadata they read, from a pod view."""
-    return {"metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid, "labels": dict(pod.labels),
-                         "annotations": dict(pod.annotations), "ownerReferences": [
-        {"apiVersion": o.api_version, "kind": o.kind, "name": o.name, "uid": o.uid, "controller": o.controller}
-        for o in pod.owners]}}
+    """Seed 003 owner matching and entitlement (shared.entitlement): the metadata they read, from a pod view, and the
+    one field of its spec its job is read from (`spec.schedulingGroup`, issue 32)."""
+    obj: dict[str, Any] = {"metadata": {
+        "name": pod.name, "namespace": pod.namespace, "uid": pod.uid, "labels": dict(pod.labels),
+        "annotations": dict(pod.annotations), "ownerReferences": [
+            {"apiVersion": o.api_version, "kind": o.kind, "name": o.name, "uid": o.uid, "controller": o.controller}
+            for o in pod.owners]}}
+    if pod.job[1] == NATIVE_PODGROUP:
+        obj["spec"] = {"schedulingGroup": {"podGroupName": pod.job[2]}}
+    return obj
 
 
 def is_owner(reservation: ReservationView, pod: PodView) -> bool:

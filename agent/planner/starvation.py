@@ -582,7 +582,7 @@ def starvation_wake_at(jobs: Sequence[Job], *, context: PlanContext) -> datetime
     ending (lock_cooldowns). Without it a job would wait for the next resync after its threshold."""
     config = context.config.starvation
     now = context.now
-    crossings = (job.created + config.starving_job_time_threshold for job in jobs if job.pending)
+    crossings = (job.created + job_threshold(job, config) for job in jobs if job.pending)
     expiries = (lock.since + config.max_lock_duration for lock in context.current.values() if lock.kind is LockKind.JOB)
     return earliest(*(moment for moment in (*crossings, *expiries, *context.cooldowns.until.values())
                       if moment > now))
@@ -623,6 +623,13 @@ def back_of_the_order(jobs: Sequence[Job], *, expired: Set[str]) -> list[Job]:
     return [j for j in jobs if j.owner not in expired] + [j for j in jobs if j.owner in expired]
 
 
+def job_threshold(job: Job, config: StarvationConfig) -> timedelta:
+    """The job's starvation threshold: starvingJobTimeThreshold, or the job's own when lower (a Kueue Workload's under
+    waitForPodsReady, issue 32)."""
+    threshold = config.starving_job_time_threshold
+    return threshold if job.threshold is None else min(threshold, job.threshold)
+
+
 def is_starving(job: Job, *, now: datetime, threshold: timedelta) -> bool:
     """Seed 000 isJobStarving's time test: "The creation time of job is greater than the set starving job threshold
     time", now - created > `starvingJobTimeThreshold`. (Its other tests: not Job Ready is `job.ready`, checked first
@@ -634,7 +641,7 @@ def job_status(job: Job, *, starving: bool, reason: str) -> JobStatus:
     """Seed 000: the job as judged, for `reservoir status` and the starving-jobs metric."""
     return JobStatus(subject=job.subject, owner=job.owner, queue=job.queue, priority=job.priority,
                      min_member=job.min_member, bound=job.bound, pending=len(job.pending), starving=starving,
-                     reason=reason, created=job.created)
+                     reason=reason, created=job.created, threshold=job.threshold)
 
 
 def needed_tasks(job: Job) -> int:
@@ -649,7 +656,7 @@ def job_turn(job: Job, *, starvation: Starvation, taken: Set[str], budget: int) 
     now; any other waits for the threshold."""
     if job.ready or not job.pending:
         return JobTurn(status=job_status(job, starving=False, reason="ready" if job.ready else "nothing pending"))
-    threshold = starvation.config.starving_job_time_threshold
+    threshold = job_threshold(job, starvation.config)
     starving = is_starving(job, now=starvation.now, threshold=threshold)
     until = starvation.cooling.get(job.owner)
     if until is not None:
@@ -734,7 +741,7 @@ def job_locks(job: Job, *, placed: Mapping[str, Sequence[PodView]], needed: int,
     for node, tasks in placed.items():
         # no ages or clocks in the reason: it is written to the node, and must not change while nothing does
         reason = (f"starving job: {job.bound}/{job.min_member} bound, older than "
-                  f"{int(config.starving_job_time_threshold.total_seconds())}s; reserves {len(tasks)} of the "
+                  f"{int(job_threshold(job, config).total_seconds())}s; reserves {len(tasks)} of the "
                   f"{needed} tasks it needs ({len(job.pending)} pending)")
         since = kept_since(starvation.current, node=node, owner=job.owner, now=now)
         locks[node] = Lock(node=node, owner=job.owner, kind=LockKind.JOB, subject=job.subject, reason=reason,

@@ -71,7 +71,7 @@ from agent.planner.policy import PlanContext, Policy, PolicyResult, Statuses, ea
 from agent.planner.reservations import pod_meta
 from agent.planner.reserve import is_reserve_pod
 from shared.config import WindowConfig
-from shared.entitlement import Grounds, entitlement
+from shared.entitlement import entitlement
 from shared.keys import LockKind
 from shared.ownership import window_owner_id
 from shared.predicates import schedulable_on, selects
@@ -107,8 +107,7 @@ def reserve_pods(context: PlanContext) -> list[ReservePod]:
     computed once per plan for all windows. Entitlement is the one rule (shared.entitlement) the webhook and repair
     apply: a reserve pod of a window only as far as the window's `namespaces` and `queues` let it in."""
     snapshot = context.snapshot
-    grounds = Grounds(podgroups=snapshot.podgroups, queues=snapshot.queues, daemonsets=snapshot.daemonsets,
-                      config=context.config)
+    grounds = snapshot.grounds(context.config, reservations=False)
     window_ids = {window_owner_id(window.name) for window in context.config.windows}
     out = []
     for pod in snapshot.pods:

@@ -62,18 +62,23 @@ windows:
 
 STREAM_SECONDS = 30  # seed 000's story: how long small pods keep coming
 SMALL_RUNS = "5s"  # ... each running this long
+GPU = "nvidia.com/gpu"  # GPUs, as the device plugin counts them
 
 
-async def stream_small_pods(kit: Kit, seconds: float, keep_pending: int = 3) -> None:
-    """Keep `keep_pending` small pods (1 cpu, running SMALL_RUNS) waiting at all times, for `seconds`."""
+async def stream_small_pods(kit: Kit, seconds: float, keep_pending: int = 3, gpus: int = 0) -> None:
+    """Keep `keep_pending` small pods (1 cpu, or with `gpus`: 100m cpu and that many `nvidia.com/gpu`, each running
+    SMALL_RUNS) waiting at all times, for `seconds`."""
     counter = itertools.count()
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         pods = (await kit.raw("GET", f"/api/v1/namespaces/{kit.namespace}/pods?labelSelector=stream=small"))["items"]
         pending = sum(1 for p in pods if not p["spec"].get("nodeName"))
         for _ in range(keep_pending - pending):
-            await kit.create_pod(f"small-{next(counter)}", {"cpu": "1"}, labels={"stream": "small"},
-                                 annotations={COMPLETE_AFTER: SMALL_RUNS})
+            body = kit.pod_body(f"small-{next(counter)}", {"cpu": "100m", GPU: str(gpus)} if gpus else {"cpu": "1"},
+                                labels={"stream": "small"}, annotations={COMPLETE_AFTER: SMALL_RUNS})
+            if gpus:  # an extended resource's request must equal its limit
+                body["spec"]["containers"][0]["resources"]["limits"] = {GPU: str(gpus)}
+            await kit.raw("POST", f"/api/v1/namespaces/{kit.namespace}/pods", body)
         await asyncio.sleep(0.3)
 
 

@@ -11,14 +11,21 @@ from typing import Any
 
 import pytest
 
-from localcluster import binaries
 from localcluster.agent_process import AgentProcess
 from localcluster.cluster import COMPLETE_AFTER, LocalCluster
-from localcluster.kueue_process import API_VERSION, KueueManager
+from localcluster.kueue_process import KueueManager
 from shared import keys
 from shared.ownership import JobRef
-from tests.conftest import unavailable
-from tests.e2e.kit import Kit, apply_setup
+from tests.e2e.kit import Kit, apply_setup, running_webhook
+from tests.e2e.kueue_scenarios import (
+    LOCAL_QUEUE,
+    condition,
+    job_body,
+    job_pods,
+    kueue_queues,
+    running_kueue,
+    workloads,
+)
 from tests.e2e.scenarios import (
     SETUP,
     STARVATION_CONFIG,
@@ -29,58 +36,19 @@ from tests.e2e.scenarios import (
     stream_small_pods,
 )
 
-KUEUE = f"/apis/{API_VERSION}"
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-WORKLOAD_ANNOTATION = "kueue.x-k8s.io/workload"
-
 
 @pytest.fixture(scope="module")
 def kueue(cluster: LocalCluster) -> Iterator[KueueManager]:
-    """One Kueue manager for the module, its webhooks removed when it stops (its CRDs stay installed)."""
-    if binaries.kueue_missing():
-        unavailable(f"Kueue is not built in {binaries.kueue_dir()}: run `make cluster-bin`")
-    manager = KueueManager(cluster)
-    try:
-        manager.install()
-        manager.start()
+    """One Kueue manager for the module (waitForPodsReady off)."""
+    with running_kueue(cluster) as manager:
         yield manager
-    finally:
-        manager.stop()
 
 
 @pytest.fixture
 async def queues(kit: Kit, kueue: KueueManager) -> AsyncIterator[str]:
-    """A ResourceFlavor, a ClusterQueue with quota for the test's namespace and a LocalQueue in it: yields the
-    LocalQueue's name; the cluster-scoped objects are deleted after."""
-    cluster_queue = f"cq-{kit.namespace}"[:63]
-    await kit.raw("POST", f"{KUEUE}/resourceflavors", {"apiVersion": API_VERSION, "kind": "ResourceFlavor",
-                                                       "metadata": {"name": cluster_queue}})
-    await kit.raw("POST", f"{KUEUE}/clusterqueues", {
-        "apiVersion": API_VERSION, "kind": "ClusterQueue", "metadata": {"name": cluster_queue},
-        "spec": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": kit.namespace}},
-                 "resourceGroups": [{"coveredResources": ["cpu", "memory"], "flavors": [{
-                     "name": cluster_queue, "resources": [{"name": "cpu", "nominalQuota": "16"},
-                                                          {"name": "memory", "nominalQuota": "64Gi"}]}]}]}})
-    await kit.raw("POST", f"{KUEUE}/namespaces/{kit.namespace}/localqueues", {
-        "apiVersion": API_VERSION, "kind": "LocalQueue", "metadata": {"name": "lq", "namespace": kit.namespace},
-        "spec": {"clusterQueue": cluster_queue}})
-    try:
-        yield "lq"
-    finally:
-        await kit.attempt("DELETE", f"/apis/batch/v1/namespaces/{kit.namespace}/jobs?propagationPolicy=Background")
-        await kit.attempt("DELETE", f"{KUEUE}/namespaces/{kit.namespace}/localqueues/lq")
-        await kit.attempt("DELETE", f"{KUEUE}/clusterqueues/{cluster_queue}")
-        await kit.attempt("DELETE", f"{KUEUE}/resourceflavors/{cluster_queue}")
-
-
-def job_body(name: str, queue: str, cpu: str, count: int, runs: str = "600s") -> dict[str, Any]:
-    """A `batch/v1` Job as a Kueue user writes it: `kueue.x-k8s.io/queue-name`, `count` pods of `cpu` each."""
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "labels": {QUEUE_LABEL: queue}},
-            "spec": {"parallelism": count, "completions": count, "template": {
-                "metadata": {"annotations": {COMPLETE_AFTER: runs}},
-                "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 0, "containers": [{
-                    "name": "main", "image": "registry.invalid/job:1",
-                    "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}]}}}}
+    """A ClusterQueue of 16 cpu and 64Gi for the test's namespace and a LocalQueue in it; yields the LocalQueue."""
+    async with kueue_queues(kit, {"cpu": "16", "memory": "64Gi"}):
+        yield LOCAL_QUEUE
 
 
 async def test_kueue_admits_a_job_and_its_pods_name_their_workload(kit: Kit, queues: str) -> None:
@@ -88,13 +56,12 @@ async def test_kueue_admits_a_job_and_its_pods_name_their_workload(kit: Kit, que
     ClusterQueue's quota and lets the Job run: its pods name the Workload (the annotation Reservoir reads) and are
     placed by kube-scheduler."""
     await kit.create_node("kueue-node", {"cpu": "8", "memory": "32Gi"})
-    job = await kit.raw("POST", f"/apis/batch/v1/namespaces/{kit.namespace}/jobs", job_body("train", queues, "1", 2))
+    job = await kit.raw("POST", f"/apis/batch/v1/namespaces/{kit.namespace}/jobs",
+                        job_body("train", {"cpu": "1", "memory": "1Gi"}, 2, queue=queues))
     assert job["spec"]["suspend"] is True, "Kueue's webhook suspends a queued Job at creation"
 
     async def admitted() -> dict[str, Any] | None:
-        items = (await kit.raw("GET", f"{KUEUE}/namespaces/{kit.namespace}/workloads"))["items"]
-        return next((w for w in items if any(c["type"] == "Admitted" and c["status"] == "True"
-                                             for c in w.get("status", {}).get("conditions", ()))), None)
+        return next((w for w in await workloads(kit) if condition(w, "Admitted")), None)
 
     workload = await kit.wait_for(admitted, what="the Job's Workload admitted", timeout=60)
     assert workload["status"]["admission"]["clusterQueue"].startswith("cq-")
@@ -104,7 +71,7 @@ async def test_kueue_admits_a_job_and_its_pods_name_their_workload(kit: Kit, que
         return pods if len(pods) == 2 and all(p["spec"].get("nodeName") for p in pods) else None
 
     pods = await kit.wait_for(placed, what="the Job's two pods placed", timeout=60)
-    assert {p["metadata"]["annotations"].get(WORKLOAD_ANNOTATION) for p in pods} == {workload["metadata"]["name"]}
+    assert {p["metadata"]["annotations"].get(keys.KUEUE_WORKLOAD) for p in pods} == {workload["metadata"]["name"]}
 
 
 # --- seed 000's story with a Kueue Job: Reservoir off, then on ---
@@ -126,10 +93,6 @@ async def agent(kit: Kit) -> AsyncIterator[AgentProcess]:
         await kit.raw("DELETE", f"/api/v1/namespaces/{keys.NAMESPACE}/configmaps/{keys.CONFIGMAP_NAME}")
 
 
-async def job_pods(kit: Kit, job: str) -> list[dict[str, Any]]:
-    return (await kit.raw("GET", f"/api/v1/namespaces/{kit.namespace}/pods?labelSelector=job-name={job}"))["items"]
-
-
 async def kueue_story(kit: Kit, queue: str) -> tuple[float, float, dict[str, Any]]:
     """Seed 000 with Kueue: small pods keep a 4-cpu node full; a Kueue Job of one 4-cpu pod is admitted at once (its
     ClusterQueue has quota) and its pod waits for the node. Returns (stream end, the big pod's bind time or inf, the
@@ -138,11 +101,12 @@ async def kueue_story(kit: Kit, queue: str) -> tuple[float, float, dict[str, Any
     await spare_node(kit)
     stream = asyncio.create_task(stream_small_pods(kit, STREAM_SECONDS))
     await asyncio.sleep(3)  # the node is full of small pods
-    await kit.raw("POST", f"/apis/batch/v1/namespaces/{kit.namespace}/jobs", job_body("big", queue, "4", 1))
+    await kit.raw("POST", f"/apis/batch/v1/namespaces/{kit.namespace}/jobs",
+                  job_body("big", {"cpu": "4", "memory": "1Gi"}, 1, queue=queue))
     await stream
     stream_end = time.time()
     await asyncio.sleep(1)
-    [workload] = (await kit.raw("GET", f"{KUEUE}/namespaces/{kit.namespace}/workloads"))["items"]
+    [workload] = await workloads(kit)
     [big] = await job_pods(kit, "big")
     bound = scheduled_at(big)
     return stream_end, bound if bound is not None else float("inf"), workload
@@ -150,7 +114,7 @@ async def kueue_story(kit: Kit, queue: str) -> tuple[float, float, dict[str, Any
 
 async def test_without_reservoir_an_admitted_kueue_job_waits_for_the_stream_to_end(kit: Kit, queues: str) -> None:
     stream_end, big_bound, workload = await kueue_story(kit, queues)
-    assert any(c["type"] == "Admitted" and c["status"] == "True" for c in workload["status"]["conditions"])
+    assert condition(workload, "Admitted")
     assert big_bound > stream_end - 1, "kube-scheduler alone leaves the admitted Job's pod waiting as the stream runs"
 
 
@@ -163,3 +127,73 @@ async def test_with_reservoir_the_admitted_kueue_job_gets_its_node_locked_for_it
     events = (await kit.raw("GET", "/api/v1/namespaces/default/events?fieldSelector=involvedObject.name=starve-node"))
     locked = [e["message"] for e in events["items"] if e["reason"] == "NodeLocked"]
     assert any(owner.full_name in message for message in locked), locked
+    # its start estimate went where Kueue's users look: the Workload (kept once the job started)
+    assert keys.EXPECTED_START in (workload["metadata"].get("annotations") or {}), workload["metadata"]
+
+
+# --- backfill with Kueue Jobs: backfill's `queues` names the ClusterQueue ---
+
+RUNNING = 40  # seconds the locked node's two pods declare (and run): the big Job's pod fits when they end
+
+
+@pytest.fixture
+async def backfilling(kit: Kit, queues: str) -> AsyncIterator[AgentProcess]:
+    """The webhook and the agent as their ServiceAccounts with deploy/components/kueue's RBAC, `kueue.workloads` on
+    and backfill open to the test's ClusterQueue alone (by its name: no namespace listed)."""
+    await apply_setup(kit, *SETUP, "deploy/webhook-rbac.yaml", "deploy/components/kueue/rbac.yaml")
+    [cluster_queue] = {q["spec"]["clusterQueue"] for q in (await kit.raw(
+        "GET", f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{kit.namespace}/localqueues"))["items"]}
+    await configure(kit, KUEUE_STARVATION + f"backfill: {{queues: [{cluster_queue}], margin: 5s}}\n")
+    agent = AgentProcess(kit.cluster)
+    try:
+        async with running_webhook(kit):
+            agent.start()
+            try:
+                yield agent
+            finally:
+                agent.stop()
+    finally:
+        await kit.raw("DELETE", f"/api/v1/namespaces/{keys.NAMESPACE}/configmaps/{keys.CONFIGMAP_NAME}")
+        await kit.raw("DELETE", f"/apis/coordination.k8s.io/v1/namespaces/{keys.NAMESPACE}/leases/reservoir-agent")
+
+
+async def test_a_short_kueue_job_backfills_the_node_locked_for_a_starving_kueue_job(
+        kit: Kit, backfilling: AgentProcess) -> None:
+    """Seed 000's draining node (two pods running RUNNING s of its 3 cpu), locked for an admitted Kueue Job of one
+    3-cpu pod; a second Kueue Job of one 500m pod that declares 10 s and opts into backfill, of the same ClusterQueue,
+    is held on the gate by the webhook, narrowed by the agent to the locked node with activeDeadlineSeconds, and runs
+    there while the node drains; the big Job's pod still binds once the two pods end."""
+    await kit.create_node("bf-node", {"cpu": "3", "memory": "16Gi"})
+    await spare_node(kit)
+    for i in (2, 3):
+        await kit.create_pod(f"pod-{i}", {"cpu": "1"}, extra_spec={"nodeName": "bf-node"},
+                             annotations={keys.MAXIMUM_RUNTIME: f"{RUNNING}s", COMPLETE_AFTER: f"{RUNNING}s"})
+    await kit.raw("POST", f"/apis/batch/v1/namespaces/{kit.namespace}/jobs",
+                  job_body("big", {"cpu": "3", "memory": "1Gi"}, 1))
+
+    async def locked() -> str | None:
+        node = await kit.read_node("bf-node")
+        return next((t.get("value") for t in node["spec"].get("taints") or [] if t["key"] == keys.LOCK), None)
+    owner = await kit.wait_for(locked, what="bf-node locked for the big Job", timeout=30)
+    [workload] = await workloads(kit)
+    assert owner == JobRef(kit.namespace, "Workload", workload["metadata"]["name"]).owner_id
+    await asyncio.sleep(2)  # the agent notes the node's backfill room; the webhook's caches see it
+    short = job_body("short", {"cpu": "500m", "memory": "1Gi"}, 1, runs="5s")
+    short["spec"]["template"]["metadata"]["annotations"].update({keys.BACKFILL: "true", keys.MAXIMUM_RUNTIME: "10s"})
+    await kit.raw("POST", f"/apis/batch/v1/namespaces/{kit.namespace}/jobs", short)
+
+    async def backfilled() -> dict[str, Any] | None:
+        pods = await job_pods(kit, "short")
+        return pods[0] if pods and pods[0]["spec"].get("nodeName") else None
+    try:
+        pod = await kit.wait_for(backfilled, what="the short Job's pod backfilled", timeout=30)
+    except AssertionError as err:
+        raise AssertionError(f"{err}\n{backfilling.log_text()[-4000:]}") from None
+    assert pod["spec"]["nodeName"] == "bf-node" and pod["spec"].get("activeDeadlineSeconds") == 10, pod["spec"]
+    assert any(t.get("value") == owner for t in pod["spec"].get("tolerations") or ()), pod["spec"]["tolerations"]
+
+    async def big_bound() -> dict[str, Any] | None:
+        pods = await job_pods(kit, "big")
+        return pods[0] if pods and pods[0]["spec"].get("nodeName") else None
+    big = await kit.wait_for(big_bound, what="the big Job's pod bound once the node drained", timeout=RUNNING + 30)
+    assert big["spec"]["nodeName"] == "bf-node"

@@ -152,7 +152,8 @@ def kueue_roles(docs: list[dict[str, Any]]) -> dict[str, set[str]]:
             and any(keys.KUEUE_GROUP in rule.get("apiGroups", []) for rule in d.get("rules") or [])}
 
 
-KUEUE_ROLES = {"reservoir-agent-kueue": {"list", "watch"}, "reservoir-status-kueue": {"get"}}
+KUEUE_ROLES = {"reservoir-agent-kueue": {"list", "watch", "patch"}, "reservoir-webhook-kueue": {"list", "watch"},
+               "reservoir-status-kueue": {"get"}}
 
 
 def test_the_switch_is_off_by_default_and_the_component_or_the_chart_value_adds_read_only_rbac() -> None:
@@ -171,3 +172,123 @@ def test_the_switch_is_off_by_default_and_the_component_or_the_chart_value_adds_
     assert load_config(configmap["data"][keys.CONFIG_KEY]).kueue.workloads is True
     assert (CHART / "files" / "kueue-rbac.yaml").resolve() == DEPLOY / "components" / "kueue" / "rbac.yaml"
     assert kinds.WORKLOADS.path == f"/apis/{keys.KUEUE_API_VERSION}/workloads"
+
+
+# --- waitForPodsReady: the lock before Kueue gives up ---
+
+def test_with_kueues_pods_ready_timeout_a_workloads_job_starves_after_at_most_half_of_it() -> None:
+    """starvingJobTimeThreshold 60 s; Kueue evicts a Workload whose pods are not ready 80 s after admission: its job
+    starves after 40 s (half), so a Workload admitted 50 s ago is locked for, and still not one admitted 30 s ago; a
+    timeout of 10 min leaves the 60 s threshold as it is. Other jobs keep the config's threshold."""
+    small = [pod(f"small-{i}", "1", node_name="n2", ns="other", runtime="10m", started_ago=timedelta(minutes=8))
+             for i in range(4)]
+    pods = [task("train-0", "4", node_name="n1"), task("train-1", "4"), *small]
+    timed = load_config("starvation: {starvingJobTimeThreshold: 60s, reservedNodePercent: 100}\n"
+                        "maxLockedNodePercent: 90\nkueue: {workloads: true, podsReadyTimeout: 80s}")
+    assert timed.kueue.threshold(timedelta(seconds=60)) == timedelta(seconds=40)
+    at_50 = WorkloadView.from_obj(workload_obj(counts=(2,), admitted_ago=timedelta(seconds=50)))
+    assert plan(kueue_snap(pods, [at_50]), CONFIG, NOW).locks == {}, "60 s threshold without the timeout"
+    assert {n: lock.owner for n, lock in plan(kueue_snap(pods, [at_50]), timed, NOW).locks.items()} == {"n2": OWNER}
+    at_30 = WorkloadView.from_obj(workload_obj(counts=(2,), admitted_ago=timedelta(seconds=30)))
+    result = plan(kueue_snap(pods, [at_30]), timed, NOW)
+    assert result.locks == {} and result.wake_at == NOW + timedelta(seconds=10), "woken when it crosses 40 s"
+    assert load_config("kueue: {podsReadyTimeout: 10m}").kueue.threshold(timedelta(seconds=60)) == timedelta(seconds=60)
+    with pytest.raises(Exception, match="podsReadyTimeout"):
+        load_config("kueue: {podsReadyTimeout: 0s}")
+
+
+def test_a_workloads_start_estimate_goes_on_the_workload() -> None:
+    """Issue 17's estimate of a Workload's job is written where Kueue's users look: the Workload (an annotation),
+    not its pods; rewritten only when it moves, as on a PodGroup."""
+    from agent.planner.backfill import estimate_marks
+    from agent.planner.model import StartEstimate
+
+    view = WorkloadView.from_obj(workload_obj())
+    pods = {p.key: p for p in (task("train-0", "4"), task("train-1", "4"))}
+    estimate = StartEstimate(owner=OWNER, kind=keys.LockKind.JOB, subject="ns/Workload/job-train-1a2b3",
+                             at=NOW + timedelta(minutes=3), unknown="", nodes=("n2",), backfilled=0,
+                             tasks=tuple(sorted(pods)))
+    [mark] = estimate_marks([estimate], pods, {}, NOW, {(view.namespace, view.name): view})
+    assert (mark.kind, mark.namespace, mark.name, mark.text) == ("Workload", "ns", view.name,
+                                                                 stamp(NOW + timedelta(minutes=3)))
+    written = dataclasses.replace(view, annotations={keys.EXPECTED_START: stamp(NOW + timedelta(minutes=3, seconds=2))})
+    assert estimate_marks([estimate], pods, {}, NOW, {(view.namespace, view.name): written}) == ()
+    # without the Workload (kueue.workloads off) the pods carry it, as before
+    assert {m.kind for m in estimate_marks([estimate], pods, {}, NOW)} == {"Pod"}
+
+
+# --- a ClusterQueue is a queue by its name: windows' and backfill's `queues` ---
+
+def test_a_kueue_pod_is_of_its_workloads_cluster_queue_for_windows_and_backfill_never_by_its_labels() -> None:
+    from shared.entitlement import Grounds, entitlement, kueue_queue, pods_queue
+    from shared.ownership import window_owner_id
+
+    admitted = WorkloadView.from_obj(workload_obj())
+    workloads = {(admitted.namespace, admitted.name): admitted}
+    view = task("train-1", "4")
+    assert kueue_queue(view.job, workloads) == "team-a"
+    assert pods_queue(view, {}, {}, workloads) == "team-a"
+    assert pods_queue(view, {}, {}, {}) == keys.DEFAULT_QUEUE, "kueue.workloads off: the queue it names, as before"
+    held = {(admitted.namespace, admitted.name): WorkloadView.from_obj(workload_obj(evicted=True))}
+    assert kueue_queue(view.job, held) is None
+
+    config = load_config("windows:\n- name: nightly\n  nodeSelector: {pool: gpu}\n  resources: {cpu: '8'}\n"
+                         "  cron: '0 3 - 4 * * *'\n  queues: [team-a]\nkueue: {workloads: true}")
+    meta = {"name": "train-1", "namespace": "ns", "labels": {"kueue.x-k8s.io/cluster-queue-name": "team-a"},
+            "annotations": {keys.KUEUE_WORKLOAD: admitted.name, keys.RESERVEABLE: "true"}}
+    pod_obj = {"metadata": meta, "spec": {"containers": []}}
+    window = window_owner_id("nightly")
+    assert window in entitlement(pod_obj, "ns", Grounds(config=config, workloads=workloads)).owners
+    # the same pod and labels without the Workload admitting it (or with kueue.workloads off): not the window's
+    assert window not in entitlement(pod_obj, "ns", Grounds(config=config, workloads=held)).owners
+    assert window not in entitlement(pod_obj, "ns", Grounds(config=config)).owners
+
+
+# --- Kubernetes' own PodGroups (1.36, GenericWorkload) ---
+
+def native_group(min_count: int | None = 2, priority: int | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"schedulingPolicy": {"gang": {"minCount": min_count}} if min_count else {"basic": {}}}
+    if priority is not None:
+        spec["priority"] = priority
+    return {"apiVersion": keys.NATIVE_SCHEDULING_API_VERSION, "kind": "PodGroup",
+            "metadata": {"name": "train", "namespace": "ns", "uid": "pg",
+                         "creationTimestamp": stamp(NOW - timedelta(hours=1))},
+            "spec": spec}
+
+
+def test_a_pod_in_a_scheduling_group_is_a_task_of_that_podgroups_job_of_min_count() -> None:
+    from shared.ownership import NATIVE_PODGROUP
+    from shared.views import NativePodGroupView
+
+    obj = {"metadata": {"name": "train-0", "namespace": "ns", "uid": "u", "creationTimestamp": stamp(NOW)},
+           "spec": {"schedulingGroup": {"podGroupName": "train"}, "containers": [
+               {"name": "c", "resources": {"requests": {"cpu": "4"}}}]}, "status": {}}
+    assert job_of(obj, "ns") == JobRef("ns", NATIVE_PODGROUP, "train")
+    view = PodView.from_obj(obj)
+    assert view.job == ("ns", NATIVE_PODGROUP, "train")
+    group = NativePodGroupView.from_obj(native_group(min_count=2, priority=100))
+    assert (group.min_count, group.priority) == (2, 100)
+    assert NativePodGroupView.from_obj(native_group(min_count=None)).min_count == 1, "the basic policy: one by one"
+    with pytest.raises(ViewError, match="minCount"):
+        NativePodGroupView.from_obj(native_group(min_count=-3))
+    snapshot = dataclasses.replace(snap([node("n1")], [view]), native_podgroups={("ns", "train"): group})
+    [job] = build_jobs(snapshot)
+    assert (job.min_member, job.created, job.priority) == (2, NOW - timedelta(hours=1), 0), \
+        "the group's priority is capped by its pods' own, as a Volcano PodGroup's class is"
+    [alone] = build_jobs(snap([node("n1")], [view]))  # API not served: the pod alone, minMember 1
+    assert alone.min_member == 1
+
+
+def test_the_planner_entitles_a_scheduling_group_pod_to_its_podgroups_lock_as_the_webhook_does() -> None:
+    """The repair (and every planner entitlement) reads the pod through pod_meta: it must see the same job as the
+    webhook, which reads the whole pod, or the pod is never given its gang's toleration."""
+    from agent.planner.reservations import pod_meta
+    from shared.entitlement import Grounds, entitlement
+    from shared.ownership import NATIVE_PODGROUP
+
+    obj = {"metadata": {"name": "train-0", "namespace": "ns", "uid": "u", "creationTimestamp": stamp(NOW)},
+           "spec": {"schedulingGroup": {"podGroupName": "train"}, "containers": []}, "status": {}}
+    view = PodView.from_obj(obj)
+    owner = JobRef("ns", NATIVE_PODGROUP, "train").owner_id
+    assert owner in entitlement(obj, "ns", Grounds()).owners
+    assert owner in entitlement(pod_meta(view), "ns", Grounds(), best_effort=view.best_effort).owners

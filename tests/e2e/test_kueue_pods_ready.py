@@ -1,0 +1,106 @@
+"""Issue 32, locks before Kueue gives up: Kueue's manager with `waitForPodsReady` (timeout PODS_READY seconds: an
+admitted Workload whose pods are not all ready by then is evicted and requeued). Two 8-GPU nodes are kept busy by a
+stream of 1-GPU pods; an admitted Job of one 8-GPU pod waits for a whole node.
+- kube-scheduler alone: the pod is never placed while the stream runs, and Kueue evicts the Workload (PodsReadyTimeout);
+- with Reservoir, `starvingJobTimeThreshold` 10m (far past the timeout) and `kueue.podsReadyTimeout` set to Kueue's: the
+  Workload's job starves after half the timeout, a node is locked and drains, the pod is placed and Ready before Kueue
+  gives up, and the Workload is never evicted."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+from localcluster.agent_process import AgentProcess
+from localcluster.cluster import LocalCluster
+from localcluster.kueue_process import KueueManager
+from shared import keys
+from tests.e2e.kit import Kit, apply_setup
+from tests.e2e.kueue_scenarios import LOCAL_QUEUE, condition, job_body, job_pods, kueue_queues, running_kueue, workloads
+from tests.e2e.scenarios import GPU, SETUP, configure, scheduled_at, spare_node, stream_small_pods
+
+PODS_READY = 40  # Kueue's waitForPodsReady timeout, seconds
+STREAM = 70  # seconds of 1-GPU pods: past the timeout, with room for Kueue to act
+
+CONFIG = f"""
+starvation: {{starvingJobTimeThreshold: 10m, reservedNodePercent: 100, maxLockDuration: 10m}}
+maxLockedNodePercent: 90
+resyncPeriod: 2s
+debounce: 200ms
+kueue: {{workloads: true, podsReadyTimeout: {PODS_READY}s}}
+"""
+
+
+@pytest.fixture(scope="module")
+def kueue(cluster: LocalCluster) -> Iterator[KueueManager]:
+    with running_kueue(cluster, wait_for_pods_ready=PODS_READY) as manager:
+        yield manager
+
+
+@pytest.fixture
+async def queues(kit: Kit, kueue: KueueManager) -> AsyncIterator[str]:
+    async with kueue_queues(kit, {"cpu": "64", "memory": "256Gi", GPU: "16"}):
+        yield LOCAL_QUEUE
+
+
+@pytest.fixture
+async def agent(kit: Kit) -> AsyncIterator[AgentProcess]:
+    await apply_setup(kit, *SETUP, "deploy/components/kueue/rbac.yaml")
+    await configure(kit, CONFIG)
+    process = AgentProcess(kit.cluster)
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
+        await kit.raw("DELETE", f"/api/v1/namespaces/{keys.NAMESPACE}/configmaps/{keys.CONFIGMAP_NAME}")
+
+
+async def gpu_story(kit: Kit) -> tuple[float, float, list[dict[str, Any]]]:
+    """Two 8-GPU nodes full of 1-GPU pods for STREAM seconds; an 8-GPU Kueue Job created 3 s in. Returns (the
+    stream's end, the 8-GPU pod's bind time or inf, the Workload's conditions as polled: every one seen True)."""
+    for name in ("gpu-a", "gpu-b"):
+        await kit.create_node(name, {"cpu": "32", "memory": "128Gi", GPU: "8"})
+    await spare_node(kit)
+    stream = asyncio.create_task(stream_small_pods(kit, STREAM, keep_pending=4, gpus=1))
+    await asyncio.sleep(3)
+    await kit.raw("POST", f"/apis/batch/v1/namespaces/{kit.namespace}/jobs",
+                  job_body("big", {"cpu": "4", "memory": "8Gi", GPU: "8"}, 1))
+    seen: list[dict[str, Any]] = []
+    bound = float("inf")
+    while not stream.done():
+        for workload in await workloads(kit):
+            seen += [c for c in (workload.get("status") or {}).get("conditions") or () if c.get("status") == "True"
+                     and c not in seen]
+        for pod in await job_pods(kit, "big"):
+            at = scheduled_at(pod)
+            if at is not None:
+                bound = min(bound, at)
+        await asyncio.sleep(0.5)
+    await stream
+    return time.time(), bound, seen
+
+
+async def test_without_reservoir_kueue_evicts_the_admitted_8_gpu_workload_it_could_not_place(
+        kit: Kit, queues: str) -> None:
+    stream_end, bound, seen = await gpu_story(kit)
+    kinds = {c["type"]: c.get("reason") for c in seen}
+    assert "Admitted" in kinds, kinds
+    assert kinds.get("Evicted") == "PodsReadyTimeout", f"Kueue gave up on the Workload: {kinds}"
+    assert bound > stream_end - 1, "kube-scheduler alone never placed the 8-GPU pod while the stream ran"
+
+
+async def test_with_reservoir_the_8_gpu_workload_is_placed_before_kueue_gives_up(
+        kit: Kit, queues: str, agent: AgentProcess) -> None:
+    began = time.time()
+    stream_end, bound, seen = await gpu_story(kit)
+    kinds = {c["type"]: c.get("reason") for c in seen}
+    assert bound < stream_end - 5, f"the 8-GPU pod bound at {bound}, the stream ended at {stream_end}: {kinds}\n" \
+                                   f"{agent.log_text()[-3000:]}"
+    assert "Evicted" not in kinds, f"Kueue evicted the Workload: {kinds}"
+    assert condition((await workloads(kit))[0], "Admitted")
+    assert bound - began < 3 + PODS_READY, "placed within Kueue's timeout of its admission"
