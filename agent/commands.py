@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from shared.kube import NotFound, get_json, new_api_client, resource_path
 from shared.logs import printable
 from shared.ownership import queue_name as queue_name_of
 from shared.timestamps import stamp
-from shared.views import PodGroupView, PodView, QueueView, WorkloadView
+from shared.views import PodGroupView, PodView, QueueView, ViewError, WorkloadView, workloads_by_owner
 from shared.watchcache import Skipped, WatchCache
 
 
@@ -263,11 +264,13 @@ async def why(kubeconfig: str | None, namespace: str, pod: str, reservoir_namesp
         sources = [kinds.RESERVATIONS] + ([kinds.KOORDINATOR_RESERVATIONS] if config.koordinator.reservations else [])
         reservations = {r.key: r for kind in sources for r in await _list(api, kind)}
         workload = None
-        named = ((obj.get("metadata") or {}).get("annotations") or {}).get(keys.KUEUE_WORKLOAD)
-        if config.kueue.workloads and PodView.from_obj(obj).job[1] == "Workload" and named:
-            workload_obj = await _get(api, resource_path(keys.KUEUE_API_VERSION, keys.WORKLOAD_PLURAL, name=named,
-                                                         namespace=namespace))
-            workload = WorkloadView.from_obj(workload_obj) if workload_obj is not None else None
+        if config.kueue.workloads:  # issue 32: the Workload of the pod's job, among its namespace's (unreadable: none)
+            listed = await _get(api, resource_path(keys.KUEUE_API_VERSION, keys.WORKLOAD_PLURAL, namespace=namespace))
+            views = []
+            for item in (listed or {}).get("items") or ():
+                with contextlib.suppress(ViewError):
+                    views.append(WorkloadView.from_obj(item))
+            workload = workloads_by_owner(views).get(PodView.from_obj(obj).job)
         locks, _ = await read_locks(api)
         published = await read_published(api, reservoir_namespace)
     finally:

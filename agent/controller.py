@@ -52,7 +52,7 @@ from shared.metrics import ScrapeGauge, cache_freshness, new_registry
 from shared.ownership import JobRef
 from shared.serving import probes_app, stop_on_signals
 from shared.switchedcache import SwitchedCache
-from shared.views import NodeView, PodView
+from shared.views import NodeView, PodView, workloads_by_owner
 from shared.watchcache import Skipped, WatchCache, count_skips
 
 log = logging.getLogger("reservoir.agent")
@@ -464,7 +464,7 @@ class Agent:
             priority_classes=dict(self.priority_classes.items),
             reservations={**self.reservations.items, **self.koordinator.items},  # keys never collide (kinds)
             daemonsets=dict(self.daemonsets.items),
-            workloads=dict(self.workloads.items),
+            workloads=workloads_by_owner(self.workloads.items.values()),
             native_podgroups=dict(self.native_podgroups.items),
         ).with_index(index)
 
@@ -664,16 +664,18 @@ class Agent:
 
     async def native_podgroups_served(self) -> bool:
         """Issue 32: whether the API server serves Kubernetes' own PodGroups (`scheduling.k8s.io/v1alpha2`, 1.36 with
-        the GenericWorkload feature gate), asked of its discovery once at start; said in the log either way."""
+        the GenericWorkload feature gate), asked of its discovery once at start; said in the log either way. A gate
+        turned on later needs an agent restart to be followed."""
         try:
             listing = await get_json(self.api, f"/apis/{keys.NATIVE_SCHEDULING_API_VERSION}")
         except NotFound:
             served, why = False, "not served"
-        except (ApiException, OSError, TimeoutError) as err:
-            served, why = False, f"discovery failed: {str(err)[:200]}"
+        except Exception as err:  # any failure leaves them off (said), never the agent down
+            served, why = False, f"discovery failed: {type(err).__name__}: {str(err)[:200]}"
         else:
+            resources = listing.get("resources") if isinstance(listing, Mapping) else None
             served = any(isinstance(r, Mapping) and r.get("name") == keys.NATIVE_PODGROUP_PLURAL
-                         for r in listing.get("resources") or ())
+                         for r in (resources if isinstance(resources, list) else ()))
             why = "served" if served else "the group is served without podgroups"
         log.info("native podgroups", extra=fields(nativePodGroups="followed" if served else "off", reason=why,
                                                   api=keys.NATIVE_SCHEDULING_API_VERSION))

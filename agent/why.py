@@ -73,12 +73,13 @@ def explain(pod: Mapping[str, Any], *, podgroup: PodGroupView | None, queue: Que
     """The answer for one pod (module docstring): `{pod, job, owner, queue, covered, reason, explanation, nodes,
     tolerates, start, plan}`; `nodes`: the locked nodes it may use (or, for `bound`, its node); `tolerates`: whether its
     tolerations let it onto them (null when no lock is involved); `plan`: the published plan's age
-    (agent.published.freshness). `workload`: the Kueue Workload the pod names, read while `kueue.workloads` is on."""
+    (agent.published.freshness). `workload`: the Kueue Workload of the pod's job (views.workloads_by_owner), read
+    while `kueue.workloads` is on."""
     view = PodView.from_obj(pod)
     podgroups = {(podgroup.namespace, podgroup.name): podgroup} if podgroup is not None else {}
     ref = JobRef(*view.job)
     queues = {queue.name: queue} if queue is not None else {}
-    workloads = {(workload.namespace, workload.name): workload} if workload is not None else {}
+    workloads = {view.job: workload} if workload is not None else {}
     jobs = build_jobs(Snapshot(pods=[view], podgroups=podgroups, queues=queues, workloads=workloads), config.kueue,
                       config.starvation.starving_job_time_threshold)
     # the queue the pod names (its job's is NO_QUEUE when no such Queue exists or it does not admit the namespace)
@@ -198,7 +199,7 @@ def explain(pod: Mapping[str, Any], *, podgroup: PodGroupView | None, queue: Que
     which = (f"its threshold ({KUEUE_THRESHOLD_SHARE:g} of kueue.podsReadyTimeout)" if capped
              else "starvingJobTimeThreshold")
     if not is_starving(job, now=now, threshold=threshold):
-        since = "admitted by Kueue" if ref.kind == "Workload" and workload is not None else "created"
+        since = "admitted by Kueue" if workload is not None else "created"
         return done("not-starving", f"its job {ref.full_name} is not starving yet: {since} "
                                     f"{format_duration(now - job.created)} ago, {which} is "
                                     f"{format_duration(threshold)}; it may be locked for from {stamp(crossing)}.")

@@ -217,11 +217,12 @@ KUEUE_THRESHOLD_SHARE = 0.5  # of Kueue's waitForPodsReady.timeout: a Workload's
 
 
 class KueueConfig(_Model):
-    """Issue 32: `workloads: true` makes the agent read Kueue's Workloads (`kueue.x-k8s.io/v1beta2`): a pod naming
-    its Workload (`kueue.x-k8s.io/workload`, which Kueue writes) is a task of that Workload's job, which starves only
-    once Kueue admitted it, needs all the pods Kueue admitted, is of the ClusterQueue that admitted it and has the
-    priority Kueue resolved (needs deploy/components/kueue or the Helm value `kueue.workloads`, for the RBAC).
-    `podsReadyTimeout`: Kueue's waitForPodsReady timeout, when on; the job's lock then comes before Kueue gives up."""
+    """Issue 32: `workloads: true` makes the agent and the webhook read Kueue's Workloads (`kueue.x-k8s.io/v1beta2`):
+    a job whose Workload (the one its controller ownerReference names) Kueue admitted starves from that admission,
+    needs all the pods Kueue admitted and has the priority Kueue resolved (capped by its pods'); its ClusterQueue is
+    matched by windows' and backfill's `queues` (needs deploy/components/kueue or the Helm value `kueue.workloads`,
+    for the RBAC). `podsReadyTimeout`: Kueue's waitForPodsReady timeout, when on; the job's lock then comes before
+    Kueue gives up."""
 
     workloads: bool = False
     # Kueue's own `waitForPodsReady.timeout` (its Configuration), when it is on: an admitted Workload whose pods are

@@ -78,8 +78,9 @@ class Grounds:
     # issue 17: the agent's backfill grants by pod uid, with the node each is on (shared.backfill); the webhook's
     # Lookup gives them from its node cache, the planner none (it plans backfill itself)
     backfill_grants: Mapping[str, tuple[str, Grant]] = field(default_factory=dict)
-    # issue 32: Kueue's Workloads by (namespace, name), while `kueue.workloads` is on (kueue_queue)
-    workloads: Mapping[tuple[str, str], WorkloadView] = field(default_factory=dict)
+    # issue 32: Kueue's Workloads by their job's (namespace, kind, name) (views.workloads_by_owner), while
+    # `kueue.workloads` is on (kueue_queue)
+    workloads: Mapping[tuple[str, str, str], WorkloadView] = field(default_factory=dict)
 
     @cached_property
     def exclusive_owners(self) -> frozenset[str]:
@@ -160,23 +161,27 @@ def honoured_queue(named: str, queues: Mapping[str, QueueView], namespace: str) 
     return admitted_queue(named, queues, namespace)
 
 
-def kueue_queue(job: tuple[str, str, str] | None, workloads: Mapping[tuple[str, str], WorkloadView]) -> str | None:
-    """Issue 32: the ClusterQueue that admitted the Kueue Workload `job` (namespace, kind, name) names, while Kueue
-    admits it; None for any other job, or a Workload not admitted (or unknown: `kueue.workloads` off). Read from the
-    Workload's status, which Kueue writes, never from a pod's labels. A ClusterQueue is a queue by its name: windows'
-    and backfill's `queues` name it as they name a Volcano Queue."""
-    if job is None or job[1] != "Workload":
-        return None
-    workload = workloads.get((job[0], job[2]))
+def kueue_queue(job: tuple[str, str, str] | None,
+                workloads: Mapping[tuple[str, str, str], WorkloadView]) -> str | None:
+    """Issue 32: the ClusterQueue that admitted the Kueue Workload of `job` (namespace, kind, name; the Workload found
+    by its controller ownerReference, views.workloads_by_owner), while Kueue admits it; None for any other job, or a
+    Workload not admitted (or unknown: `kueue.workloads` off). Read from the Workload's status, which Kueue writes,
+    never from a pod's labels. A ClusterQueue is matched by its name where windows' and backfill's `queues` name
+    queues; queue usage, guarantees and order stay the pod's Volcano queue's."""
+    workload = workloads.get(job) if job is not None else None
     return workload.cluster_queue if workload is not None and workload.admitted else None
 
 
 def pods_queue(pod: PodView, podgroups: Mapping[tuple[str, str], PodGroupView],
-               queues: Mapping[str, QueueView],
-               workloads: Mapping[tuple[str, str], WorkloadView] | None = None) -> str | None:
-    """The queue of a pod view: its Kueue Workload's ClusterQueue (kueue_queue), else `honoured_queue` of the queue it
-    names (shared.ownership.pod_queue)."""
-    return kueue_queue(pod.job, workloads or {}) or honoured_queue(pod_queue(pod, podgroups), queues, pod.namespace)
+               queues: Mapping[str, QueueView]) -> str | None:
+    """`honoured_queue` of the queue a pod view names (shared.ownership.pod_queue)."""
+    return honoured_queue(pod_queue(pod, podgroups), queues, pod.namespace)
+
+
+def backfill_queue(pod: PodView, grounds: Grounds) -> str | None:
+    """The queue backfill's `queues` is matched against (the webhook's gate and the agent's decision alike): the
+    ClusterQueue of the pod's Kueue Workload (kueue_queue, issue 32), else `pods_queue`."""
+    return kueue_queue(pod.job, grounds.workloads) or pods_queue(pod, grounds.podgroups, grounds.queues)
 
 
 def daemonset_exemption(meta: Mapping[str, Any], namespace: str,

@@ -102,7 +102,8 @@ KOORDINATOR_FIELD_MANAGER = "reservoir-agent"
 KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_API_VERSION = f"{KUEUE_GROUP}/v1beta2"
 WORKLOAD_PLURAL = "workloads"
-# pod annotation Kueue writes into an admitted job's pod template: the Workload (same namespace) the pod belongs to
+# pod annotation Kueue writes into an admitted job's pod template (only with its TopologyAwareScheduling gate on): not
+# read; a job's Workload is found by the Workload's ownerReference (shared.views.workloads_by_owner)
 KUEUE_WORKLOAD = f"{KUEUE_GROUP}/workload"
 KUEUE_QUEUE_NAME = f"{KUEUE_GROUP}/queue-name"  # a job's label: its LocalQueue (Reservoir reads the Workload's)
 

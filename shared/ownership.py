@@ -2,10 +2,11 @@
 the locks it may use. Each rule is written once here; pods reach it as API JSON (the webhook) or as views (the
 planner), through the small adapters below.
 
-Job: the Volcano PodGroup named by `scheduling.k8s.io/group-name`; else the Kueue Workload named by
-`kueue.x-k8s.io/workload` (issue 32: Kueue writes it into an admitted job's pod template); else the Kubernetes
-PodGroup (`scheduling.k8s.io/v1alpha2`, 1.36) its `spec.schedulingGroup.podGroupName` names; else the pod's
-controlling ownerReference; else the pod alone. Each names an object of the pod's own namespace: a pod that names
+Job: the Volcano PodGroup named by `scheduling.k8s.io/group-name`; else the Kubernetes PodGroup
+(`scheduling.k8s.io/v1alpha2`, 1.36) its `spec.schedulingGroup.podGroupName` names (issue 32); else the pod's
+controlling ownerReference; else the pod alone. A Kueue Workload is not a job of its own: it is found from the job
+(shared.views.workloads_by_owner), so a job's identity, its lock owner id and its pods' tolerations are the same
+with Kueue's Workloads read or not. Each names an object of the pod's own namespace: a pod that names
 another job of its namespace joins that job, as a pod may join any PodGroup of its namespace.
 Queue: PodGroup `spec.queue`, else `scheduling.volcano.sh/queue-name`, else `default`.
 """
@@ -45,9 +46,6 @@ def job_identity(meta: Mapping[str, Any], spec: Mapping[str, Any] | None = None)
     group = annotations.get(keys.GROUP_NAME)
     if group:
         return ("PodGroup", group)
-    workload = annotations.get(keys.KUEUE_WORKLOAD)
-    if workload:
-        return ("Workload", workload)
     native = scheduling_group(spec or {})
     if native:
         return (NATIVE_PODGROUP, native)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -569,7 +569,8 @@ def _true_condition(conditions: Sequence[Mapping[str, Any]], kind: str, path: st
 
 @dataclass(frozen=True, slots=True)
 class WorkloadView:
-    """Issue 32: a Kueue Workload (`kueue.x-k8s.io/v1beta2`) as the planner reads it. Kueue writes its status: the
+    """Issue 32: a Kueue Workload (`kueue.x-k8s.io/v1beta2`) as the planner reads it, the Workload of the job its
+    controller ownerReference names (workloads_by_owner). Kueue writes its status: the
     ClusterQueue that admitted it and the pods it admitted per pod set (`status.admission`), and its conditions
     (`Admitted`, `Evicted`, `Finished`, `PodsReady`). `count`: the pods admitted (the sum of the pod set
     assignments' counts; before admission the pod sets' own counts). `priority`: `spec.priority`, the value Kueue
@@ -587,6 +588,9 @@ class WorkloadView:
     admitted_at: datetime | None = None
     evicted: bool = False
     finished: bool = False
+    # the job it stands for: its controller ownerReference's (kind, name), ("", "") without one
+    owner: tuple[str, str] = ("", "")
+    # of its annotations, only Reservoir's estimate (keys.EXPECTED_START): a cache holds no more of what others wrote
     annotations: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -620,13 +624,34 @@ class WorkloadView:
             admitted_at=_true_condition(conditions, "Admitted", "status.conditions"),
             evicted=_true_condition(conditions, "Evicted", "status.conditions") is not None,
             finished=_true_condition(conditions, "Finished", "status.conditions") is not None,
-            annotations=_strings(meta.get("annotations"), "metadata.annotations"),
+            owner=next(((_text(o.get("kind"), f"metadata.ownerReferences[{i}].kind"),
+                         _text(o.get("name"), f"metadata.ownerReferences[{i}].name"))
+                        for i, o in enumerate(_objects(meta.get("ownerReferences"), "metadata.ownerReferences"))
+                        if o.get("controller") is True), ("", "")),
+            annotations={k: v for k, v in _strings(meta.get("annotations"), "metadata.annotations").items()
+                         if k == keys.EXPECTED_START},
         )
 
     @property
     def admitted(self) -> bool:
         """Admitted by Kueue to a ClusterQueue, and neither evicted since nor finished: its pods may run."""
         return self.admitted_at is not None and bool(self.cluster_queue) and not self.evicted and not self.finished
+
+
+def workloads_by_owner(views: Iterable[WorkloadView]) -> dict[tuple[str, str, str], WorkloadView]:
+    """Issue 32: each job's Kueue Workload, by the job's (namespace, kind, name) as shared.ownership names jobs: the
+    Workload whose controller ownerReference is that job's controller (a `batch/v1` Job) or the pod itself (Kueue's
+    pod integration), in the same namespace. Two for one job (a Workload replaced, the old one not yet gone): the
+    admitted one, else the newest."""
+    out: dict[tuple[str, str, str], WorkloadView] = {}
+    for view in views:
+        if not view.owner[0] or not view.owner[1]:
+            continue
+        key = (view.namespace, *view.owner)
+        held = out.get(key)
+        if held is None or (view.admitted, view.created, view.name) > (held.admitted, held.created, held.name):
+            out[key] = view
+    return out
 
 
 @dataclass(frozen=True, slots=True)

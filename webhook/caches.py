@@ -21,6 +21,7 @@ from shared import keys, kinds
 from shared.config import ReservoirConfig
 from shared.serving import STALE_AFTER, stale_caches
 from shared.switchedcache import SwitchedCache
+from shared.views import workloads_by_owner
 from shared.watchcache import Skipped, WatchCache
 from webhook.lookup import Lookup
 
@@ -101,6 +102,6 @@ class WebhookCaches:
                 config=self.config,
                 nodes=dict(self.nodes.items),
                 daemonsets=dict(self.daemonsets.items),
-                workloads=dict(self.workloads.items),
+                workloads=workloads_by_owner(self.workloads.items.values()),
             ))
         return self._lookup[1]

@@ -27,7 +27,8 @@ class Lookup:
     config: ReservoirConfig = field(default_factory=ReservoirConfig)
     nodes: Mapping[str, NodeView] = field(default_factory=dict)
     daemonsets: Mapping[tuple[str, str], str] = field(default_factory=dict)  # (namespace, name) -> uid
-    workloads: Mapping[tuple[str, str], WorkloadView] = field(default_factory=dict)  # issue 32, kueue.workloads on
+    # issue 32, while kueue.workloads is on: by the (namespace, kind, name) of their job (views.workloads_by_owner)
+    workloads: Mapping[tuple[str, str, str], WorkloadView] = field(default_factory=dict)
 
     @cached_property
     def grounds(self) -> Grounds:

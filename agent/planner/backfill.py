@@ -77,7 +77,7 @@ from agent.planner.reserve import maximum_runtime, pod_group
 from shared import keys
 from shared.backfill import Grant, Room, grants_text, hold_refusal
 from shared.config import ReservoirConfig
-from shared.entitlement import Grounds, entitlement, pods_queue
+from shared.entitlement import Grounds, backfill_queue, entitlement
 from shared.keys import LockKind
 from shared.ownership import reservation_owner_id
 from shared.predicates import Placement, schedulable_on
@@ -365,7 +365,7 @@ def plan_backfill(*, pods: PodIndex | Sequence[PodView], nodes: Mapping[str, Nod
                   locks: Mapping[str, Lock], config: ReservoirConfig, now: datetime,
                   podgroups: Mapping[tuple[str, str], PodGroupView], grounds: Grounds,
                   slots: Sequence[BackfillSlot] = (), already: Mapping[str, Sequence[PodView]] | None = None,
-                  workloads: Mapping[tuple[str, str], WorkloadView] | None = None) -> BackfillPlan:
+                  workloads: Mapping[tuple[str, str, str], WorkloadView] | None = None) -> BackfillPlan:
     """One plan's backfill (module docstring). Every gated pod (MAX_DECISIONS of them at most, taken in turns across
     namespaces: fair_share; every one past maxGateWait besides, let go unchanged) is decided now, never
     held for a later slot: let onto a locked node when the rule allows one (choose_backfills), else let go unchanged,
@@ -413,7 +413,7 @@ def plan_backfill(*, pods: PodIndex | Sequence[PodView], nodes: Mapping[str, Nod
     for pod in gated:
         group = pod_group(pod, podgroups)
         why = hold_refusal(pod.annotations, group.annotations if group is not None else {}, namespace=pod.namespace,
-                           queue=pods_queue(pod, podgroups, grounds.queues, grounds.workloads),
+                           queue=backfill_queue(pod, grounds),
                            config=settings)
         if why is not None:
             release(pod, why or f"it does not opt in ({keys.BACKFILL} is not \"true\" on it or its PodGroup)")
@@ -617,7 +617,7 @@ def moved(have: str | None, want: str, now: datetime) -> bool:
 
 def estimate_marks(estimates: Sequence[StartEstimate], pods: Mapping[str, PodView],
                    podgroups: Mapping[tuple[str, str], PodGroupView], now: datetime,
-                   workloads: Mapping[tuple[str, str], WorkloadView] | None = None) -> tuple[EstimateMark, ...]:
+                   workloads: Mapping[tuple[str, str, str], WorkloadView] | None = None) -> tuple[EstimateMark, ...]:
     """Where each owner's estimate is written (keys.EXPECTED_START), only where what is there must change (moved): a
     starvation job's or a window's pending pods (the first MAX_ESTIMATE_TARGETS of the estimate's tasks), each through
     its PodGroup when it has one, or its Kueue Workload (issue 32: where Kueue's users look; an annotation, not a
@@ -638,10 +638,11 @@ def estimate_marks(estimates: Sequence[StartEstimate], pods: Mapping[str, PodVie
                 continue
             namespace, kind, name = pod.job
             group = podgroups.get((namespace, name)) if kind == "PodGroup" else None
-            workload = (workloads or {}).get((namespace, name)) if kind == "Workload" else None
+            workload = (workloads or {}).get(pod.job) if group is None else None
             holder: PodGroupView | WorkloadView | PodView = group or workload or pod
-            target = ((kind, namespace, name) if group is not None or workload is not None
-                      else ("Pod", pod.namespace, pod.name))
+            target = (("PodGroup", namespace, name) if group is not None else
+                      ("Workload", namespace, workload.name) if workload is not None else
+                      ("Pod", pod.namespace, pod.name))
             have = holder.annotations.get(keys.EXPECTED_START)
             if target not in chosen or rank < chosen[target][0]:
                 chosen[target] = (rank, text, have)

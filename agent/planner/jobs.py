@@ -33,8 +33,8 @@ class Job:
     # seed 001: the value of the job's PriorityClass by shared.priority.job_class (its PodGroup's, else its queue's),
     # for a PodGroup's job; None when it has none (`job_class_value`)
     class_value: int | None = None
-    # issue 32: the priority Kueue resolved for a Workload's job (kueue_job), taken as it is
-    kueue_priority: int | None = None
+    # issue 32: the ClusterQueue that admitted its Kueue Workload (kueue_job), "" for any other job
+    cluster_queue: str = ""
     # issue 32: the job's own starvation threshold, below starvingJobTimeThreshold (KueueConfig.threshold); None: that
     threshold: timedelta | None = None
 
@@ -49,11 +49,9 @@ class Job:
     @cached_property
     def priority(self) -> int:
         """Seed 001 job priority (shared.priority.job_priority): a PodGroup's job has its PodGroup's class, else its
-        queue's (`class_value`), but never more than the highest priority its pods were admitted with; a Kueue
-        Workload's job the priority Kueue resolved (`kueue_job`); any other job the highest of its pods' (a pod that
-        chose no class got its queue's from the webhook)."""
-        if self.kueue_priority is not None:
-            return self.kueue_priority
+        queue's (`class_value`), but never more than the highest priority its pods were admitted with, and so does a
+        Kueue Workload's job (`kueue_job`); any other job the highest of its pods' (a pod that chose no class got its
+        queue's from the webhook)."""
         return job_priority(self.class_value, max((p.priority for p in self.pods), default=0))
 
     @cached_property
@@ -76,16 +74,14 @@ class Job:
 
 
 def usage_by_queue(states: Mapping[str, NodeState], podgroups: Mapping[tuple[str, str], PodGroupView],
-                   queues: Mapping[str, QueueView],
-                   workloads: Mapping[tuple[str, str], WorkloadView] | None = None) -> dict[str, dict[str, Resources]]:
+                   queues: Mapping[str, QueueView]) -> dict[str, dict[str, Resources]]:
     """Seed 001 "allocated" and seed 002 "queue already used": queue -> node -> the queue's requests on that node,
     in one pass over the pods holding resources. A pod counts for the queue it names only when that Queue admits its
-    namespace (shared.entitlement.pods_queue, issue 29), a Kueue Workload's pod for its ClusterQueue (issue 32); else
-    for NO_QUEUE."""
+    namespace (shared.entitlement.pods_queue, issue 29); else for NO_QUEUE."""
     sums: dict[str, dict[str, list[Resources]]] = {}
     for name, state in states.items():
         for pod in state.pods:
-            queue = pods_queue(pod, podgroups, queues, workloads) or NO_QUEUE
+            queue = pods_queue(pod, podgroups, queues) or NO_QUEUE
             sums.setdefault(queue, {}).setdefault(name, []).append(pod.requests)
     return {q: {n: Resources.total(r) for n, r in nodes.items()} for q, nodes in sums.items()}
 
@@ -118,12 +114,13 @@ def build_jobs(snapshot: Snapshot, kueue: KueueConfig | None = None,
     jobs = []
     for key, pods in grouped.items():
         ref = JobRef(*key)
-        workload = snapshot.workloads.get((ref.namespace, ref.name)) if ref.kind == "Workload" else None
+        workload = snapshot.workloads.get(key)
         if workload is not None:
             if not workload.admitted:
                 continue  # Kueue's to wait for (queued, evicted or finished): not starving, nothing to lock for
             threshold = kueue.threshold(starving) if kueue is not None and starving is not None else None
-            jobs.append(kueue_job(ref, workload, pods, threshold))
+            queue = pods_queue(pods[0], snapshot.podgroups, snapshot.queues) or NO_QUEUE
+            jobs.append(kueue_job(ref, workload, pods, queue, threshold))
             continue
         native = snapshot.native_podgroups.get((ref.namespace, ref.name)) if ref.kind == NATIVE_PODGROUP else None
         if native is not None:  # issue 32: a gang of Kubernetes' own, its minCount, its priority (capped, seed 001)
@@ -140,16 +137,18 @@ def build_jobs(snapshot: Snapshot, kueue: KueueConfig | None = None,
     return jobs
 
 
-def kueue_job(ref: JobRef, workload: WorkloadView, pods: list[PodView], threshold: timedelta | None = None) -> Job:
-    """Issue 32: the job of an admitted Kueue Workload. It starves from its admission (while Kueue holds a workload
-    back it is Kueue's to wait for), needs every pod Kueue admitted (minMember: a Workload is admitted whole, and its
-    job runs only when all are placed), is of the ClusterQueue that admitted it (by that name: windows' and
-    backfill's `queues`, queue order) and has the priority Kueue resolved for it (`spec.priority`, from its
-    WorkloadPriorityClass or PriorityClass). That priority is not capped by its pods' own, as a PodGroup's class is
-    (seed 001): Kueue already orders and preempts by it, so the tenant who picks the class gains nothing here that
-    Kueue has not given. A Workload without a priority has its pods' highest. What Kueue wrote is read from the
-    Workload's status, never from labels on the pods (a tenant writes those). `threshold`: its starvation threshold
-    when Kueue's waitForPodsReady timeout caps it (KueueConfig.threshold)."""
+def kueue_job(ref: JobRef, workload: WorkloadView, pods: list[PodView], queue: str,
+              threshold: timedelta | None = None) -> Job:
+    """Issue 32: a job whose Kueue Workload Kueue admitted (found from the job: shared.views.workloads_by_owner). It
+    starves from its admission (while Kueue holds a workload back it is Kueue's to wait for) and needs every pod Kueue
+    admitted (minMember: a Workload is admitted whole, and its job runs only when all are placed). Its priority is the
+    one Kueue resolved (`spec.priority`, from its WorkloadPriorityClass or PriorityClass), capped by its pods' own as
+    a PodGroup's class is (seed 001): a tenant picks a WorkloadPriorityClass freely, and Kueue orders by it only
+    within its ClusterQueue. Its queue (`queue`) is the one its pods name, as for any job (usage, guarantees and
+    queue order stay Volcano's); the ClusterQueue that admitted it (`cluster_queue`) is what windows' and backfill's
+    `queues` match (shared.entitlement.kueue_queue). What Kueue decided is read from the Workload's status, never
+    from labels on the pods (a tenant writes those). `threshold`: its starvation threshold when Kueue's
+    waitForPodsReady timeout caps it (KueueConfig.threshold)."""
     assert workload.admitted_at is not None
-    return Job(ref, workload.cluster_queue, workload.admitted_at, workload.count, pods,
-               kueue_priority=workload.priority, threshold=threshold)
+    return Job(ref, queue, workload.admitted_at, workload.count, pods, workload.priority,
+               cluster_queue=workload.cluster_queue, threshold=threshold)

@@ -43,8 +43,9 @@ class Snapshot:
     # each DaemonSet's uid by (namespace, name): a pod's DaemonSet controller reference is believed only when it names
     # one that exists with that uid (guarantee.Witnesses)
     daemonsets: Mapping[tuple[str, str], str] = field(default_factory=dict)
-    # issue 32: Kueue's Workloads by (namespace, name), while `kueue.workloads` is on (else none: jobs.build_jobs)
-    workloads: Mapping[tuple[str, str], WorkloadView] = field(default_factory=dict)
+    # issue 32: Kueue's Workloads by the (namespace, kind, name) of the job each stands for (views.workloads_by_owner),
+    # while `kueue.workloads` is on (else none: jobs.build_jobs)
+    workloads: Mapping[tuple[str, str, str], WorkloadView] = field(default_factory=dict)
     # issue 32: Kubernetes' own PodGroups by (namespace, name), where the API server serves them
     native_podgroups: Mapping[tuple[str, str], NativePodGroupView] = field(default_factory=dict)
 

@@ -133,8 +133,7 @@ def score_queues(snapshot: Snapshot, states: Mapping[str, NodeState], named: Ite
                  usage: Mapping[str, Mapping[str, Resources]] | None = None) -> list[QueueScore]:
     """Seed 001: queue_scores over a snapshot: allocation from `usage` (queue -> node -> requests,
     jobs.usage_by_queue; computed here when not given), the cluster from the allocatable of schedulable nodes."""
-    usage = usage if usage is not None else usage_by_queue(states, snapshot.podgroups, snapshot.queues,
-                                                           snapshot.workloads)
+    usage = usage if usage is not None else usage_by_queue(states, snapshot.podgroups, snapshot.queues)
     cluster = Resources.total(s.node.allocatable for s in states.values() if schedulable(s.node))
     allocated = {q: Resources.total(by_node.values()) for q, by_node in usage.items()}
     return queue_scores(snapshot.queues, named, snapshot.priority_classes, allocated, cluster, config)

@@ -158,7 +158,7 @@ def plan_context(*, snapshot: Snapshot, config: ReservoirConfig, now: datetime, 
             if config.starvation.enabled or config.guarantee.enabled else [])
     named = {j.queue for j in jobs}
     compete = len(named) > 1 or bool(guaranteed_queues(snapshot.queues, config))
-    usage = usage_by_queue(states, snapshot.podgroups, snapshot.queues, snapshot.workloads) if compete else {}
+    usage = usage_by_queue(states, snapshot.podgroups, snapshot.queues) if compete else {}
     # with one queue among the contenders, the queue order decides nothing
     scores = score_queues(snapshot, states, named, config.queue_order, usage) if compete else []
     return PlanContext(snapshot=snapshot, config=config, now=now, states=states, current=current,

@@ -121,7 +121,7 @@ async def test_without_reservoir_an_admitted_kueue_job_waits_for_the_stream_to_e
 async def test_with_reservoir_the_admitted_kueue_job_gets_its_node_locked_for_its_workload(
         kit: Kit, queues: str, agent: AgentProcess) -> None:
     stream_end, big_bound, workload = await kueue_story(kit, queues)
-    owner = JobRef(kit.namespace, "Workload", workload["metadata"]["name"])
+    owner = JobRef(kit.namespace, "Job", "big")  # the Workload is found from its Job: the job keeps its name
     assert big_bound < stream_end - 5, f"the big pod bound at {big_bound}, the stream ended at {stream_end}:\n" \
                                        f"{agent.log_text()[-3000:]}"
     events = (await kit.raw("GET", "/api/v1/namespaces/default/events?fieldSelector=involvedObject.name=starve-node"))
@@ -175,8 +175,7 @@ async def test_a_short_kueue_job_backfills_the_node_locked_for_a_starving_kueue_
         node = await kit.read_node("bf-node")
         return next((t.get("value") for t in node["spec"].get("taints") or [] if t["key"] == keys.LOCK), None)
     owner = await kit.wait_for(locked, what="bf-node locked for the big Job", timeout=30)
-    [workload] = await workloads(kit)
-    assert owner == JobRef(kit.namespace, "Workload", workload["metadata"]["name"]).owner_id
+    assert owner == JobRef(kit.namespace, "Job", "big").owner_id
     await asyncio.sleep(2)  # the agent notes the node's backfill room; the webhook's caches see it
     short = job_body("short", {"cpu": "500m", "memory": "1Gi"}, 1, runs="5s")
     short["spec"]["template"]["metadata"]["annotations"].update({keys.BACKFILL: "true", keys.MAXIMUM_RUNTIME: "10s"})

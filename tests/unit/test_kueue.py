@@ -17,11 +17,11 @@ from shared import keys, kinds
 from shared.config import ReservoirConfig, load_config
 from shared.ownership import JobRef, job_of
 from shared.timestamps import stamp
-from shared.views import PodView, ViewError, WorkloadView
+from shared.views import PodView, ViewError, WorkloadView, workloads_by_owner
 from tests.builders import CONFIG, NOW, node, pod, snap
 from tests.unit.test_deploy import CHART, DEPLOY, helm_template, kustomize
 
-OWNER = JobRef("ns", "Workload", "job-train-1a2b3").owner_id
+OWNER = JobRef("ns", "Job", "train").owner_id
 
 
 def workload_obj(name: str = "job-train-1a2b3", *, counts: tuple[int, ...] = (2,), admitted_ago: timedelta | None =
@@ -50,21 +50,22 @@ def workload_obj(name: str = "job-train-1a2b3", *, counts: tuple[int, ...] = (2,
             {"name": f"set-{i}", "count": c} for i, c in enumerate(counts)]}
     return {"apiVersion": keys.KUEUE_API_VERSION, "kind": "Workload",
             "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}",
-                         "creationTimestamp": stamp(NOW - timedelta(hours=1))},
+                         "creationTimestamp": stamp(NOW - timedelta(hours=1)),
+                         "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "train",
+                                              "uid": "job-uid", "controller": True, "blockOwnerDeletion": True}]},
             "spec": spec, "status": status}
 
 
-def task(name: str, cpu: str, *, node_name: str = "", workload: str = "job-train-1a2b3", priority: int = 0,
+def task(name: str, cpu: str, *, node_name: str = "", job: str = "train", priority: int = 0,
          age: timedelta = timedelta(hours=1)) -> PodView:
-    """A pod of the Workload's Job: Kueue's annotation, the Job as controller."""
+    """A pod of the Job `job`, as the Job controller makes it (its controller ownerReference)."""
     view = pod(name, cpu, node_name=node_name, priority=priority, age=age)
-    return dataclasses.replace(view, annotations={**view.annotations, keys.KUEUE_WORKLOAD: workload},
-                               job=("ns", "Workload", workload))
+    return dataclasses.replace(view, job=("ns", "Job", job))
 
 
 def kueue_snap(pods: list[PodView], workloads: list[WorkloadView], nodes: int = 2) -> Any:
     return dataclasses.replace(snap([node(f"n{i}") for i in range(1, nodes + 1)], pods, spare=2),
-                               workloads={(w.namespace, w.name): w for w in workloads})
+                               workloads=workloads_by_owner(workloads))
 
 
 def test_a_workload_reads_what_kueue_wrote() -> None:
@@ -95,25 +96,37 @@ def test_an_unreadable_workload_is_refused_naming_the_field(bad: dict[str, Any],
         WorkloadView.from_obj(obj)
 
 
-def test_a_pod_naming_its_workload_is_that_workloads_task_in_the_webhook_and_the_planner_alike() -> None:
+def test_a_jobs_workload_is_the_one_its_controller_reference_names_and_the_job_keeps_its_identity() -> None:
+    """The Workload is found from the job (its controller ownerReference names the Job), never from what a pod says:
+    the job stays `Job/train` for the webhook and the planner alike, with or without Kueue's Workloads read, so lock
+    owner ids and tolerations do not change when the switch does. Kueue's annotation on the pod is not read."""
     meta = {"name": "train-0", "namespace": "ns", "annotations": {keys.KUEUE_WORKLOAD: "job-train-1a2b3"},
-            "ownerReferences": [{"kind": "Job", "name": "train", "uid": "u", "controller": True}]}
-    assert job_of({"metadata": meta}, "ns") == JobRef("ns", "Workload", "job-train-1a2b3")
-    view = PodView.from_obj({"metadata": {**meta, "uid": "u0", "creationTimestamp": stamp(NOW)},
-                             "spec": {"containers": []}, "status": {}})
-    assert view.job == ("ns", "Workload", "job-train-1a2b3")
-    # a Volcano PodGroup, named too, comes first (DESIGN section 1)
-    both = {**meta, "annotations": {**meta["annotations"], keys.GROUP_NAME: "pg"}}
-    assert job_of({"metadata": both}, "ns") == JobRef("ns", "PodGroup", "pg")
+            "ownerReferences": [{"kind": "Job", "name": "train", "uid": "job-uid", "controller": True}]}
+    assert job_of({"metadata": meta}, "ns") == JobRef("ns", "Job", "train")
+    view = WorkloadView.from_obj(workload_obj())
+    assert view.owner == ("Job", "train")
+    older = dataclasses.replace(view, name="job-train-old", created=view.created - timedelta(hours=1))
+    evicted = WorkloadView.from_obj(workload_obj(name="job-train-new", evicted=True))
+    assert workloads_by_owner([older, view, evicted]) == {("ns", "Job", "train"): view}, "the admitted one"
+    bare = workload_obj()
+    orphan = WorkloadView.from_obj({**bare, "metadata": {**bare["metadata"], "ownerReferences": []}})
+    assert workloads_by_owner([orphan]) == {}
+    # a pod naming another Workload in Kueue's annotation joins nothing by it
+    liar = task("liar", "4", job="other")
+    assert build_jobs(kueue_snap([liar], [view]))[0].min_member == 1
 
 
-def test_an_admitted_workloads_job_starves_from_admission_needs_every_pod_with_kueues_queue_and_priority() -> None:
+def test_an_admitted_workloads_job_starves_from_admission_needs_every_pod_with_kueues_priority_capped() -> None:
     workload = WorkloadView.from_obj(workload_obj(counts=(2,), priority=5000, admitted_ago=timedelta(minutes=5)))
-    pods = [task("train-0", "2", node_name="n1", age=timedelta(hours=2)), task("train-1", "4", age=timedelta(hours=2))]
+    pods = [task("train-0", "2", node_name="n1", age=timedelta(hours=2), priority=6000),
+            task("train-1", "4", age=timedelta(hours=2), priority=6000)]
     [job] = build_jobs(kueue_snap(pods, [workload]))
-    assert (job.queue, job.min_member, job.priority) == ("team-a", 2, 5000)
+    assert (job.queue, job.cluster_queue, job.min_member, job.priority) == (keys.DEFAULT_QUEUE, "team-a", 2, 5000)
     assert job.created == NOW - timedelta(minutes=5), "starving counts from the admission, not the pods' creation"
     assert not job.ready, "one of the two pods Kueue admitted is placed: the job has not started"
+    low = [dataclasses.replace(p, priority=0) for p in pods]
+    assert build_jobs(kueue_snap(low, [workload]))[0].priority == 0, \
+        "a WorkloadPriorityClass raises a job no higher than its pods' own PriorityClass (a tenant picks it freely)"
 
 
 def test_a_workload_kueue_holds_back_has_no_job_and_without_the_workload_the_pods_are_a_job_as_before() -> None:
@@ -205,14 +218,14 @@ def test_a_workloads_start_estimate_goes_on_the_workload() -> None:
 
     view = WorkloadView.from_obj(workload_obj())
     pods = {p.key: p for p in (task("train-0", "4"), task("train-1", "4"))}
-    estimate = StartEstimate(owner=OWNER, kind=keys.LockKind.JOB, subject="ns/Workload/job-train-1a2b3",
+    estimate = StartEstimate(owner=OWNER, kind=keys.LockKind.JOB, subject="ns/Job/train",
                              at=NOW + timedelta(minutes=3), unknown="", nodes=("n2",), backfilled=0,
                              tasks=tuple(sorted(pods)))
-    [mark] = estimate_marks([estimate], pods, {}, NOW, {(view.namespace, view.name): view})
+    [mark] = estimate_marks([estimate], pods, {}, NOW, workloads_by_owner([view]))
     assert (mark.kind, mark.namespace, mark.name, mark.text) == ("Workload", "ns", view.name,
                                                                  stamp(NOW + timedelta(minutes=3)))
     written = dataclasses.replace(view, annotations={keys.EXPECTED_START: stamp(NOW + timedelta(minutes=3, seconds=2))})
-    assert estimate_marks([estimate], pods, {}, NOW, {(view.namespace, view.name): written}) == ()
+    assert estimate_marks([estimate], pods, {}, NOW, workloads_by_owner([written])) == ()
     # without the Workload (kueue.workloads off) the pods carry it, as before
     assert {m.kind for m in estimate_marks([estimate], pods, {}, NOW)} == {"Pod"}
 
@@ -220,25 +233,31 @@ def test_a_workloads_start_estimate_goes_on_the_workload() -> None:
 # --- a ClusterQueue is a queue by its name: windows' and backfill's `queues` ---
 
 def test_a_kueue_pod_is_of_its_workloads_cluster_queue_for_windows_and_backfill_never_by_its_labels() -> None:
-    from shared.entitlement import Grounds, entitlement, kueue_queue, pods_queue
-    from shared.ownership import window_owner_id
+    """Windows' and backfill's `queues` match a Kueue pod's ClusterQueue, read from its job's admitted Workload; its
+    Volcano queue (usage, guarantees, queue order, the queue's lock) stays the one it names, for the webhook and the
+    planner alike. A label saying the ClusterQueue opens nothing."""
+    from shared.entitlement import Grounds, backfill_queue, entitlement, kueue_queue, pods_queue
+    from shared.ownership import queue_owner_id, window_owner_id
 
     admitted = WorkloadView.from_obj(workload_obj())
-    workloads = {(admitted.namespace, admitted.name): admitted}
+    workloads = workloads_by_owner([admitted])
     view = task("train-1", "4")
     assert kueue_queue(view.job, workloads) == "team-a"
-    assert pods_queue(view, {}, {}, workloads) == "team-a"
-    assert pods_queue(view, {}, {}, {}) == keys.DEFAULT_QUEUE, "kueue.workloads off: the queue it names, as before"
-    held = {(admitted.namespace, admitted.name): WorkloadView.from_obj(workload_obj(evicted=True))}
+    assert backfill_queue(view, Grounds(workloads=workloads)) == "team-a"
+    assert pods_queue(view, {}, {}) == backfill_queue(view, Grounds()) == keys.DEFAULT_QUEUE
+    held = workloads_by_owner([WorkloadView.from_obj(workload_obj(evicted=True))])
     assert kueue_queue(view.job, held) is None
 
     config = load_config("windows:\n- name: nightly\n  nodeSelector: {pool: gpu}\n  resources: {cpu: '8'}\n"
                          "  cron: '0 3 - 4 * * *'\n  queues: [team-a]\nkueue: {workloads: true}")
     meta = {"name": "train-1", "namespace": "ns", "labels": {"kueue.x-k8s.io/cluster-queue-name": "team-a"},
-            "annotations": {keys.KUEUE_WORKLOAD: admitted.name, keys.RESERVEABLE: "true"}}
+            "annotations": {keys.RESERVEABLE: "true"},
+            "ownerReferences": [{"kind": "Job", "name": "train", "uid": "job-uid", "controller": True}]}
     pod_obj = {"metadata": meta, "spec": {"containers": []}}
     window = window_owner_id("nightly")
-    assert window in entitlement(pod_obj, "ns", Grounds(config=config, workloads=workloads)).owners
+    rights = entitlement(pod_obj, "ns", Grounds(config=config, workloads=workloads)).owners
+    assert window in rights and queue_owner_id(keys.DEFAULT_QUEUE) in rights
+    assert queue_owner_id("team-a") not in rights, "a ClusterQueue is matched by name, not a Volcano queue's lock"
     # the same pod and labels without the Workload admitting it (or with kueue.workloads off): not the window's
     assert window not in entitlement(pod_obj, "ns", Grounds(config=config, workloads=held)).owners
     assert window not in entitlement(pod_obj, "ns", Grounds(config=config)).owners
