@@ -41,7 +41,7 @@ import asyncio
 import math
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -170,6 +170,15 @@ def _fits(moment: float, want: trace.ReplayPod, row: trace.NodeRow, others: Sequ
             and row.gpu - sum(p.gpus for p in running) >= want.gpus)
 
 
+def lock_spans(history: Sequence[tuple[str, str, float, float | None]], pods: Mapping[str, trace.ReplayPod],
+               namespace: str) -> list[report.LockSpan]:
+    """The node watch's lock history (node, owner id, from, until) as the report reads it: each lock with the replayed
+    pod it was held for and that pod's class ("other" and "" for an owner that is not one replayed pod)."""
+    owner_pod = {JobRef(namespace, "Pod", name).owner_id: name for name in pods}
+    return [report.LockSpan(node, pods[owner_pod[owner]].klass if owner in owner_pod else "other", since, until,
+                            owner_pod.get(owner, "")) for node, owner, since, until in history]
+
+
 def owner_delays(seen: Seen, pods: dict[str, trace.ReplayPod], nodes: dict[str, trace.NodeRow],
                  namespace: str) -> list[float]:
     """For each owner that bound on a node locked for it: how much later its node could take it because of pods
@@ -270,9 +279,7 @@ async def arm(api: Api, kubectl: list[str], name: str, node_rows: Sequence[trace
                                 node=seen.node.get(p.name, ""), backfilled=p.name in seen.backfilled,
                                 models="|".join(p.gpu_models))
                for p in replay]
-    owner_pod = {JobRef(namespace, "Pod", p).owner_id: p for p in pods}
-    locks = [report.LockSpan(node, pods[owner_pod[owner]].klass if owner in owner_pod else "other", since, until,
-                             owner_pod.get(owner, "")) for node, owner, since, until in seen.lock_history]
+    locks = lock_spans(seen.lock_history, pods, namespace)
     result = report.Arm(name=name, records=records, samples=samples, total_gpus=sum(r.gpu for r in node_rows),
                         owner_delays=owner_delays(seen, pods, nodes, namespace), seconds=seconds,
                         window=last_arrival, locks=locks, node_gpus={n: row.gpu for n, row in nodes.items()})

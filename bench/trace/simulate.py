@@ -705,7 +705,7 @@ class ArmRun:
                 f"{gate_costs(seen, {p.name: p for p in self.replay})}")
 
     def result(self, end: float, last_arrival: float) -> report.Arm:
-        from bench.trace.run import Seen, owner_delays
+        from bench.trace.run import Seen, lock_spans, owner_delays
 
         records = []
         seen = Seen()
@@ -726,9 +726,7 @@ class ArmRun:
                 seen.backfilled.add(replayed.name)
         seen.lock_history = list(self.lock_history)
         pods = {p.name: p for p in self.replay}
-        owner_pod = {JobRef(self.spec.namespace, "Pod", p).owner_id: p for p in pods}
-        locks = [report.LockSpan(node, pods[owner_pod[owner]].klass if owner in owner_pod else "other", since, until,
-                                 owner_pod.get(owner, "")) for node, owner, since, until in self.lock_history]
+        locks = lock_spans(self.lock_history, pods, self.spec.namespace)
         delays = owner_delays(seen, pods, dict(self.rows), self.spec.namespace) if self.agent is not None else []
         arm = report.Arm(name=self.spec.name, records=records, samples=self.samples,
                          total_gpus=sum(r.gpu for r in self.rows.values()), owner_delays=delays, seconds=end,
