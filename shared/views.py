@@ -312,6 +312,16 @@ class OwnerRef:
     controller: bool
 
 
+def _owner_refs(refs: Sequence[Mapping[str, Any]]) -> tuple[OwnerRef, ...]:
+    """`metadata.ownerReferences` (already read as objects), each field checked and named in an error."""
+    return tuple(OwnerRef(_text(o.get("apiVersion"), f"metadata.ownerReferences[{i}].apiVersion"),
+                          _text(o.get("kind"), f"metadata.ownerReferences[{i}].kind"),
+                          _text(o.get("name"), f"metadata.ownerReferences[{i}].name"),
+                          _text(o.get("uid"), f"metadata.ownerReferences[{i}].uid"),
+                          _flag(o.get("controller"), f"metadata.ownerReferences[{i}].controller"))
+                 for i, o in enumerate(refs))
+
+
 def _unschedulable_since(status: Mapping[str, Any]) -> datetime | None:
     """When kube-scheduler last found no node for the pod (PodScheduled False, Unschedulable), or None; a condition
     that is not an object, or a time that is not one, reads as none."""
@@ -396,14 +406,7 @@ class PodView:
             priority=_integer(spec.get("priority"), "spec.priority", 0),
             priority_class_name=_text(spec.get("priorityClassName"), "spec.priorityClassName"),
             tolerations=_objects(spec.get("tolerations"), "spec.tolerations"),
-            owners=tuple(
-                OwnerRef(_text(o.get("apiVersion"), f"metadata.ownerReferences[{i}].apiVersion"),
-                         _text(o.get("kind"), f"metadata.ownerReferences[{i}].kind"),
-                         _text(o.get("name"), f"metadata.ownerReferences[{i}].name"),
-                         _text(o.get("uid"), f"metadata.ownerReferences[{i}].uid"),
-                         _flag(o.get("controller"), f"metadata.ownerReferences[{i}].controller"))
-                for i, o in enumerate(owner_refs)
-            ),
+            owners=_owner_refs(owner_refs),
             created=_time(meta.get("creationTimestamp"), "metadata.creationTimestamp") or EPOCH,
             started=_time(status.get("startTime"), "status.startTime"),
             deleting=bool(meta.get("deletionTimestamp")),
@@ -624,10 +627,8 @@ class WorkloadView:
             admitted_at=_true_condition(conditions, "Admitted", "status.conditions"),
             evicted=_true_condition(conditions, "Evicted", "status.conditions") is not None,
             finished=_true_condition(conditions, "Finished", "status.conditions") is not None,
-            owner=next(((_text(o.get("kind"), f"metadata.ownerReferences[{i}].kind"),
-                         _text(o.get("name"), f"metadata.ownerReferences[{i}].name"))
-                        for i, o in enumerate(_objects(meta.get("ownerReferences"), "metadata.ownerReferences"))
-                        if o.get("controller") is True), ("", "")),
+            owner=next(((o.kind, o.name) for o in _owner_refs(
+                _objects(meta.get("ownerReferences"), "metadata.ownerReferences")) if o.controller), ("", "")),
             annotations={k: v for k, v in _strings(meta.get("annotations"), "metadata.annotations").items()
                          if k == keys.EXPECTED_START},
         )
