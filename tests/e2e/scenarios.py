@@ -6,12 +6,15 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 
+from localcluster.agent_process import AgentProcess
 from localcluster.cluster import COMPLETE_AFTER
 from shared import keys
 from shared.timestamps import parse_time
-from tests.e2e.kit import Kit
+from tests.e2e.kit import Kit, apply_setup
 
 SETUP = ("deploy/crds/scheduling.volcano.sh_queues.yaml", "deploy/crds/scheduling.volcano.sh_podgroups.yaml",
          "deploy/crds/reservoir.sh_reservations.yaml", "deploy/namespace.yaml", "deploy/agent-rbac.yaml",
@@ -32,6 +35,21 @@ maxLockedNodePercent: 90
 resyncPeriod: 2s
 debounce: 200ms
 """
+
+
+@asynccontextmanager
+async def running_agent(kit: Kit, config: str, *setup: str) -> AsyncIterator[AgentProcess]:
+    """The agent as its ServiceAccount under `config`, after SETUP and the manifests `setup` are applied; stopped and
+    its config removed after."""
+    await apply_setup(kit, *SETUP, *setup)
+    await configure(kit, config)
+    process = AgentProcess(kit.cluster)
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
+        await kit.raw("DELETE", f"/api/v1/namespaces/{keys.NAMESPACE}/configmaps/{keys.CONFIGMAP_NAME}")
 
 
 async def configure(kit: Kit, text: str) -> None:

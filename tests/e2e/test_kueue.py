@@ -31,6 +31,7 @@ from tests.e2e.scenarios import (
     STARVATION_CONFIG,
     STREAM_SECONDS,
     configure,
+    running_agent,
     scheduled_at,
     spare_node,
     stream_small_pods,
@@ -82,15 +83,8 @@ KUEUE_STARVATION = STARVATION_CONFIG + "kueue: {workloads: true}\n"
 @pytest.fixture
 async def agent(kit: Kit) -> AsyncIterator[AgentProcess]:
     """The agent as its ServiceAccount, with deploy/components/kueue's RBAC and `kueue.workloads` on."""
-    await apply_setup(kit, *SETUP, "deploy/components/kueue/rbac.yaml")
-    await configure(kit, KUEUE_STARVATION)
-    process = AgentProcess(kit.cluster)
-    process.start()
-    try:
+    async with running_agent(kit, KUEUE_STARVATION, "deploy/components/kueue/rbac.yaml") as process:
         yield process
-    finally:
-        process.stop()
-        await kit.raw("DELETE", f"/api/v1/namespaces/{keys.NAMESPACE}/configmaps/{keys.CONFIGMAP_NAME}")
 
 
 async def kueue_story(kit: Kit, queue: str) -> tuple[float, float, dict[str, Any]]:

@@ -18,10 +18,9 @@ import pytest
 from localcluster.agent_process import AgentProcess
 from localcluster.cluster import LocalCluster
 from localcluster.kueue_process import KueueManager
-from shared import keys
-from tests.e2e.kit import Kit, apply_setup
+from tests.e2e.kit import Kit
 from tests.e2e.kueue_scenarios import LOCAL_QUEUE, condition, job_body, job_pods, kueue_queues, running_kueue, workloads
-from tests.e2e.scenarios import GPU, SETUP, configure, scheduled_at, spare_node, stream_small_pods
+from tests.e2e.scenarios import GPU, running_agent, scheduled_at, spare_node, stream_small_pods
 
 PODS_READY = 40  # Kueue's waitForPodsReady timeout, seconds
 STREAM = 70  # seconds of 1-GPU pods: past the timeout, with room for Kueue to act
@@ -49,15 +48,8 @@ async def queues(kit: Kit, kueue: KueueManager) -> AsyncIterator[str]:
 
 @pytest.fixture
 async def agent(kit: Kit) -> AsyncIterator[AgentProcess]:
-    await apply_setup(kit, *SETUP, "deploy/components/kueue/rbac.yaml")
-    await configure(kit, CONFIG)
-    process = AgentProcess(kit.cluster)
-    process.start()
-    try:
+    async with running_agent(kit, CONFIG, "deploy/components/kueue/rbac.yaml") as process:
         yield process
-    finally:
-        process.stop()
-        await kit.raw("DELETE", f"/api/v1/namespaces/{keys.NAMESPACE}/configmaps/{keys.CONFIGMAP_NAME}")
 
 
 async def gpu_story(kit: Kit) -> tuple[float, float, list[dict[str, Any]]]:

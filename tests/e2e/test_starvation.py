@@ -15,13 +15,12 @@ from localcluster.agent_process import AgentProcess
 from shared import keys
 from shared.ownership import JobRef
 from shared.timestamps import parse_time
-from tests.e2e.kit import Kit, apply_setup
+from tests.e2e.kit import Kit
 from tests.e2e.scenarios import (
-    SETUP,
     STARVATION_CONFIG,
     STREAM_SECONDS,
-    configure,
     locked_nodes,
+    running_agent,
     scheduled_at,
     stream_small_pods,
 )
@@ -29,15 +28,8 @@ from tests.e2e.scenarios import (
 
 @pytest.fixture
 async def agent(kit: Kit) -> AsyncIterator[AgentProcess]:
-    await apply_setup(kit, *SETUP)
-    await configure(kit, STARVATION_CONFIG)
-    process = AgentProcess(kit.cluster)
-    process.start()
-    try:
+    async with running_agent(kit, STARVATION_CONFIG) as process:
         yield process
-    finally:
-        process.stop()
-        await kit.raw("DELETE", f"/api/v1/namespaces/{keys.NAMESPACE}/configmaps/{keys.CONFIGMAP_NAME}")
 
 
 async def run_story(kit: Kit) -> tuple[float, float, dict, list[dict]]:
