@@ -11,8 +11,9 @@ manifests set it up. Two things differ, because the local cluster runs no pods a
 - the manager's serving certificate reaches its certificate directory by a copy from its Secret (start(), where a
   pod would have the Secret mounted);
 - the visibility API server is off (FEATURES_OFF);
-- only the integrations the tests use are on (`batch/job`), and only their webhooks and those of Kueue's own kinds
-  are registered: a registered webhook the manager does not serve would refuse every object of its kind.
+- only the integrations a test asks for are on (`frameworks`: `batch/job`, and `pod` for Kueue's pod integration),
+  and only their webhooks and those of Kueue's own kinds are registered: a registered webhook the manager does not
+  serve would refuse every object of its kind.
 It runs with the control plane's admin credentials (Kueue's RBAC is the release's business, not the tests').
 """
 
@@ -44,8 +45,9 @@ SECRET = "kueue-webhook-server-cert"
 MUTATING = "kueue-mutating-webhook-configuration"
 VALIDATING = "kueue-validating-webhook-configuration"
 FRAMEWORKS = ("batch/job",)
-# the webhooks registered: Kueue's own kinds, and the integrations in FRAMEWORKS (by the path Kueue serves them on)
-HOOK_PATHS = ("kueue-x-k8s-io", "batch-v1-job")
+# the webhooks registered: Kueue's own kinds, and those of the integrations on (by the path Kueue serves them on)
+KUEUE_HOOKS = "kueue-x-k8s-io"
+FRAMEWORK_HOOKS = {"batch/job": "-batch-v1-job", "pod": "--v1-pod"}
 API_VERSION = "kueue.x-k8s.io/v1beta2"
 # The CRDs whose versions Kueue's webhook converts (its kustomization's webhook_in_* patches, the CRDs its
 # certificate management injects its CA into); the others' versions convert without a webhook.
@@ -64,10 +66,15 @@ class KueueManager:
     """One Kueue manager against `cluster`. `install()` applies what a release install applies (namespace, Service,
     CRDs, webhook configurations); `start()` runs the manager and returns once its webhooks answer; `stop()` ends it
     and removes its webhook configurations (nothing is left to refuse objects once it is gone); CRDs stay.
-    `wait_for_pods_ready`: Kueue's waitForPodsReady timeout in seconds (None: off)."""
+    `wait_for_pods_ready`: Kueue's waitForPodsReady timeout in seconds (None: off); `frameworks`: the integrations
+    on (FRAMEWORK_HOOKS' keys)."""
 
     def __init__(self, cluster: LocalCluster, *, wait_for_pods_ready: float | None = None,
-                 recovery_timeout: float | None = None) -> None:
+                 recovery_timeout: float | None = None, frameworks: tuple[str, ...] = FRAMEWORKS) -> None:
+        unknown = sorted(set(frameworks) - set(FRAMEWORK_HOOKS))
+        if unknown:
+            raise ValueError(f"frameworks: {unknown} unknown here; known: {sorted(FRAMEWORK_HOOKS)}")
+        self.frameworks = frameworks
         self.cluster = cluster
         self.home = binaries.kueue_dir()
         self.dir = Path(tempfile.mkdtemp(prefix="reservoir-kueue-"))
@@ -114,9 +121,10 @@ class KueueManager:
             doc = copy.deepcopy(doc)
             doc["metadata"] = {"name": names[doc["kind"]]}
             hooks = []
+            served = (KUEUE_HOOKS, *(FRAMEWORK_HOOKS[name] for name in self.frameworks))
             for hook in doc["webhooks"]:
                 path = hook["clientConfig"]["service"]["path"]
-                if any(part in path for part in HOOK_PATHS):
+                if any(part in path for part in served):
                     hook["clientConfig"] = {"service": {**service, "path": path}}
                     hooks.append(hook)
             doc["webhooks"] = hooks
@@ -143,7 +151,7 @@ class KueueManager:
             "webhook": {"port": self.webhook_port, "host": "127.0.0.1", "certDir": str(self.dir / "certs")},
             "leaderElection": {"leaderElect": False},
             "internalCertManagement": {"enable": True, "webhookServiceName": SERVICE, "webhookSecretName": SECRET},
-            "integrations": {"frameworks": list(FRAMEWORKS)},
+            "integrations": {"frameworks": list(self.frameworks)},
         }
         if self.wait_for_pods_ready is not None:
             ready: dict[str, Any] = {"timeout": f"{self.wait_for_pods_ready:g}s", "blockAdmission": False}
