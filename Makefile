@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: up test lint unit e2e e2e-oldest cluster-bin bench-webhook bench-planner bench-planner-compare bench-scale bench-simulate clean
+.PHONY: up test lint docs unit e2e e2e-oldest cluster-bin bench-webhook bench-planner bench-planner-compare bench-scale bench-simulate clean
 
 # What we test and ship is pinned with hashes: requirements-test.lock (the product, the test tools and the build
 # backend) here, requirements.lock (the product) in the image. The project itself goes in without its dependencies
@@ -28,15 +28,16 @@ BUILD_REQUIRES = $(PY) -c 'import tomllib; print(*tomllib.load(open("pyproject.t
 .PHONY: lock
 lock: $(STAMP)
 	$(BUILD_REQUIRES) | $(VENV)/bin/uv pip compile $(LOCK_FLAGS) pyproject.toml - --output-file requirements.lock
-	$(BUILD_REQUIRES) | $(VENV)/bin/uv pip compile $(LOCK_FLAGS) pyproject.toml - --extra test --extra bench \
+	$(BUILD_REQUIRES) | $(VENV)/bin/uv pip compile $(LOCK_FLAGS) pyproject.toml - --extra test --extra bench --extra docs \
 	  --constraint requirements.lock --output-file $(TEST_LOCK)
 
 ## cluster-bin: build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl, kwok, helm and promtool (cached)
 cluster-bin:
 	@./localcluster/build.sh >/dev/null
 
-## test: the whole suite (layers, types and lint; unit, webhook over HTTPS, end to end on a local control plane)
-test: lint $(STAMP) cluster-bin
+## test: the whole suite (layers, types and lint; the docs site built --strict; unit, webhook over HTTPS, end to end on
+## a local control plane)
+test: lint docs $(STAMP) cluster-bin
 	$(PY) -m pytest -q
 
 ## lint: the import contracts (pyproject [tool.importlinter]), mypy --strict and ruff on the product packages
@@ -46,6 +47,12 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 	$(VENV)/bin/ruff check $(PRODUCT)
 
+## docs: the documentation site (mkdocs.yml, docs/) built into site/ with --strict: a broken link or anchor, a page
+## missing from the nav or a configuration field without a description fails; its reference pages are generated
+## from the code (reservoir/reference.py). Browse it with `.venv/bin/mkdocs serve`.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
+
 unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit
 
@@ -53,7 +60,7 @@ e2e: $(STAMP) cluster-bin
 	$(PY) -m pytest -q tests/e2e
 
 ## e2e-oldest: the whole end-to-end suite against the oldest Kubernetes minor Reservoir supports (versions.env
-## KUBERNETES_OLDEST_VERSION, README "Supported Kubernetes versions"), its binaries built the same way and cached apart
+## KUBERNETES_OLDEST_VERSION, docs/development.md), its binaries built the same way and cached apart
 e2e-oldest: $(STAMP)
 	@RESERVOIR_KUBERNETES=oldest ./localcluster/build.sh >/dev/null
 	RESERVOIR_KUBERNETES=oldest $(PY) -m pytest -q tests/e2e

@@ -117,7 +117,7 @@ def _dedupe(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def status_document(locks: Mapping[str, Lock], published: Mapping[str, Any] | None, skipped: Sequence[Skipped],
                     now: datetime, where: str = f"{keys.NAMESPACE}/{keys.STATUS_CONFIGMAP}") -> dict[str, Any]:
-    """`reservoir status -o json|yaml`: the one shape, every key camelCase as the API's (README, "The command line").
+    """`reservoir status -o json|yaml`: the one shape, every key camelCase as the API's (docs/tasks/command-line.md).
     Every key is always present; a value that does not apply is null. Times are RFC 3339, UTC. Locks are read from
     the nodes; starving jobs, windows and guarantees from the plan the agent published (agent.published), whose age
     `plan` says."""

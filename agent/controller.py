@@ -22,7 +22,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -34,7 +34,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.leaderelection import electionconfig, leaderelection
 from kubernetes_asyncio.leaderelection.leaderelectionrecord import LeaderElectionRecord
 from kubernetes_asyncio.leaderelection.resourcelock.leaselock import LeaseLock
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from agent.gcpause import collector_paused
 from agent.planner.backfill import Estimated, EstimateError, estimate_errors
@@ -233,8 +233,17 @@ HANDOVER_BUCKETS = (0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 ESTIMATE_BUCKETS = (1, 2, 5, 10, 30, 60, 300, 900, 1800, 3600, 4 * 3600)
 
 
+def register_lock_expiries(registry: CollectorRegistry,
+                           read: Callable[[], Iterable[tuple[Sequence[str], float]]]) -> None:
+    """`reservoir_lock_expiry_timestamp_seconds{node,kind}`, read at each scrape (Agent.lock_expiries)."""
+    registry.register(ScrapeGauge(
+        "reservoir_lock_expiry_timestamp_seconds", "Unix time the lock on a node expires (its maxLockDuration), "
+        "as the node says (its lock-info annotation, read from this replica's node cache): one series per locked "
+        "node whose lock expires", ["node", "kind"], read))
+
+
 class AgentMetrics:
-    """The agent's metrics (README, "Metrics and alerts"); the process, platform and build-info ones come with the
+    """The agent's metrics (docs/tasks/metrics.md); the process, platform and build-info ones come with the
     registry (shared.metrics), the caches' freshness and the locks' expiries are read at scrape time (Agent)."""
 
     def __init__(self) -> None:
@@ -278,7 +287,7 @@ class AgentMetrics:
             self.evictions.labels(outcome)
         for how in ("handover", "ungate"):
             self.handover_wait.labels(how)
-        self.backfill_gate = Histogram("reservoir_backfill_gate_seconds", "Issue 17: from a pod's creation (when the "
+        self.backfill_gate = Histogram("reservoir_backfill_gate_seconds", "From a pod's creation (when the "
                                        "webhook gave it the backfill gate) to the agent lifting the gate, by outcome: "
                                        "backfilled (narrowed to a locked node) or released (let go unchanged): the "
                                        "delay the gate adds", ["outcome"], buckets=HANDOVER_BUCKETS,
@@ -286,7 +295,7 @@ class AgentMetrics:
         for outcome in ("backfilled", "released"):
             self.backfill_gate.labels(outcome)
         self.estimate_error = Histogram(
-            "reservoir_start_estimate_error_seconds", "Issue 17: for each pod of a waiting owner (a starving job's "
+            "reservoir_start_estimate_error_seconds", "For each pod of a waiting owner (a starving job's "
             "task, a window's reserve pod) once bound, how far its start was from the first start the agent estimated "
             "for it (agent/planner/backfill.estimate_errors), by the owner's lock kind and side: late (it started "
             "after the estimate) or early", ["kind", "side"], buckets=ESTIMATE_BUCKETS, registry=self.registry)
@@ -372,10 +381,7 @@ class Agent:
         self._pending_events: list[PendingEvent] = []  # Warning Events the next reconcile records (leading)
         cache_freshness(self.metrics.registry, lambda: self.caches)
         self._expiries: tuple[int, list[tuple[tuple[str, str], float]]] = (-1, [])
-        self.metrics.registry.register(ScrapeGauge(
-            "reservoir_lock_expiry_timestamp_seconds", "Unix time the lock on a node expires (its maxLockDuration), "
-            "as the node says (its lock-info annotation, read from this replica's node cache): one series per locked "
-            "node whose lock expires", ["node", "kind"], self.lock_expiries))
+        register_lock_expiries(self.metrics.registry, self.lock_expiries)
 
     # --- inputs ---
 

@@ -73,7 +73,7 @@ MAX_JOB_NOTES = 8
 
 
 def queue_document(scores: Sequence[QueueScore]) -> list[dict[str, Any]]:
-    """`reservoir status --queues -o json|yaml`: one entry per queue, best first (README, "The command line")."""
+    """`reservoir status --queues -o json|yaml`: one entry per queue, best first (docs/tasks/command-line.md)."""
     return [{"name": s.name, "priority": s.priority, "score": s.total, "priorityScore": s.priority_score,
              "drfShare": s.drf_share, "drfScore": s.drf_score, "proportionShare": s.proportion_share,
              "proportionScore": s.proportion_score, "allocated": s.allocated.to_quantities(),

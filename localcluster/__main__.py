@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     run = commands.add_parser("up", help="start the local cluster and keep it running until Ctrl-C")
     run.add_argument("--nodes", type=int, default=3, help="how many kwok nodes to create (default 3)")
     run.add_argument("--kueue", action="store_true", help="also run Kueue's manager, with Reservoir reading its "
-                                                          "Workloads (README \"Coming from Kueue\")")
+                                                          "Workloads (docs/tasks/kueue.md)")
     run.set_defaults(run=up)
     build = commands.add_parser("build", help="build the control-plane binaries (cached)")
     build.set_defaults(run=lambda _: print(binaries.ensure_built()) or 0)

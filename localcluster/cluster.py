@@ -59,7 +59,7 @@ PARKED_RETRY_SECONDS = 20  # the suite's retry of parked pods on kube-scheduler 
 
 
 def scheduler_version_flags(version: str) -> list[str]:
-    """kube-scheduler flags that differ by Kubernetes minor (README "Supported Kubernetes versions").
+    """kube-scheduler flags that differ by Kubernetes minor (docs/development.md).
 
     Before 1.32 (SchedulerQueueingHints off by default) kube-scheduler moves a pod it parked as unschedulable when a
     node changes only if the pod fits that node at that moment: a pod kept off by a lock released while the node is

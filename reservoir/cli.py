@@ -31,7 +31,8 @@ def _serve(main: Coroutine[Any, Any, None]) -> None:
     """Run a long-running program (the webhook, the agent) on uvloop's event loop. Issue 15: an idle agent's cpu is
     the watch events it reads (a node's status update every 20-45 s on the local cluster's kwok nodes, 3,000-5,000 a
     minute at 1,000 nodes), and most of each event's cost is the event loop and TLS, not Reservoir: reading one event
-    from the node watch took 237 us of cpu on asyncio's loop and 176 us on uvloop's (bench/scale, README "Scale")."""
+    from the node watch took 237 us of cpu on asyncio's loop and 176 us on uvloop's (bench/scale,
+    docs/tasks/big-clusters.md)."""
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         runner.run(main)
 
@@ -370,7 +371,7 @@ def build_parser(prog: str = "reservoir") -> argparse.ArgumentParser:
                         help=f"where the agent publishes its plan ({keys.STATUS_CONFIGMAP}) and reads "
                              f"{keys.CONFIGMAP_NAME} (default {keys.NAMESPACE})")
     status.add_argument("-o", "--output", choices=("table", "wide", "json", "yaml"), default="table",
-                        help="table (default), wide (more columns), json or yaml (README: the shape)")
+                        help="table (default), wide (more columns), json or yaml (docs/tasks/command-line.md)")
     status.add_argument("--queues", action="store_true",
                         help="each queue's QueueScoreOrder score and its parts, from the last published plan")
     status.add_argument("--why", metavar="POD", default=None,

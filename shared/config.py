@@ -65,14 +65,33 @@ class _Model(BaseModel):
 
 
 class StarvationConfig(_Model):
-    """Seed 000 (DESIGN 4.1)."""
+    """Starvation locks (seed 000). A job that has not become ready for longer than `starvingJobTimeThreshold` is
+    starving: Reservoir locks nodes for the tasks it still needs, so that the pods already there drain and no other
+    pod takes the room it waits for. Only nodes that must drain are locked; a task that fits somewhere now needs no
+    lock. The locks are bounded in number (`reservedNodePercent`, within `maxLockedNodePercent`) and in time
+    (`maxLockDuration`, then `lockCooldown`)."""
 
-    enabled: bool = True
-    starving_job_time_threshold: Duration = Field(timedelta(minutes=10), alias="starvingJobTimeThreshold")
-    reserved_node_percent: Percent = Field(20, alias="reservedNodePercent")
-    max_lock_duration: Duration = Field(timedelta(hours=2), alias="maxLockDuration")
-    # after its lock outlived maxLockDuration a job waits this long before it may lock any node again
-    lock_cooldown: Duration = Field(timedelta(minutes=30), alias="lockCooldown")
+    enabled: bool = Field(True, description="Lock nodes for starving jobs. `false`: no job gets a starvation lock.")
+    starving_job_time_threshold: Duration = Field(
+        timedelta(minutes=10), alias="starvingJobTimeThreshold",
+        description="A job not ready for longer than this is starving and may lock nodes. Not ready: fewer pods bound "
+        "than its PodGroup's `minMember` (1 for any other job). A duration, 0 or more. For a job whose Kueue "
+        "Workload was admitted it counts from the admission, and is at most half of `kueue.podsReadyTimeout` when "
+        "that is set.")
+    reserved_node_percent: Percent = Field(
+        20, alias="reservedNodePercent",
+        description="At most this percent of the schedulable nodes hold starvation locks at once: "
+        "floor(percent x nodes / 100), but at least 1 when the percent is above 0 (3 nodes: 1; 10 nodes: 2), always "
+        "within `maxLockedNodePercent`. 0 to 100; `0` locks no node for starving jobs.")
+    max_lock_duration: Duration = Field(
+        timedelta(hours=2), alias="maxLockDuration",
+        description="A starvation lock older than this is released and its job goes to the back of the order. "
+        "A duration, more than 0.")
+    lock_cooldown: Duration = Field(
+        timedelta(minutes=30), alias="lockCooldown",
+        description="After its lock outlived `maxLockDuration`, a job waits this long before it may lock any node "
+        "again (kept in the `reservoir.sh/lock-expired` node annotation). A duration, 0 or more; `0` only sends the "
+        "job to the back for one plan.")
 
     @field_validator("starving_job_time_threshold", "lock_cooldown")
     @classmethod
@@ -94,25 +113,65 @@ _SEED_CRON = re.compile(r"^\s*(\S+)\s+(\d{1,2})\s*-\s*(\d{1,2})\s+(\S+)\s+(\S+)\
 
 
 class WindowConfig(_Model):
-    """Seed 004 (DESIGN 4.3): a cron window during which nodes are held for reserve pods.
-
-    `schedule` is a standard 5-field cron expression for the window start, evaluated in `timezone`.
-    The seed's `cron: "0 3 - 4 * * *"` ("from 3 to 4 o'clock") is accepted instead of schedule + duration.
+    """A reservation window (seed 004): a recurring time range during which nodes are held for the window's reserve
+    pods (pods annotated `volcano.sh/reserveable: "true"`, on themselves or on their PodGroup). The range runs from
+    `startReserveAgo` before each start until the start plus `duration`. Through it, nodes matching `nodeSelector`
+    are locked until their allocatable covers `resources` (more while the window's reserve pods ask for more), and
+    stay locked until the range ends or `podNumToReserve` of its reserve pods were scheduled on them. Give the start
+    as `schedule`, a standard 5-field cron expression evaluated in `timezone`, together with `duration`; or the
+    seed's `cron: "0 3 - 4 * * *"` ("from 3 to 4 o'clock") instead of both.
     """
 
-    name: Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$")]
-    node_selector: dict[str, str] = Field(default_factory=dict, alias="nodeSelector")
-    resources: ResourceList
-    schedule: str | None = None
-    cron: str | None = None
-    timezone: str = "UTC"
-    duration: Duration | None = None
-    start_reserve_ago: Duration = Field(timedelta(0), alias="startReserveAgo")
-    pod_num_to_reserve: Annotated[int, Field(gt=0)] | None = Field(None, alias="podNumToReserve")
-    # who may use the window's lock (DESIGN section 1, "Entitlement"): reserve pods of these namespaces and queues;
-    # empty means any
-    namespaces: list[str] = Field(default_factory=list)
-    queues: list[str] = Field(default_factory=list)
+    name: Annotated[str, Field(
+        pattern=r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$",
+        description="The window's name, unique among `windows`, as it appears in the agent's decisions and in "
+        "`reservoir status`: 1 to 40 lowercase letters, digits and `-`, starting and ending with a letter or digit.")]
+    node_selector: dict[str, str] = Field(
+        default_factory=dict, alias="nodeSelector",
+        description="The labels a node must carry, each with exactly this value, to be held by the window. Empty (the "
+        "default): every schedulable node may be.")
+    resources: ResourceList = Field(
+        description="The least the window holds, as a resource list of Kubernetes quantities such as "
+        "`{cpu: '32', memory: 64Gi}`: matching nodes are taken (those it already holds first, then the most idle at "
+        "the window start) until their allocatable covers it, or covers more while the window's reserve pods, "
+        "placed on its nodes and pending, ask for more. Only the resources named here are counted.")
+    schedule: str | None = Field(
+        None,
+        description="When each window starts: a standard 5-field cron expression (minute, hour, day of month, month, "
+        "day of week) read in `timezone`, such as `'0 3 * * *'` (3:00 every day). Needs `duration`; not allowed "
+        "with `cron`.")
+    cron: str | None = Field(
+        None,
+        description="The seed's form, instead of `schedule` and `duration`: `'M H1 - H2 dom month dow'` runs the "
+        "window from H1 to H2 o'clock, such as `'0 3 - 4 * * *'` (3:00 to 4:00 every day). Hours are 0-23 and must "
+        "differ; an H2 below H1 runs past midnight. Not allowed with `schedule` or `duration`.")
+    timezone: str = Field(
+        "UTC",
+        description="The time zone `schedule` (or `cron`) is read in: an IANA name such as `UTC` or `Europe/Paris`.")
+    duration: Duration | None = Field(
+        None,
+        description="How long each window lasts from its start. A duration, more than 0. Needs `schedule`; not "
+        "allowed with `cron`.")
+    start_reserve_ago: Duration = Field(
+        timedelta(0), alias="startReserveAgo",
+        description="Lead time: the window's nodes are locked this long before each start, so that they can drain "
+        "before it opens (the seed's \"start reserve 2h ago\"). A duration, 0 or more; `0` locks them at the start.")
+    pod_num_to_reserve: Annotated[int, Field(gt=0)] | None = Field(
+        None, alias="podNumToReserve",
+        description="Once this many of the window's reserve pods were scheduled on its nodes within its range, the "
+        "window lets its nodes go before its end. It also bounds the pending reserve pods whose requests count "
+        "towards what the window holds (this many less those scheduled, the largest first). More than 0; unset "
+        "(the default): the nodes stay held until the range ends.")
+    namespaces: list[str] = Field(
+        default_factory=list,
+        description="Only reserve pods of these namespaces may use the window's lock and count towards its demand "
+        "and `podNumToReserve`. Empty (the default): any namespace. With `queues` also set, a pod must match both.")
+    queues: list[str] = Field(
+        default_factory=list,
+        description="Only reserve pods of these queues may use the window's lock and count towards its demand and "
+        "`podNumToReserve`. A pod's queue counts only where the Queue admits the pod's namespace; with "
+        "`kueue.workloads`, the ClusterQueue that admitted its Workload matches too. Empty (the default): any queue. "
+        "With `namespaces` also set, a pod must match both.")
 
     @field_validator("timezone")
     @classmethod
@@ -151,16 +210,33 @@ class WindowConfig(_Model):
 
 
 class QueueOrderConfig(_Model):
-    """Seed 001 (DESIGN 4.5): QueueScoreOrder weights and the ordering mode."""
+    """Who goes first when the caps bind (seed 001). Queues are ranked by QueueScoreOrder, the weighted sum of a
+    priority score (the queue's PriorityClass), a DRF score (1 - dominant share / weight) and a proportion score
+    (1 - allocated / deserved), ties broken by creation time; or, with `queueScoreOrderEnable: false`, by Volcano's
+    QueueOrderFn. `ordering` then says whether jobs are served queue by queue or all together by priority."""
 
-    priority_weight: Annotated[float, Field(ge=0)] = Field(1.0, alias="priorityWeight")
-    drf_weight: Annotated[float, Field(ge=0)] = Field(1.0, alias="drfWeight")
-    proportion_weight: Annotated[float, Field(ge=0)] = Field(1.0, alias="proportionWeight")
-    ordering: Literal["queue-first", "job-first"] = "queue-first"
-    # the seed's `QueueScoreOrderEnable`: true orders queues by QueueScoreOrder (the weighted sum); false by the
-    # plugins' own QueueOrderFn one after the other (priority, then DRF share, then proportion share, a plugin of
-    # weight 0 left out). The seed's code defaults to false; Reservoir to true, the order it has always used.
-    queue_score_order_enable: bool = Field(True, alias="queueScoreOrderEnable")
+    priority_weight: Annotated[float, Field(ge=0)] = Field(
+        1.0, alias="priorityWeight",
+        description="Weight of the priority score (the queue's PriorityClass) in QueueScoreOrder. 0 or more; `0` "
+        "leaves priority out of the queue order.")
+    drf_weight: Annotated[float, Field(ge=0)] = Field(
+        1.0, alias="drfWeight",
+        description="Weight of the DRF score (1 - dominant share / weight) in QueueScoreOrder. 0 or more; `0` leaves "
+        "the DRF share out of the queue order.")
+    proportion_weight: Annotated[float, Field(ge=0)] = Field(
+        1.0, alias="proportionWeight",
+        description="Weight of the proportion score (1 - allocated / deserved) in QueueScoreOrder. 0 or more; `0` "
+        "leaves the proportion share out of the queue order.")
+    ordering: Literal["queue-first", "job-first"] = Field(
+        "queue-first",
+        description="`queue-first`: jobs are served queue by queue, in queue order, then by job priority. "
+        "`job-first`: all jobs are ordered by their own priority across queues, the queue order breaking ties.")
+    queue_score_order_enable: bool = Field(
+        True, alias="queueScoreOrderEnable",
+        description="The seed's `QueueScoreOrderEnable`. `true`: queues are ordered by QueueScoreOrder (the weighted "
+        "sum). `false`: by Volcano's QueueOrderFn, priority, then DRF share, then proportion share, each deciding "
+        "only a tie of the one before. Either way a score of weight 0 is left out. The seed defaults to `false`; "
+        "Reservoir to `true`.")
 
 
 # an extended resource name: a DNS subdomain prefix, "/", a name (nvidia.com/gpu, amd.com/gpu)
@@ -169,17 +245,34 @@ _EXTENDED_RESOURCE = re.compile(
 
 
 class GuaranteeConfig(_Model):
-    """Seed 002 (DESIGN 4.2), and the guard rails of `Guaranteed` evictions (issue 10)."""
+    """Queue guarantees (seed 002). A Queue annotated `reservoir.sh/lock-guarantee: "true"` gets nodes locked that
+    cover its `spec.guarantee` (a resource list, a percentage of the nodes, or both: the larger wins), chosen by a
+    bounded search. Under the Queue's policy `Guaranteed`, Reservoir also evicts other queues' pods from those nodes
+    through the Eviction API (PodDisruptionBudgets hold); `maxEvictionsPerMinute` and `protectedNamespaces` are the
+    guard rails of those evictions."""
 
-    enabled: bool = True
-    search_budget: Annotated[int, Field(gt=0)] = Field(2000, alias="searchBudget")
-    # at most this many evictions (accepted by the Eviction API) in any sliding minute; the rest wait for a later
-    # reconcile. 0: `Guaranteed` evicts nothing.
-    max_evictions_per_minute: Annotated[int, Field(ge=0)] = Field(10, alias="maxEvictionsPerMinute")
-    # pods in these namespaces are never evicted; kube-system and Reservoir's own namespace never are, listed or not
-    protected_namespaces: list[str] = Field(default_factory=list, alias="protectedNamespaces")
-    # the seed's `gpu` dimension of `guarantee.percentage.dimensions`: the extended resource it stands for
-    gpu_resource: str = Field("nvidia.com/gpu", alias="gpuResource")
+    enabled: bool = Field(
+        True,
+        description="Lock nodes for queue guarantees. Each Queue still opts in with the annotation "
+        "`reservoir.sh/lock-guarantee: \"true\"`. `false`: no guarantee locks and no evictions.")
+    search_budget: Annotated[int, Field(gt=0)] = Field(
+        2000, alias="searchBudget",
+        description="Bound of the search for each queue guarantee's nodes: exact when the counts of alike nodes "
+        "number at most twice this; else this many combinations in the beams and as many hill-climbing moves. More "
+        "than 0; a larger budget may find a better set of nodes, at more planning time.")
+    max_evictions_per_minute: Annotated[int, Field(ge=0)] = Field(
+        10, alias="maxEvictionsPerMinute",
+        description="At most this many `Guaranteed` evictions accepted by the Eviction API in any sliding minute; the "
+        "rest wait for a later reconcile. 0 or more; `0`: `Guaranteed` evicts nothing.")
+    protected_namespaces: list[str] = Field(
+        default_factory=list, alias="protectedNamespaces",
+        description="Pods in these namespaces are never evicted by `Guaranteed`. `kube-system` and Reservoir's own "
+        "namespace never are, listed or not.")
+    gpu_resource: str = Field(
+        "nvidia.com/gpu", alias="gpuResource",
+        description="The extended resource the seed's `gpu` dimension of a Queue's "
+        "`guarantee.percentage.dimensions` stands for: a domain prefix, `/` and a name, such as `nvidia.com/gpu` or "
+        "`amd.com/gpu` (at most 317 characters).")
 
     @field_validator("gpu_resource")
     @classmethod
@@ -190,45 +283,66 @@ class GuaranteeConfig(_Model):
 
 
 class ReservationsConfig(_Model):
-    """Seed 003 (DESIGN 4.4)."""
+    """Reservation objects (seed 003, Koordinator's Reservation design). A Reservation holds resources on one node
+    with placeholder pods until a pod its owners match is handed over to that node; only its owners may use what it
+    holds. These fields switch the feature on or off, bound the share of the cluster Reservations may hold, and set
+    the placeholder image and the timings."""
 
-    enabled: bool = True
-    gc_grace_period: Duration = Field(timedelta(hours=1), alias="gcGracePeriod")
-    # the image of the placeholder pods holding an Available Reservation's resources (never run on kwok nodes)
-    placeholder_image: str = Field("registry.k8s.io/pause:3.10", alias="placeholderImage", min_length=1,
-                                   max_length=512)
-    # at most this share of the cluster (each dimension of the schedulable nodes' allocatable) is held by
-    # Reservations at once; a Reservation that would pass it stays Pending and says so
-    max_reserved_percent: Annotated[int, Field(ge=0, le=90)] = Field(50, alias="maxReservedPercent")
-    # an owner's handover (its node locked for the Reservation's owners) that has not bound it by then is given up:
-    # the lock goes, the pod keeps its narrowed affinity and waits there like any pod
-    handover_timeout: Duration = Field(timedelta(minutes=2), alias="handoverTimeout")
+    enabled: bool = Field(
+        True, description="Serve Reservation objects (seed 003). `false`: Reservations are not served.")
+    gc_grace_period: Duration = Field(
+        timedelta(hours=1), alias="gcGracePeriod",
+        description="Failed and Succeeded Reservations are deleted this long after they end. A duration.")
+    placeholder_image: str = Field(
+        "registry.k8s.io/pause:3.10", alias="placeholderImage", min_length=1, max_length=512,
+        description="The container image of the placeholder pods that hold an Available Reservation's resources. "
+        "1 to 512 characters.")
+    max_reserved_percent: Annotated[int, Field(ge=0, le=90)] = Field(
+        50, alias="maxReservedPercent",
+        description="At most this share of the cluster's allocatable (each resource dimension, over the schedulable "
+        "nodes) is held by Reservations at once; a Reservation that would pass it stays `Pending` and says so. "
+        "0 to 90.")
+    handover_timeout: Duration = Field(
+        timedelta(minutes=2), alias="handoverTimeout",
+        description="An owner let go to its Reservation's node (the node locked for the Reservation's owners) but "
+        "not bound there by then (say, a host port taken) is given up: the lock goes, and the pod keeps its narrowed "
+        "node affinity and waits there like any pod. A duration.")
 
 
 class KoordinatorConfig(_Model):
-    """Issue 18: `reservations: true` makes the agent and the webhook also serve Koordinator's own
-    `scheduling.koordinator.sh/v1alpha1` Reservations, with the same planner (needs deploy/components/koordinator or
-    the Helm value `koordinator.reservations`, for the RBAC and webhook rules of that group)."""
+    """Koordinator compatibility. With `reservations: true` the agent and the webhook also serve Koordinator's own
+    `scheduling.koordinator.sh/v1alpha1` Reservations (Koordinator's CRD, unchanged), with the same planner as
+    Reservoir's. This needs `deploy/components/koordinator` or the Helm value `koordinator.reservations`, for the
+    RBAC and webhook rules of that API group."""
 
-    reservations: bool = False
+    reservations: bool = Field(
+        False,
+        description="Also serve Koordinator's `scheduling.koordinator.sh/v1alpha1` Reservations. Needs "
+        "`deploy/components/koordinator` or the Helm value `koordinator.reservations`.")
 
 
 KUEUE_THRESHOLD_SHARE = 0.5  # of Kueue's waitForPodsReady.timeout: a Workload's job starves after at most this much
 
 
 class KueueConfig(_Model):
-    """Issue 32: `workloads: true` makes the agent and the webhook read Kueue's Workloads (`kueue.x-k8s.io/v1beta2`):
-    a job whose Workload (the one its controller ownerReference names) Kueue admitted starves from that admission,
-    needs all the pods Kueue admitted and has the priority Kueue resolved (capped by its pods'); its ClusterQueue is
-    matched by windows' and backfill's `queues` (needs deploy/components/kueue or the Helm value `kueue.workloads`,
-    for the RBAC). `podsReadyTimeout`: Kueue's waitForPodsReady timeout, when on; the job's lock then comes before
-    Kueue gives up."""
+    """Kueue compatibility. With `workloads: true` the agent and the webhook read Kueue's Workloads
+    (`kueue.x-k8s.io/v1beta2`): a job whose Workload (the one its controller ownerReference names) Kueue admitted
+    starves counted from that admission, needs all the pods Kueue admitted, and has the priority Kueue resolved
+    (capped by its pods'); its ClusterQueue is matched by the `queues` of windows and of backfill. This needs
+    `deploy/components/kueue` or the Helm value `kueue.workloads`, for the RBAC. Set `podsReadyTimeout` when Kueue's
+    waitForPodsReady is on, so that a job's lock comes before Kueue gives up on it."""
 
-    workloads: bool = False
-    # Kueue's own `waitForPodsReady.timeout` (its Configuration), when it is on: an admitted Workload whose pods are
-    # not all ready by then is evicted and requeued. Given, a Workload's job starves after at most half of it
-    # (KUEUE_THRESHOLD_SHARE), so its lock comes while the other half is left for its node to drain.
-    pods_ready_timeout: Duration | None = Field(None, alias="podsReadyTimeout")
+    workloads: bool = Field(
+        False,
+        description="Read Kueue's Workloads (`kueue.x-k8s.io/v1beta2`) for the jobs of the pods that name one. Needs "
+        "`deploy/components/kueue` or the Helm value `kueue.workloads`.")
+    pods_ready_timeout: Duration | None = Field(
+        None, alias="podsReadyTimeout",
+        description="Kueue's own `waitForPodsReady.timeout` (in Kueue's Configuration), when that is on: Kueue "
+        "evicts and requeues an admitted Workload whose pods are not all ready by then. Given, a Workload's job "
+        "starves after the smaller of `starvation.starvingJobTimeThreshold` and half of this, so its lock comes "
+        "while the other half is left for its node to drain. A duration, more than 0; unset (the "
+        "default): Kueue's timeout is not taken into account.")
 
     @field_validator("pods_ready_timeout")
     @classmethod
@@ -246,19 +360,32 @@ class KueueConfig(_Model):
 
 
 class BackfillConfig(_Model):
-    """Issue 17, backfill (agent/planner/backfill.py): which pods may opt in, and the timings. Off until a namespace or
-    a queue is named: a pod opts in with the annotation `reservoir.sh/backfill: "true"` (on it or its PodGroup), and
-    only where `namespaces` or `queues` covers it ("*" covers all)."""
+    """Backfill: a pod that declares its runtime (`volcano.sh/maximum-runtime`, its own or its PodGroup's) may use a
+    locked node's idle room until the lock's owner needs it, as Slurm's backfill lets short jobs run ahead of a
+    waiting big one. Off until a namespace or a queue is named: a pod opts in with the annotation
+    `reservoir.sh/backfill: "true"` (on it or its PodGroup), and only where `namespaces` or `queues` covers it
+    (`"*"` covers all)."""
 
-    namespaces: list[str] = Field(default_factory=list)
-    queues: list[str] = Field(default_factory=list)
-    # added to a backfilled pod's runtime before it must end, beside the pod's own terminationGracePeriodSeconds (the
-    # kubelet may take that long to stop it once activeDeadlineSeconds passes): covers the time from the plan that
-    # grants the node to the pod's startTime (the gate lifted, kube-scheduler's bind, the kubelet's start)
-    margin: Duration = Field(timedelta(seconds=10))
-    # a pod held on the gate longer than this (the agent down, or its writes failing) is let go unchanged when the
-    # agent next plans: Reservoir never holds a pod back to wait for a backfill slot
-    max_gate_wait: Duration = Field(timedelta(minutes=2), alias="maxGateWait")
+    namespaces: list[str] = Field(
+        default_factory=list,
+        description="Pods of these namespaces may opt into backfill; `\"*\"` covers all. Empty here and in "
+        "`queues` (the default): backfill is off.")
+    queues: list[str] = Field(
+        default_factory=list,
+        description="Pods of these queues may opt into backfill, whatever their namespace; `\"*\"` covers all. A "
+        "pod's queue counts only where a Queue of that name admits the pod's namespace; with `kueue.workloads`, it "
+        "is the ClusterQueue that admitted the pod's Workload. Empty here and in `namespaces` (the default): "
+        "backfill is off.")
+    margin: Duration = Field(
+        timedelta(seconds=10),
+        description="Added to a backfilled pod's runtime, beside the pod's own `terminationGracePeriodSeconds`, "
+        "before it must be gone from the node: covers the time from the plan that grants the node to the pod's "
+        "start (the gate lifted, kube-scheduler's bind, the kubelet's start). A duration.")
+    max_gate_wait: Duration = Field(
+        timedelta(minutes=2), alias="maxGateWait",
+        description="A pod held on the backfill gate longer than this (the agent down, or its writes failing) is "
+        "let go unchanged at the agent's next plan: Reservoir never holds a pod back to wait for a backfill slot. "
+        "A duration.")
 
     def covers(self, namespace: str, queue: str | None) -> bool:
         """The switch: pods of this namespace or queue may opt in. `queue` is the pod's queue only when the Queue
@@ -272,32 +399,78 @@ class BackfillConfig(_Model):
 
 
 class WebhookConfig(_Model):
-    """DESIGN section 3, mutation 5: who may ignore every lock."""
+    """Who may use every lock, whoever it is held for. The mutating webhook (and the agent's repair of pods created
+    while it was down) gives BestEffort and DaemonSet pods the lock tolerations, and the validating pod-locks check
+    lets the pods of trusted namespaces carry any they bring. Every other pod may use only the locks of its job, its
+    queue, the windows it is a reserve pod of, the Reservations whose owners match it and a backfill slot granted to
+    it."""
 
-    tolerate_best_effort: bool = Field(True, alias="tolerateBestEffort")
-    tolerate_daemonsets: bool = Field(True, alias="tolerateDaemonSets")
-    # namespaces whose pods may use every lock and carry any lock toleration (an admin's own, e.g. monitoring)
-    trusted_namespaces: list[str] = Field(default_factory=list, alias="trustedNamespaces")
+    tolerate_best_effort: bool = Field(
+        True, alias="tolerateBestEffort",
+        description="BestEffort pods (no request and no limit of any resource) tolerate every lock (seed 000): they "
+        "take none of the room a lock holds. The exclusive locks of a `Guaranteed` queue still keep out all but "
+        "the queue's own. `false`: BestEffort pods are treated like any other pod.")
+    tolerate_daemonsets: bool = Field(
+        True, alias="tolerateDaemonSets",
+        description="Pods of a DaemonSet that exists with their controller's uid tolerate every lock. A DaemonSet's "
+        "uid proves it exists, not who made it: where tenants may create DaemonSets (Kubernetes' built-in `edit` "
+        "role allows it), set `false`.")
+    trusted_namespaces: list[str] = Field(
+        default_factory=list, alias="trustedNamespaces",
+        description="Pods in these namespaces may carry any lock toleration or `nodeName` (the pod-locks check lets "
+        "them in), such as an admin's own monitoring namespace; nothing is added to them.")
 
 
+# Every default lives here and nowhere else.
 class ReservoirConfig(_Model):
-    """The whole configuration. Every default lives here and nowhere else."""
+    """The whole configuration: the YAML document under `config.yaml` in the ConfigMap `reservoir-config` (namespace
+    `reservoir-system`), read alike by the agent, the webhook and `reservoir check-config FILE`. Every field is
+    optional, and an empty document means all defaults. Durations are Go durations (`90m`, `2h30m`) or plain
+    seconds; quantities are Kubernetes quantities. Unknown keys are refused, and an invalid edit keeps the last good
+    configuration."""
 
-    dry_run: bool = Field(False, alias="dryRun")
-    # at most 90 (issue 10's guard rail): some node always stays unlocked for the pods no lock owns. The cap is
-    # floor(percent x schedulable nodes / 100), so a one-node cluster locks nothing (seed 002 "Safety").
-    max_locked_node_percent: Annotated[int, Field(ge=0, le=90)] = Field(50, alias="maxLockedNodePercent")
-    resync_period: Duration = Field(timedelta(seconds=30), alias="resyncPeriod")
-    debounce: Duration = Field(timedelta(seconds=1))
-    starvation: StarvationConfig = Field(default_factory=StarvationConfig)
-    windows: list[WindowConfig] = Field(default_factory=list)
-    queue_order: QueueOrderConfig = Field(default_factory=QueueOrderConfig, alias="queueOrder")
-    guarantee: GuaranteeConfig = Field(default_factory=GuaranteeConfig)
-    reservations: ReservationsConfig = Field(default_factory=ReservationsConfig)
-    koordinator: KoordinatorConfig = Field(default_factory=KoordinatorConfig)
-    kueue: KueueConfig = Field(default_factory=KueueConfig)
-    backfill: BackfillConfig = Field(default_factory=BackfillConfig)
-    webhook: WebhookConfig = Field(default_factory=WebhookConfig)
+    dry_run: bool = Field(
+        False, alias="dryRun",
+        description="Compute and report locks without tainting nodes: the agent plans as usual but only logs "
+        "`would-lock` / `would-release` decisions, writes nothing else, and lets go any pod held on a gate.")
+    max_locked_node_percent: Annotated[int, Field(ge=0, le=90)] = Field(
+        50, alias="maxLockedNodePercent",
+        description="At most this percent of the schedulable nodes (not cordoned, Ready, not control-plane) are "
+        "locked at once, all kinds together. The cap is floor(percent x nodes / 100) and the field is at most `90`, "
+        "so some node always stays unlocked for the pods no lock is held for (a one-node cluster locks nothing, "
+        "2 nodes lock 1, 10 lock 9). 0 to 90; `0` locks nothing.")
+    resync_period: Duration = Field(
+        timedelta(seconds=30), alias="resyncPeriod",
+        description="Interval of the full reconcile, besides the event-driven ones (counted from the last resync; a "
+        "change does not push it back). The agent also plans at each moment the last plan named where time alone "
+        "changes the answer: a job crossing `starvingJobTimeThreshold`, a lock reaching `maxLockDuration`, a "
+        "cool-down ending, a window's range starting or ending. A duration.")
+    debounce: Duration = Field(
+        timedelta(seconds=1),
+        description="The least time between the starts of two reconciles that changes set off: a stream of changes "
+        "costs at most one plan per `debounce`. A change after a quiet spell is planned for 0.1 s after it (the rest "
+        "of its burst joins it), not a whole `debounce` later. Pods arriving on the backfill gate do not wait for "
+        "it: a gate pass decides them within 0.1 s. A duration.")
+    starvation: StarvationConfig = Field(
+        default_factory=StarvationConfig, description="Starvation locks for jobs that wait too long (seed 000).")
+    windows: list[WindowConfig] = Field(
+        default_factory=list,
+        description="The reservation windows (seed 004), each a mapping with the fields of a window; names must be "
+        "unique. Empty (the default): no window.")
+    queue_order: QueueOrderConfig = Field(
+        default_factory=QueueOrderConfig, alias="queueOrder",
+        description="The order of queues and jobs when the caps bind (seed 001).")
+    guarantee: GuaranteeConfig = Field(
+        default_factory=GuaranteeConfig, description="Queue guarantees and their evictions (seed 002).")
+    reservations: ReservationsConfig = Field(
+        default_factory=ReservationsConfig, description="Reservation objects (seed 003).")
+    koordinator: KoordinatorConfig = Field(
+        default_factory=KoordinatorConfig, description="Serving Koordinator's own Reservations.")
+    kueue: KueueConfig = Field(default_factory=KueueConfig, description="Reading Kueue's Workloads.")
+    backfill: BackfillConfig = Field(
+        default_factory=BackfillConfig, description="Which pods may use a locked node's idle room, and the timings.")
+    webhook: WebhookConfig = Field(
+        default_factory=WebhookConfig, description="Which pods may use every lock, whoever it is held for.")
 
     def protecting(self, namespace: str) -> ReservoirConfig:
         """This config with `namespace` (the agent's own) among `guarantee.protectedNamespaces`."""
@@ -342,7 +515,8 @@ def describe_validation_error(err: ValidationError) -> str:
         got = problem.get("input")
         got_text = "" if isinstance(got, dict) or problem["type"] == "missing" else f" (got {got!r})"
         if problem["type"] == "extra_forbidden":
-            message = "unknown field: check the spelling against the config reference in the README"
+            message = ("unknown field: check the spelling against the configuration reference "
+                       "(docs/reference/configuration.md)")
         lines.append(f"{_path(tuple(problem['loc']))}: {message}{got_text}")
     return "; ".join(lines)
 

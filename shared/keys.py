@@ -50,47 +50,47 @@ QUEUE_GUARANTEE_POLICY = f"{DOMAIN}/guarantee-policy"
 # `spec.guarantee.percentage` as JSON: '{"dimensions": ["cpu", "memory"], "value": 0.5}'
 QUEUE_GUARANTEE_PERCENTAGE = f"{DOMAIN}/guarantee-percentage"
 RESERVATION_AFFINITY = f"{DOMAIN}/reservation-affinity"  # pod annotation naming a Reservation
-KOORDINATOR_RESERVATION_AFFINITY = "scheduling.koordinator.sh/reservation-affinity"
+KOORDINATOR_RESERVATION_AFFINITY = "scheduling.koordinator.sh/reservation-affinity"  # the same, Koordinator's name
 RESERVATION_ALLOCATED = f"{DOMAIN}/reservation-allocated"  # pod annotation: bound through this Reservation
 # seed 003 placeholders (agent/planner/reservations.py): a pod in Reservoir's namespace, bound to the Reservation's
 # node, requesting what the Reservation still holds. Label value: the Reservation's owner id; annotation: its name.
 PLACEHOLDER = f"{DOMAIN}/placeholder"
-PLACEHOLDER_RESERVATION = f"{DOMAIN}/reservation"
+PLACEHOLDER_RESERVATION = f"{DOMAIN}/reservation"  # placeholder annotation: its Reservation's name
 # the PriorityClass placeholders run at: the highest a user-defined class may have, preemptionPolicy Never, so no
 # ordinary pod can preempt one (preemption evicts only lower priorities); the webhook refuses it outside NAMESPACE
 PLACEHOLDER_PRIORITY_CLASS = "reservoir-placeholder"  # deploy/priorityclass.yaml
 # deploy/critical-priority-policy.yaml: the policy (and its binding) admitting a pod at or above the placeholder's
 # priority only in the namespaces an admin labels CRITICAL_PRIORITY_LABEL=allowed
 CRITICAL_PRIORITY_POLICY = "reservoir-critical-priority"
-CRITICAL_PRIORITY_LABEL = f"{DOMAIN}/critical-priority"
+CRITICAL_PRIORITY_LABEL = f"{DOMAIN}/critical-priority"  # namespace label "allowed": may run critical priorities
 # scheduling gate the webhook gives an owner of an Available Reservation at CREATE: the agent picks its Reservation,
 # narrows its node affinity to that node, frees the reserved resources under a brief lock, then lifts the gate
 HANDOVER_GATE = f"{DOMAIN}/reservation-handover"
-# backfill (issue 17, agent/planner/backfill.py): a pod (or its PodGroup) annotated "true" opts in; when the config's
+# backfill (agent/planner/backfill.py): a pod (or its PodGroup) annotated "true" opts in; when the config's
 # `backfill` switch covers its namespace or queue and it declares a maximum runtime, the webhook holds it at CREATE with
 # the gate BACKFILL_GATE, and the agent lifts it within one resync: unchanged, or narrowed to one locked node with
 # that lock's toleration and activeDeadlineSeconds
 BACKFILL = f"{DOMAIN}/backfill"
-BACKFILL_GATE = f"{DOMAIN}/backfill-check"
+BACKFILL_GATE = f"{DOMAIN}/backfill-check"  # scheduling gate: held for the agent's backfill choice
 # node annotation, written by the agent only, before it lets a pod backfill the node: JSON {pod uid: {"pod":
 # "namespace/name", "owner": lock owner id, "until": RFC 3339}}. The entitlement check accepts the lock's toleration
 # on that pod because this record says so (shared.entitlement), never because of anything on the pod.
 BACKFILL_GRANTS = f"{DOMAIN}/backfill-grants"
-# issue 30: node annotation, the agent's: the backfill room of a locked node, JSON {"room": ResourceList, "until":
+# node annotation, the agent's: the backfill room of a locked node, JSON {"room": ResourceList, "until":
 # RFC 3339} (shared.backfill.Room); the webhook gates a pod only when some locked node's room takes it in time
 BACKFILL_ROOM = f"{DOMAIN}/backfill-room"
-# issue 17: an owner's expected start as the agent last estimated it (agent/planner/backfill.start_estimates), on its
+# an owner's expected start as the agent last estimated it (agent/planner/backfill.start_estimates), on its
 # PodGroup, else on its pending pods: an RFC 3339 time, or "unknown: N pods without a maximum runtime on node X". The
 # agent rewrites it when the estimate moves (by 5 s or more) and leaves the last one in place once the owner starts.
 EXPECTED_START = f"{DOMAIN}/expected-start"
 
-# --- Koordinator's pod-side and Reservation keys (issue 18; its apis/extension/reservation.go) ---
+# --- Koordinator's pod-side and Reservation keys (its apis/extension/reservation.go) ---
 KOORDINATOR_DOMAIN = "scheduling.koordinator.sh"
 # pod annotation, JSON {"name", "uid"}: written beside RESERVATION_ALLOCATED for tools built for Koordinator
 KOORDINATOR_RESERVATION_ALLOCATED = f"{KOORDINATOR_DOMAIN}/reservation-allocated"
 KOORDINATOR_RESERVATION_IGNORED = f"{KOORDINATOR_DOMAIN}/reservation-ignored"  # pod label "true": ignores them all
 KOORDINATOR_RESERVATION_ORDER = f"{KOORDINATOR_DOMAIN}/reservation-order"  # Reservation label: lower is preferred
-# read by nobody in Reservoir: the webhook warns that they are ignored (README, "Coming from Koordinator")
+# read by nobody in Reservoir: the webhook warns that they are ignored (docs/tasks/koordinator.md)
 KOORDINATOR_RESTRICTED_OPTIONS = f"{KOORDINATOR_DOMAIN}/reservation-restricted-options"  # pod annotation
 KOORDINATOR_EXACT_MATCH = f"{KOORDINATOR_DOMAIN}/exact-match-reservation"  # pod annotation
 KOORDINATOR_PRE_ALLOCATION_REQUIRED = f"{KOORDINATOR_DOMAIN}/pre-allocation-required"  # pod label
@@ -98,7 +98,7 @@ KOORDINATOR_PRE_ALLOCATION_REQUIRED = f"{KOORDINATOR_DOMAIN}/pre-allocation-requ
 # means a second writer (Koordinator's own scheduler): Reservoir then leaves the object alone (shared.views)
 KOORDINATOR_FIELD_MANAGER = "reservoir-agent"
 
-# --- Kueue's keys (issue 32; sigs.k8s.io/kueue v0.17 apis and pkg/controller/constants) ---
+# --- Kueue's keys (sigs.k8s.io/kueue v0.17 apis and pkg/controller/constants) ---
 KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_API_VERSION = f"{KUEUE_GROUP}/v1beta2"
 WORKLOAD_PLURAL = "workloads"
@@ -107,7 +107,7 @@ WORKLOAD_PLURAL = "workloads"
 KUEUE_WORKLOAD = f"{KUEUE_GROUP}/workload"
 KUEUE_QUEUE_NAME = f"{KUEUE_GROUP}/queue-name"  # a job's label: its LocalQueue (Reservoir reads the Workload's)
 
-# --- Kubernetes' own Workload API (issue 32; scheduling.k8s.io/v1alpha2 in 1.36, feature gate GenericWorkload) ---
+# --- Kubernetes' own Workload API (scheduling.k8s.io/v1alpha2 in 1.36, feature gate GenericWorkload) ---
 NATIVE_SCHEDULING_API_VERSION = "scheduling.k8s.io/v1alpha2"
 NATIVE_PODGROUP_PLURAL = "podgroups"
 
@@ -122,10 +122,10 @@ CONTROL_PLANE_LABELS = ("node-role.kubernetes.io/control-plane", "node-role.kube
 NOT_READY_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 
 # --- Volcano's keys (seed 004 and DESIGN section 1) ---
-RESERVEABLE = "volcano.sh/reserveable"
-MAXIMUM_RUNTIME = "volcano.sh/maximum-runtime"
-GROUP_NAME = "scheduling.k8s.io/group-name"
-QUEUE_NAME = "scheduling.volcano.sh/queue-name"
+RESERVEABLE = "volcano.sh/reserveable"  # pod or PodGroup annotation "true": a reserve pod (seed 004)
+MAXIMUM_RUNTIME = "volcano.sh/maximum-runtime"  # pod or PodGroup annotation: its declared runtime (a duration)
+GROUP_NAME = "scheduling.k8s.io/group-name"  # pod annotation: its Volcano PodGroup (the job)
+QUEUE_NAME = "scheduling.volcano.sh/queue-name"  # pod annotation: its Volcano Queue
 DEFAULT_QUEUE = "default"
 # seed 002 `guarantee.percentage.dimensions`: the seed's own name for GPUs ("dimensions: ["cpu", "memory", "gpu"]"),
 # read as the extended resource `guarantee.gpuResource` of the config (nvidia.com/gpu by default)
@@ -155,7 +155,7 @@ RESERVATION_GROUP = DOMAIN
 RESERVATION_VERSION = "v1alpha1"
 RESERVATION_API_VERSION = f"{RESERVATION_GROUP}/{RESERVATION_VERSION}"
 RESERVATION_PLURAL = "reservations"
-KOORDINATOR_GROUP = KOORDINATOR_DOMAIN  # Koordinator's Reservations (issue 18), served when the config switches it on
+KOORDINATOR_GROUP = KOORDINATOR_DOMAIN  # Koordinator's Reservations, served when the config switches it on
 KOORDINATOR_VERSION = "v1alpha1"
 KOORDINATOR_API_VERSION = f"{KOORDINATOR_GROUP}/{KOORDINATOR_VERSION}"
 

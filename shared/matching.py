@@ -82,8 +82,8 @@ def _object_matches(ref: Any, meta: Mapping[str, Any], namespace: str, confined:
     (`_controller_matches`): a reference setting none of name, namespace, uid matches no pod (Koordinator's would match
     every pod of the cluster, in every tenant's namespace), and neither does one setting a name alone (any tenant can
     name a pod X in its own namespace): it must be confined by a namespace (its own, or, `confined`, the same entry's
-    controller's, ANDed with it), or name a uid, which the API server assigns and nobody can forge (README "Coming from
-    Koordinator")."""
+    controller's, ANDed with it), or name a uid, which the API server assigns and nobody can forge
+    (docs/tasks/koordinator.md)."""
     if not isinstance(ref, Mapping) or not _ref_fields_readable(ref, _REF_FIELDS):
         return False
     if not ref.get("namespace") and not ref.get("uid") and not confined:
@@ -111,7 +111,7 @@ def _controller_matches(ref: Any, meta: Mapping[str, Any], namespace: str, confi
     ownerReference (unset: any ownerReference, controller or not). Departs from Koordinator in one case: the entry
     must confine it to a namespace (`controller.namespace`, or the entry's `object.namespace`), else it matches no
     pod: a tenant can write any ownerReference on its own pod, so a namespace-less controller entry would let a pod in
-    any namespace match by forging one (README "Coming from Koordinator")."""
+    any namespace match by forging one (docs/tasks/koordinator.md)."""
     if not isinstance(ref, Mapping) or not _ref_fields_readable(ref, _REF_FIELDS):
         return False
     if not confined_to or confined_to != namespace:
@@ -158,7 +158,7 @@ def is_empty_selector(selector: Any) -> bool:
     """A label selector with neither matchLabels nor matchExpressions (`{}`, `{matchLabels: {}}`). As an owner's
     `labelSelector` it matches no pod: metav1 reads it as "every pod", which in an owner entry would hand the
     Reservation to every pod of the cluster, in every tenant's namespace (the same departure as `_object_matches`;
-    README "Coming from Koordinator")."""
+    docs/tasks/koordinator.md)."""
     return (isinstance(selector, Mapping) and not selector.get("matchLabels")
             and not selector.get("matchExpressions"))
 

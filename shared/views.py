@@ -837,7 +837,7 @@ def _order(labels: Mapping[str, str]) -> int:
 
 def _status_writer(meta: Mapping[str, Any]) -> str:
     """The field manager of the latest write to the object's status subresource (metadata.managedFields; "" when
-    none): how a second writer of a Koordinator Reservation shows (issue 18, README "Coming from Koordinator").
+    none): how a second writer of a Koordinator Reservation shows (issue 18, docs/tasks/koordinator.md).
     managedFields times have whole seconds: of writes in the same second, another manager's wins over Reservoir's."""
     latest: tuple[str, bool, str] = ("", False, "")
     for entry in _array(meta.get("managedFields"), "metadata.managedFields"):

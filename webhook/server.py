@@ -48,7 +48,7 @@ CERT_CHECK_INTERVAL = 2.0
 
 
 class Metrics:
-    """The webhook's metrics (README, "Metrics and alerts"); the process, platform and build-info ones come with the
+    """The webhook's metrics (docs/tasks/metrics.md); the process, platform and build-info ones come with the
     registry (shared.metrics), the caches' freshness is registered by webhook.main."""
 
     def __init__(self) -> None:

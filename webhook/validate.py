@@ -205,7 +205,7 @@ def _spec(obj: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def _koordinator_pod_warnings(what: str, annotations: Mapping[str, Any], labels: Mapping[str, Any]) -> list[str]:
     """Issue 18: Koordinator's pod-side keys Reservoir does not act on, and the affinity keys it ignores, named
-    (README "Coming from Koordinator")."""
+    (docs/tasks/koordinator.md)."""
     warnings = []
     for key in (keys.KOORDINATOR_RESTRICTED_OPTIONS, keys.KOORDINATOR_EXACT_MATCH):
         if key in annotations:
@@ -580,8 +580,8 @@ def _owner_warnings(path: FieldPath, owners: Any) -> list[str]:
 
 
 def _koordinator_warnings(spec: Mapping[str, Any], labels: Any) -> list[str]:
-    """Issue 18: the fields of Koordinator's Reservation Reservoir does not act on (README "Coming from
-    Koordinator"), named rather than silently dropped."""
+    """Issue 18: the fields of Koordinator's Reservation Reservoir does not act on (docs/tasks/koordinator.md), named
+    rather than silently dropped."""
     warnings = []
     if spec.get("preAllocationPolicy") is not None:
         warnings.append(f"{SPEC.child('preAllocationPolicy')} is ignored: Reservoir pre-allocates only as "

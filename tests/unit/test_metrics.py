@@ -20,11 +20,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from agent.controller import Agent
 from agent.planner.model import Handover, Lock
 from certs.rotation import Subject, ensure
-from reservoir import cli
+from reservoir import cli, reference
 from shared import metrics as shared_metrics
 from shared import version
 from shared.keys import LockKind
-from shared.watchcache import count_skips
 from tests.unit.test_writer import Guarantee, Recorder, new_writer, node_obj, queue, recorder  # noqa: F401
 from webhook.server import Metrics, ReloadingTLS
 
@@ -58,12 +57,7 @@ def samples(registry: CollectorRegistry, name: str) -> dict[tuple[tuple[str, str
             if s.name == name}
 
 
-def webhook_registry() -> CollectorRegistry:
-    """The webhook's registry as webhook.main completes it."""
-    metrics = Metrics()
-    count_skips(metrics.registry)
-    shared_metrics.cache_freshness(metrics.registry, lambda: [])
-    return metrics.registry
+webhook_registry = reference.webhook_registry  # the webhook's registry as webhook.main completes it
 
 
 def test_each_program_serves_its_metrics_named_by_the_conventions() -> None:
@@ -204,10 +198,14 @@ def test_the_webhook_reports_the_expiry_of_the_certificate_it_serves(tmp_path: P
     assert leaf.not_valid_after_utc > datetime.now(UTC) + timedelta(days=7)
 
 
-def test_the_readme_table_lists_every_reservoir_metric_and_no_other() -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme.split("### Metrics and alerts", 1)[1].split("\n### ", 1)[0]
-    listed = set(re.findall(r"^\| `(reservoir_[a-z_]+)` \|", section, re.M))
-    served = {n for n in set(families(Agent(None).metrics.registry))  # type: ignore[arg-type]
-              | set(families(webhook_registry())) if n.startswith("reservoir_")}
-    assert listed == served, (sorted(served - listed), sorted(listed - served))
+def test_the_metrics_page_lists_what_each_program_serves_and_nothing_else() -> None:
+    """The docs' metrics reference (reservoir.reference, generated from registries built as the programs build
+    them) names exactly the families the running programs' registries declare."""
+    page = reference.metrics_page()
+    agent_part, webhook_part = page.split("## The webhook")
+    for part, registry in ((agent_part, Agent(None).metrics.registry), (webhook_part, webhook_registry())):  # type: ignore[arg-type]
+        listed = set(re.findall(r"^\| `([a-z_]+)` \|", part, re.M))
+        served = set(families(registry))
+        assert listed == served, (sorted(served - listed), sorted(listed - served))
+
+

@@ -1,0 +1,16 @@
+"""MkDocs hook: the reference pages (reservoir.reference.PAGES) rendered from the code at each build and added to the
+site, never written to docs/, so they cannot drift from what they document."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mkdocs.structure.files import File, Files
+
+from reservoir.reference import PAGES
+
+
+def on_files(files: Files, config: Any) -> Files:
+    for path, render in PAGES.items():
+        files.append(File.generated(config, path, content=render()))
+    return files
