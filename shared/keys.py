@@ -106,6 +106,10 @@ WORKLOAD_PLURAL = "workloads"
 # read; a job's Workload is found by the Workload's ownerReference (shared.views.workloads_by_owner)
 KUEUE_WORKLOAD = f"{KUEUE_GROUP}/workload"
 KUEUE_QUEUE_NAME = f"{KUEUE_GROUP}/queue-name"  # a job's label: its LocalQueue (Reservoir reads the Workload's)
+# pod label of Kueue's pod groups (its pod integration): the pods of one group, one job, one Workload of that name
+KUEUE_POD_GROUP_NAME = f"{KUEUE_GROUP}/pod-group-name"
+# Workload annotation "true", Kueue's, on a pod group's Workload (owned by every pod of the group, none its controller)
+KUEUE_IS_GROUP_WORKLOAD = f"{KUEUE_GROUP}/is-group-workload"
 
 # --- Kubernetes' own Workload API (scheduling.k8s.io/v1alpha2 in 1.36, feature gate GenericWorkload) ---
 NATIVE_SCHEDULING_API_VERSION = "scheduling.k8s.io/v1alpha2"

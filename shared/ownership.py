@@ -3,8 +3,9 @@ the locks it may use. Each rule is written once here; pods reach it as API JSON 
 planner), through the small adapters below.
 
 Job: the Volcano PodGroup named by `scheduling.k8s.io/group-name`; else the Kubernetes PodGroup
-(`scheduling.k8s.io/v1alpha2`, 1.36) its `spec.schedulingGroup.podGroupName` names (issue 32); else the pod's
-controlling ownerReference; else the pod alone. A Kueue Workload is not a job of its own: it is found from the job
+(`scheduling.k8s.io/v1alpha2`, 1.36) its `spec.schedulingGroup.podGroupName` names (issue 32); else the pod group of
+Kueue's pod integration its label `kueue.x-k8s.io/pod-group-name` names; else the pod's controlling ownerReference;
+else the pod alone. A Kueue Workload is not a job of its own: it is found from the job
 (shared.views.workloads_by_owner), so a job's identity, its lock owner id and its pods' tolerations are the same
 with Kueue's Workloads read or not. Each names an object of the pod's own namespace: a pod that names
 another job of its namespace joins that job, as a pod may join any PodGroup of its namespace.
@@ -49,6 +50,9 @@ def job_identity(meta: Mapping[str, Any], spec: Mapping[str, Any] | None = None)
     native = scheduling_group(spec or {})
     if native:
         return (NATIVE_PODGROUP, native)
+    kueue_group = kueue_pod_group(meta)
+    if kueue_group:
+        return (KUEUE_POD_GROUP, kueue_group)
     for ref in meta.get("ownerReferences") or ():
         if ref.get("controller"):
             return (ref.get("kind", ""), ref.get("name", ""))
@@ -58,6 +62,17 @@ def job_identity(meta: Mapping[str, Any], spec: Mapping[str, Any] | None = None)
 
 # issue 32: the kind of a job that is a Kubernetes PodGroup (scheduling.k8s.io), told apart from Volcano's PodGroup
 NATIVE_PODGROUP = "PodGroup.scheduling.k8s.io"
+# issue 32: the kind of a job that is a pod group of Kueue's pod integration (its Workload is named after the group)
+KUEUE_POD_GROUP = "PodGroup.kueue.x-k8s.io"
+
+
+def kueue_pod_group(meta: Mapping[str, Any]) -> str:
+    """The pod group of Kueue's pod integration a pod's label `kueue.x-k8s.io/pod-group-name` names, or "". As with
+    Volcano's group annotation, a tenant may write it: it groups pods of one namespace only, and what the group may
+    have (minMember, admission, priority) is read from the Workload Kueue made for it, never from the pods."""
+    labels = meta.get("labels")
+    name = labels.get(keys.KUEUE_POD_GROUP_NAME) if isinstance(labels, Mapping) else None
+    return name if isinstance(name, str) else ""
 
 
 def scheduling_group(spec: Mapping[str, Any]) -> str:

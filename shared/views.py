@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 from shared import keys
 from shared.backfill import Grant, Room, read_grants, read_room, runtime_of
 from shared.duration import parse_duration
-from shared.ownership import daemonset_node, is_daemonset_pod, job_identity
+from shared.ownership import KUEUE_POD_GROUP, daemonset_node, is_daemonset_pod, job_identity
 from shared.predicates import NodeAffinity, Placement, required_node_affinity
 from shared.resources import EMPTY, Resources, is_best_effort, pod_requests
 from shared.timestamps import FIRST_YEAR, LAST_YEAR, in_range, parse_time
@@ -570,6 +570,20 @@ def _true_condition(conditions: Sequence[Mapping[str, Any]], kind: str, path: st
     return None
 
 
+def _workload_owner(meta: Mapping[str, Any]) -> tuple[str, str]:
+    """The job a Workload stands for, as shared.ownership names jobs: its controller ownerReference's (kind, name) (a
+    `batch/v1` Job, or the one pod of Kueue's pod integration); else, for the Workload of a pod group (Kueue's
+    annotation `kueue.x-k8s.io/is-group-workload: "true"`, owned by every pod of the group, none its controller),
+    the group of its name; else ("", "")."""
+    controller = next((o for o in _owner_refs(_objects(meta.get("ownerReferences"), "metadata.ownerReferences"))
+                       if o.controller), None)
+    if controller is not None:
+        return (controller.kind, controller.name)
+    if _strings(meta.get("annotations"), "metadata.annotations").get(keys.KUEUE_IS_GROUP_WORKLOAD) == "true":
+        return (KUEUE_POD_GROUP, _text(meta.get("name"), "metadata.name"))
+    return ("", "")
+
+
 @dataclass(frozen=True, slots=True)
 class WorkloadView:
     """Issue 32: a Kueue Workload (`kueue.x-k8s.io/v1beta2`) as the planner reads it, the Workload of the job its
@@ -591,7 +605,7 @@ class WorkloadView:
     admitted_at: datetime | None = None
     evicted: bool = False
     finished: bool = False
-    # the job it stands for: its controller ownerReference's (kind, name), ("", "") without one
+    # the job it stands for (_workload_owner): its controller ownerReference's (kind, name), or a pod group's, ("", "")
     owner: tuple[str, str] = ("", "")
     # of its annotations, only Reservoir's estimate (keys.EXPECTED_START): a cache holds no more of what others wrote
     annotations: Mapping[str, str] = field(default_factory=dict)
@@ -627,8 +641,7 @@ class WorkloadView:
             admitted_at=_true_condition(conditions, "Admitted", "status.conditions"),
             evicted=_true_condition(conditions, "Evicted", "status.conditions") is not None,
             finished=_true_condition(conditions, "Finished", "status.conditions") is not None,
-            owner=next(((o.kind, o.name) for o in _owner_refs(
-                _objects(meta.get("ownerReferences"), "metadata.ownerReferences")) if o.controller), ("", "")),
+            owner=_workload_owner(meta),
             annotations={k: v for k, v in _strings(meta.get("annotations"), "metadata.annotations").items()
                          if k == keys.EXPECTED_START},
         )

@@ -22,7 +22,7 @@ from localcluster.cluster import LocalCluster
 from localcluster.kueue_process import MUTATING, KueueManager
 from localcluster.webhook_process import CONFIG_NAME
 from shared import keys
-from shared.ownership import JobRef
+from shared.ownership import KUEUE_POD_GROUP, JobRef
 from tests.e2e.kit import Kit, apply_setup, running_webhook
 from tests.e2e.kueue_scenarios import LOCAL_QUEUE, condition, kueue_queues, running_kueue, workloads
 from tests.e2e.scenarios import (
@@ -137,3 +137,34 @@ async def test_a_kueue_managed_pod_carries_both_webhooks_marks_and_gets_its_node
     assert condition(workload, "Admitted"), workload.get("status")
     assert keys.EXPECTED_START in (workload["metadata"].get("annotations") or {}), workload["metadata"]
 
+
+
+@pytest.mark.parametrize("reservoir", ["kueue-first"], indirect=True)
+async def test_a_kueue_pod_group_is_one_job_and_gets_a_node_for_each_pod(kit: Kit, reservoir: AgentProcess) -> None:
+    """A pod group of Kueue's pod integration (two 4-cpu pods labelled `kueue.x-k8s.io/pod-group-name: pair`, total
+    count 2), created while small pods keep two 4-cpu nodes full: Kueue admits the group's one Workload, Reservoir
+    locks both nodes for the one job `PodGroup.kueue.x-k8s.io/pair` (minMember 2, the Workload's count), and both
+    pods bind while the stream still runs."""
+    for name in ("node-a", "node-b"):
+        await kit.create_node(name, {"cpu": "4", "memory": "16Gi"})
+    await spare_node(kit)
+    stream = asyncio.create_task(stream_small_pods(kit, STREAM_SECONDS, keep_pending=6))
+    await asyncio.sleep(3)
+    owner = JobRef(kit.namespace, KUEUE_POD_GROUP, "pair")
+    for i in range(2):
+        body = kueue_pod(kit, f"pair-{i}", {"cpu": "4", "memory": "1Gi"})
+        body["metadata"]["labels"][keys.KUEUE_POD_GROUP_NAME] = "pair"
+        body["metadata"]["annotations"]["kueue.x-k8s.io/pod-group-total-count"] = "2"
+        created = await kit.raw("POST", f"/api/v1/namespaces/{kit.namespace}/pods", body)
+        assert any(t.get("value") == owner.owner_id for t in created["spec"].get("tolerations") or ()), created["spec"]
+    await stream
+    stream_end = time.time()
+    await asyncio.sleep(1)
+    bound = {name: scheduled_at(await kit.read_pod(name)) for name in ("pair-0", "pair-1")}
+    assert all(t is not None and t < stream_end - 5 for t in bound.values()), \
+        f"bound at {bound}, the stream ended at {stream_end}:\n{reservoir.log_text()[-3000:]}"
+    events = await kit.raw("GET", "/api/v1/namespaces/default/events?fieldSelector=reason=NodeLocked")
+    locked = {e["involvedObject"]["name"] for e in events["items"] if owner.full_name in e["message"]}
+    assert locked == {"node-a", "node-b"}, locked
+    [workload] = await workloads(kit)
+    assert workload["metadata"]["name"] == "pair" and condition(workload, "Admitted")

@@ -69,8 +69,9 @@ async def test_with_the_agent_the_node_is_locked_drained_and_given_to_the_big_po
     assert any(t.get("key") == keys.LOCK for t in big["spec"].get("tolerations", [])), big["spec"].get("tolerations")
     # small pods waiting when the node was locked for the big pod stayed pending until it was bound
     events = (await kit.raw("GET", "/api/v1/namespaces/default/events?fieldSelector=involvedObject.name=starve-node"))["items"]
+    # this test's lock: a node's Events outlive the tests, and other stories lock a node of this name for a Pod/big
     locked_at = min(parse_time(e["firstTimestamp"]).timestamp() for e in events
-                    if e["reason"] == "NodeLocked" and "/Pod/big:" in e["message"])
+                    if e["reason"] == "NodeLocked" and f" {kit.namespace}/Pod/big:" in e["message"])
     # (the lock lands within a second of the event; a pod bound in that second may have beaten the taint)
     waited = [p for p in small if parse_time(p["metadata"]["creationTimestamp"]).timestamp() < big_bound
               and (scheduled_at(p) or float("inf")) > locked_at + 1]

@@ -15,7 +15,7 @@ from agent.planner.jobs import build_jobs
 from agent.planner.plan import plan
 from shared import keys, kinds
 from shared.config import ReservoirConfig, load_config
-from shared.ownership import JobRef, job_of
+from shared.ownership import KUEUE_POD_GROUP, JobRef, job_of
 from shared.timestamps import stamp
 from shared.views import PodView, ViewError, WorkloadView, workloads_by_owner
 from tests.builders import CONFIG, NOW, node, pod, snap
@@ -311,3 +311,52 @@ def test_the_planner_entitles_a_scheduling_group_pod_to_its_podgroups_lock_as_th
     owner = JobRef("ns", NATIVE_PODGROUP, "train").owner_id
     assert owner in entitlement(obj, "ns", Grounds()).owners
     assert owner in entitlement(pod_meta(view), "ns", Grounds(), best_effort=view.best_effort).owners
+
+
+# --- pod groups of Kueue's pod integration ---
+
+def group_workload_obj(name: str = "trainers", count: int = 3) -> dict[str, Any]:
+    """The Workload Kueue makes for a pod group (pod_controller.go ConstructComposableWorkload): named after the group,
+    annotated `kueue.x-k8s.io/is-group-workload: "true"`, owned by every pod of the group, none its controller."""
+    obj = workload_obj(name, counts=(count,))
+    obj["metadata"]["annotations"] = {keys.KUEUE_IS_GROUP_WORKLOAD: "true"}
+    obj["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": f"{name}-{i}", "uid": f"u{i}"}
+                                          for i in range(count)]
+    return obj
+
+
+def test_a_kueue_pod_group_is_one_job_of_its_workloads_count_and_its_pods_share_its_lock() -> None:
+    """Pods labelled `kueue.x-k8s.io/pod-group-name: trainers` are one job, `PodGroup.kueue.x-k8s.io/trainers`, for
+    the webhook and the planner alike; its Workload (Kueue's group Workload of that name) gives minMember, admission
+    and priority, so three admitted pods starve together and the group's lock is every member's."""
+    meta = {"name": "trainers-0", "namespace": "ns", "labels": {keys.KUEUE_POD_GROUP_NAME: "trainers"}}
+    ref = job_of({"metadata": meta}, "ns")
+    assert ref == JobRef("ns", KUEUE_POD_GROUP, "trainers")
+    view = WorkloadView.from_obj(group_workload_obj())
+    assert view.owner == (KUEUE_POD_GROUP, "trainers")
+    assert workloads_by_owner([view]) == {("ns", KUEUE_POD_GROUP, "trainers"): view}
+    pods = [dataclasses.replace(pod(f"trainers-{i}", "4", age=timedelta(hours=1)), job=("ns", KUEUE_POD_GROUP,
+                                                                                         "trainers"))
+            for i in range(3)]
+    [job] = build_jobs(kueue_snap(pods, [view], nodes=3))
+    assert (job.ref, job.min_member, job.created) == (ref, 3, NOW - timedelta(minutes=5))
+    held = WorkloadView.from_obj({**group_workload_obj(), "status": {"conditions": []}})
+    assert build_jobs(kueue_snap(pods, [held], nodes=3)) == [], "not admitted: Kueue's to wait for"
+
+
+def test_only_kueues_group_annotation_makes_a_workload_a_pod_groups_and_the_label_groups_one_namespace() -> None:
+    plain = group_workload_obj()
+    plain["metadata"]["annotations"] = {}
+    assert WorkloadView.from_obj(plain).owner == ("", ""), "owned by pods, none its controller, not a group's: none"
+    flagged = group_workload_obj()
+    flagged["metadata"]["annotations"] = {keys.KUEUE_IS_GROUP_WORKLOAD: "yes"}
+    assert WorkloadView.from_obj(flagged).owner == ("", "")
+    # a controller reference wins over the annotation: the Workload is its controller's
+    both = group_workload_obj()
+    both["metadata"]["ownerReferences"] = workload_obj()["metadata"]["ownerReferences"]
+    assert WorkloadView.from_obj(both).owner == ("Job", "train")
+    # the label joins a group of the pod's own namespace only, and a non-string label value names none
+    assert job_of({"metadata": {"name": "p", "labels": {keys.KUEUE_POD_GROUP_NAME: "trainers"}}}, "other") == \
+        JobRef("other", KUEUE_POD_GROUP, "trainers")
+    assert job_of({"metadata": {"name": "p", "labels": {keys.KUEUE_POD_GROUP_NAME: ""}}}, "ns") == \
+        JobRef("ns", "Pod", "p")
