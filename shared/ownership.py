@@ -14,6 +14,7 @@ Queue: PodGroup `spec.queue`, else `scheduling.volcano.sh/queue-name`, else `def
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -55,10 +56,21 @@ def job_identity(meta: Mapping[str, Any], spec: Mapping[str, Any] | None = None)
         return (KUEUE_POD_GROUP, kueue_group)
     for ref in meta.get("ownerReferences") or ():
         if ref.get("controller"):
-            return (ref.get("kind", ""), ref.get("name", ""))
+            kind = ref.get("kind")
+            if isinstance(kind, str) and CONTROLLER_KIND.fullmatch(kind):
+                return (kind, ref.get("name", ""))
+            break  # a controller of a kind no object has: the pod is its own job (CONTROLLER_KIND)
     name = meta.get("name")
     return ("Pod", name) if name else None
 
+
+# The kind of a controller a pod may name for its job: a Kind as every API object has one (CamelCase letters and
+# digits). A job's owner id is `job-<namespace>-<kind>-<name>` made readable, cut, then a 6-hex hash
+# (keys.owner_id); with the kind starting with a capital and holding no `-`, the readable part tells namespaces apart
+# (namespaces are lowercase), so a tenant cannot make another namespace's owner id by spelling a kind such as
+# `prod~Job` in namespace `team` (`team-prod-Job-...`, one 24-bit hash search from team-prod's Job). A controller
+# reference of any other kind is no job: the pod is its own.
+CONTROLLER_KIND = re.compile(r"[A-Z][A-Za-z0-9]{0,62}")
 
 # issue 32: the kind of a job that is a Kubernetes PodGroup (scheduling.k8s.io), told apart from Volcano's PodGroup
 NATIVE_PODGROUP = "PodGroup.scheduling.k8s.io"

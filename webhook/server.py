@@ -182,8 +182,8 @@ def _validating(check: Check) -> Route:
 
 
 def _route_pod_locks(request: Request, lookup: Lookup) -> ReviewResponse:
-    """DESIGN section 3: the entitlement check of the lock tolerations and `spec.nodeName` a pod carries, on CREATE
-    and on an UPDATE that changes them (pod updates may add tolerations); fails closed."""
+    """DESIGN section 3: the entitlement check of the lock tolerations and `spec.nodeName` a pod carries, on CREATE,
+    and of those an UPDATE adds (pod updates may add tolerations; validate.added_on_update); fails closed."""
     if request.operation not in ("CREATE", "UPDATE"):
         return admission.response(request.uid)
     if request.operation == "UPDATE" and request.old is not None and all(
@@ -191,7 +191,9 @@ def _route_pod_locks(request: Request, lookup: Lookup) -> ReviewResponse:
             for f in ("tolerations", "nodeName")):
         return admission.response(request.uid)
     rights = mutate.entitled(request.obj, request.namespace, lookup)
-    verdict = validate.validate_pod_locks(request.obj, request.namespace, rights, lookup.lock_of_node)
+    judged = (validate.added_on_update(request.old, request.obj)
+              if request.operation == "UPDATE" and request.old is not None else request.obj)
+    verdict = validate.validate_pod_locks(judged, request.namespace, rights, lookup.lock_of_node)
     if not verdict.allowed:
         logs.decision(log, "deny", policy="pod-locks", kind="Pod", pod=f"{request.namespace}/{request.name}",
                       reason=admission.clip(verdict.message, 500))

@@ -705,6 +705,33 @@ def validate_configmap(configmap: Mapping[str, Any]) -> Verdict:
 
 # --- Entitlement (DESIGN section 1): what a pod brings itself ---
 
+def added_on_update(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """What a pod UPDATE adds that the entitlement check judges: `new` with each toleration `old` already had (one for
+    one) replaced by None, so that the others keep their index for the messages, and `spec.nodeName` only when the
+    update changes it. What the pod already carried was judged when it came (the check fails closed), and the API
+    server lets an update only add tolerations, so judging it again gains nothing; it would only refuse every later
+    update once the pod's rights changed (its job, its queue's binding, a window ended), such as Kueue adding its
+    flavor's tolerations when it admits the pod, or the agent adding a lock toleration it lacks."""
+    new_spec, old_spec = new.get("spec"), old.get("spec")
+    spec: dict[str, Any] = dict(new_spec) if isinstance(new_spec, Mapping) else {}
+    if not isinstance(old_spec, Mapping):
+        old_spec = {}
+    before = list(old_spec.get("tolerations") or ()) if isinstance(old_spec.get("tolerations"), list) else []
+    tolerations = spec.get("tolerations")
+    if isinstance(tolerations, list):
+        added: list[Any] = []
+        for toleration in tolerations:
+            if toleration in before:
+                before.remove(toleration)
+                added.append(None)
+            else:
+                added.append(toleration)
+        spec["tolerations"] = added
+    if spec.get("nodeName") == old_spec.get("nodeName"):
+        spec.pop("nodeName", None)
+    return {**new, "spec": spec}
+
+
 def validate_pod_locks(pod: Mapping[str, Any], namespace: str, rights: Entitlement,
                        lock_of_node: Mapping[str, str]) -> Verdict:
     """A pod that carries a `reservoir.sh/lock` toleration, an empty-key `Exists` toleration, or a `spec.nodeName` on

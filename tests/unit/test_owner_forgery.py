@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from shared.matching import owner_matches
+from shared.ownership import JobRef, job_identity
 
 
 def pod(name: str, uid: str = "uid-1") -> dict:
@@ -35,3 +36,24 @@ def test_a_name_alone_is_confined_by_the_same_entrys_controller_namespace() -> N
     owner = {"object": {"name": "trainer"}, "controller": {"name": "train", "kind": "Job", "namespace": "team-a"}}
     assert owner_matches(owner, pod("trainer"), "team-a")
     assert not owner_matches(owner, pod("trainer"), "team-b")
+
+
+@pytest.mark.parametrize("kind", ["prod~Job", "prod-Job", "job", "Prod/Job", "", "J" * 64, 7])
+def test_a_controller_of_a_kind_no_object_has_is_no_job(kind: object) -> None:
+    """A tenant in namespace `team` naming a controller of kind `prod~Job` would read as `team-prod-Job-train`, the
+    readable part of namespace team-prod's Job/train lock owner id, leaving one 24-bit hash between them: a kind that
+    is not CamelCase letters and digits is no job, the pod is its own (shared.ownership.CONTROLLER_KIND), for the
+    webhook and the planner alike (both read job_identity)."""
+    meta = {"name": "p", "ownerReferences": [{"kind": kind, "name": "train", "controller": True, "uid": "u"}]}
+    assert job_identity(meta) == ("Pod", "p")
+
+
+def test_owner_ids_of_two_namespaces_differ_in_their_readable_part_for_any_valid_kind() -> None:
+    victim = JobRef("team-prod", "Job", "train").owner_id
+    for kind in ("ProdJob", "Prod", "Job"):
+        for name in ("train", "job-train", "prod-job-train"):
+            meta = {"name": "p", "ownerReferences": [{"kind": kind, "name": name, "controller": True, "uid": "u"}]}
+            ref = JobRef("team", *job_identity(meta))
+            assert ref.owner_id.rsplit("-", 1)[0] != victim.rsplit("-", 1)[0], (kind, name)
+    assert job_identity({"name": "p", "ownerReferences": [{"kind": "StatefulSet", "name": "db", "controller": True}]}) \
+        == ("StatefulSet", "db")

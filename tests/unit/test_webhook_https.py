@@ -251,3 +251,31 @@ async def test_pod_locks_refuses_what_the_pod_is_not_entitled_to(server) -> None
     changed["request"]["oldObject"] = obj
     async with session.post("/validate/pod-locks", json=changed) as response:
         assert (await response.json())["response"]["allowed"] is True
+
+
+async def test_a_pod_update_is_judged_for_what_it_adds_not_for_what_the_pod_already_carried(server) -> None:
+    """A pod admitted with its job's toleration whose rights changed since (its job is read another way now, its
+    queue's binding moved, a window ended) may still take an update that adds a toleration of no lock (Kueue adding
+    its flavor's when it admits the pod), and the index named in a refusal is the new object's; an update adding a
+    lock toleration the pod may not use, or moving it onto a locked node, is refused as before."""
+    session, _, _ = server
+    stale = {"key": keys.LOCK, "operator": "Equal", "value": "job-ns-Pod-old-name-abc123", "effect": "NoSchedule"}
+    flavor = {"key": "flavor", "operator": "Exists", "effect": "NoSchedule"}
+    forged = {"key": keys.LOCK, "operator": "Equal", "value": "job-team-b-Pod-big-abc123", "effect": "NoSchedule"}
+    old = json.loads(json.dumps(POD))
+    old["spec"]["tolerations"] = [stale]
+    for added, allowed in (([flavor], True), ([flavor, forged], False)):
+        new = json.loads(json.dumps(old))
+        new["spec"]["tolerations"] = [stale, *added]
+        request = review(new, operation="UPDATE")
+        request["request"]["oldObject"] = old
+        async with session.post("/validate/pod-locks", json=request) as response:
+            answer = (await response.json())["response"]
+        assert answer["allowed"] is allowed, (added, answer)
+        if not allowed:
+            message = answer["status"]["message"]
+            assert "spec.tolerations[2]" in message and "job-team-b-Pod-big-abc123" in message, message
+            assert "old-name" not in message, "what the pod carried before is not judged again"
+    # the same stale toleration brought in a CREATE is refused
+    async with session.post("/validate/pod-locks", json=review(old)) as response:
+        assert (await response.json())["response"]["allowed"] is False
