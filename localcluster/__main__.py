@@ -88,7 +88,8 @@ agent: running as ServiceAccount reservoir-agent (log {agent.log_path})
   kubectl apply -f examples/seed-000-starvation.yaml      # seed 000, step 1: small pods fill kwok-node-0
   kubectl apply -f examples/seed-000-big-pod.yaml         # step 2: a big pod; watch the node locked for it
   kubectl apply -f examples/seed-002-queue-guarantee.yaml # seed 002: a queue guaranteed a node's worth of cpu
-  .venv/bin/reservoir status --queues                     # seed 001: each queue's score and its parts
+  kubectl apply -f examples/seed-001-queue-priority.yaml  # seed 001: two queues' classes inherited by their pods
+  .venv/bin/reservoir status --queues                     # ...and each queue's score and its parts
   kubectl apply -f examples/seed-003-reservation.yaml     # seed 003: a Reservation; then seed-003-owner.yaml
   kubectl get reservations -w
 {KUEUE_HINTS if kueue is not None else ""}

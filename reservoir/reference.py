@@ -90,8 +90,9 @@ def _plain_type(annotation: Any) -> str:
         return f"list of {_plain_type(args[0])}s"
     if origin is dict:
         return "map" if _plain_type(args[1]) == "string" else f"map of {_plain_type(args[1])}s"
+    named = {"Resources": "resource list"}  # shared.resources.Resources: a map of resource names to quantities
     return {bool: "boolean", int: "integer", float: "number", str: "string", timedelta: "duration"}.get(
-        annotation, getattr(annotation, "__name__", str(annotation)))
+        annotation, named.get(getattr(annotation, "__name__", ""), getattr(annotation, "__name__", str(annotation))))
 
 
 def _default_text(info: FieldInfo) -> str:
@@ -143,6 +144,43 @@ def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
+def _rows(model: type[BaseModel]) -> dict[str, str]:
+    """Each field's YAML path -> its table row (configuration_page's columns)."""
+    rows = {}
+    for path, section in _sections(model, ""):
+        for name, info in section.model_fields.items():
+            nested = _model_of(info.annotation)
+            field = f"{path}.{_yaml_name(name, info)}" if path else _yaml_name(name, info)
+            kind = "section" if nested and not nested[1] else ("list of sections" if nested else _type_name(info))
+            rows[field] = f"| `{field}` | {_cell(kind)} | {_default_text(info)} | {_cell(info.description or '')} |"
+    return rows
+
+
+CONFIG_MARKER = re.compile(r"^<!--[ \t]*config:[ \t]*(.*?)[ \t]*-->[ \t]*$", re.MULTILINE)
+
+
+def config_table(fields: Sequence[str], model: type[BaseModel] = ReservoirConfig) -> str:
+    """The configuration table of `fields` for a page: each a field's YAML path (`starvation.maxLockDuration`) or a
+    section's (`starvation`: every field in it, the nested sections' own rows too), in the order given. An unknown
+    path is a ValueError naming it and the page's fix."""
+    rows = _rows(model)
+    out = []
+    for wanted in fields:
+        inside = [row for path, row in rows.items() if path.startswith((f"{wanted}.", f"{wanted}[]."))]
+        picked = inside or [row for path, row in rows.items() if path == wanted]  # a section's rows, or the field's
+        if not picked:
+            raise ValueError(f"<!-- config: ... --> names {wanted!r}, not a configuration field or section "
+                             f"(shared/config.py; YAML names, as in the configuration reference)")
+        out += [row for row in picked if row not in out]
+    return "\n".join(["| field | type | default | meaning |", "|---|---|---|---|", *out])
+
+
+def expand_config_tables(markdown: str) -> str:
+    """A page's `<!-- config: FIELD ... -->` lines replaced by config_table(FIELDs): the pages show the model's own
+    descriptions and defaults, never a copy of them."""
+    return CONFIG_MARKER.sub(lambda m: config_table(m.group(1).split()), markdown)
+
+
 def configuration_page(model: type[BaseModel] = ReservoirConfig) -> str:
     """The configuration reference: one section per model, a row per field. A field without a description is a
     ValueError naming it."""
@@ -151,17 +189,15 @@ def configuration_page(model: type[BaseModel] = ReservoirConfig) -> str:
         raise ValueError(f"configuration fields without a description (give them Field(description=...) in "
                          f"shared/config.py): {', '.join(missing)}")
     out = [CONFIG_INTRO]
+    rows = _rows(model)
     for path, section in _sections(model, ""):
         out.append(f"\n## `{path}`\n" if path else "\n## Top level\n")
         doc = (section.__doc__ or "").strip()
         if doc:
             out.append(" ".join(doc.split()) + "\n")
         out.append("\n| field | type | default | meaning |\n|---|---|---|---|")
-        for name, info in section.model_fields.items():
-            nested = _model_of(info.annotation)
-            field = f"{path}.{_yaml_name(name, info)}" if path else _yaml_name(name, info)
-            kind = "section" if nested and not nested[1] else ("list of sections" if nested else _type_name(info))
-            out.append(f"| `{field}` | {_cell(kind)} | {_default_text(info)} | {_cell(info.description or '')} |")
+        out += [rows[f"{path}.{_yaml_name(name, info)}" if path else _yaml_name(name, info)]
+                for name, info in section.model_fields.items()]
         out.append("")
     return "\n".join(out)
 

@@ -7,10 +7,16 @@ from typing import Any
 
 from mkdocs.structure.files import File, Files
 
-from reservoir.reference import PAGES
+from reservoir.reference import PAGES, expand_config_tables
 
 
 def on_files(files: Files, config: Any) -> Files:
     for path, render in PAGES.items():
         files.append(File.generated(config, path, content=render()))
     return files
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str:
+    """A page's `<!-- config: FIELD ... -->` lines become tables of those fields, from the model (expand_config_tables):
+    the pages never hold a copy of a default or a description."""
+    return expand_config_tables(markdown)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import pytest
 
@@ -72,6 +73,24 @@ async def seed_000(kit: Kit, blocks: list[Block], agent: AgentProcess) -> None:
     assert await bound_to(kit, "big") == "kwok-node-0"
 
 
+async def seed_001(kit: Kit, blocks: list[Block], agent: AgentProcess) -> None:
+    """Queue priority, "See it": each pod that named no class takes its queue's (example-high, example-low), and once
+    the agent has planned, `reservoir status --queues` lists team-high before team-low."""
+    create, queues = blocks
+    shown = await shell(kit.cluster, create)
+    classes = {line.split()[0]: line.split()[1] for line in shown.splitlines() if line.endswith(("100000", "1000"))}
+    assert classes == {"high-job": "example-high", "low-job": "example-low"}, shown
+
+    async def ordered() -> str | None:
+        out = await shell(kit.cluster, queues)
+        return out if "team-high" in out and "team-low" in out else None
+    try:
+        out = await kit.wait_for(ordered, what="both queues scored in the published plan", timeout=90)
+    except AssertionError as err:
+        raise AssertionError(f"{err}\n{agent.log_text()[-3000:]}") from None
+    assert out.index("team-high") < out.index("team-low"), out
+
+
 async def seed_002(kit: Kit, blocks: list[Block], agent: AgentProcess) -> None:
     """Queue guarantees, "Try it": the Queue `research`, guaranteed 8 cpu with its lock opted in, and its pod; a node
     is locked for the queue and the pod lands on it; run again once locked, `reservoir status` and the Queue's status
@@ -95,9 +114,34 @@ async def seed_002(kit: Kit, blocks: list[Block], agent: AgentProcess) -> None:
     assert node in shown and "research" in shown, shown
 
 
+async def seed_003(kit: Kit, blocks: list[Block], agent: AgentProcess) -> None:
+    """Reservations, "Try it": the Reservation `train-capacity` (4 cpu for pods labelled app=train) becomes
+    Available on a node, held by a placeholder; its owner `train-0` is handed over and runs on that node, the
+    Reservation Succeeded, the placeholder gone, as the last block shows."""
+    create, owner, look = blocks
+    reservations = f"/apis/{keys.RESERVATION_API_VERSION}/{keys.RESERVATION_PLURAL}"
+    await shell(kit.cluster, create)
+
+    async def phase(wanted: str) -> dict[str, Any] | None:
+        got = await kit.raw("GET", f"{reservations}/train-capacity")
+        return got if (got.get("status") or {}).get("phase") == wanted else None
+    try:
+        available = await kit.wait_for(lambda: phase("Available"), what="train-capacity Available", timeout=60)
+    except AssertionError as err:
+        raise AssertionError(f"{err}\n{agent.log_text()[-3000:]}") from None
+    node = available["status"]["nodeName"]
+    await shell(kit.cluster, owner)
+    await kit.wait_for(lambda: phase("Succeeded"), what="train-capacity Succeeded", timeout=60)
+    assert await bound_to(kit, "train-0") == node
+    shown = await shell(kit.cluster, look)
+    assert f"train-0   {node}" in shown and "Succeeded" in shown and "No resources found" in shown, shown
+
+
 STORIES: dict[str, Callable[[Kit, list[Block], AgentProcess], Awaitable[None]]] = {
+    "seed-001": seed_001,
     "seed-000": seed_000,
     "seed-002": seed_002,
+    "seed-003": seed_003,
 }
 
 
@@ -118,9 +162,13 @@ async def made_up(kit: Kit) -> AsyncIterator[AgentProcess]:
                 agent.stop()
     finally:
         await kit.attempt("DELETE", "/apis/apps/v1/namespaces/default/deployments/small-stream")
-        for pod in ("big", "research-job"):
+        for pod in ("big", "research-job", "train-0", "high-job", "low-job"):
             await kit.attempt("DELETE", f"/api/v1/namespaces/default/pods/{pod}?gracePeriodSeconds=0")
-        await kit.attempt("DELETE", f"/apis/{keys.VOLCANO_API_VERSION}/queues/research")
+        for queue in ("research", "team-high", "team-low"):
+            await kit.attempt("DELETE", f"/apis/{keys.VOLCANO_API_VERSION}/queues/{queue}")
+        for priority_class in ("example-high", "example-low"):
+            await kit.attempt("DELETE", f"/apis/scheduling.k8s.io/v1/priorityclasses/{priority_class}")
+        await kit.attempt("DELETE", f"/apis/{keys.RESERVATION_API_VERSION}/{keys.RESERVATION_PLURAL}/train-capacity")
         await kit.attempt("DELETE", "/api/v1/namespaces/default/pods?labelSelector=app%3Dsmall&gracePeriodSeconds=0")
         await kit.raw("DELETE", f"/api/v1/namespaces/{keys.NAMESPACE}/configmaps/{keys.CONFIGMAP_NAME}")
         await kit.raw("DELETE", f"/apis/coordination.k8s.io/v1/namespaces/{keys.NAMESPACE}/leases/reservoir-agent")

@@ -88,3 +88,21 @@ def test_every_page_the_site_generates_is_in_its_nav() -> None:
     config = (REPO / "mkdocs.yml").read_text()
     for path in reference.PAGES:
         assert f": {path}" in config, path
+
+
+def test_a_pages_config_marker_becomes_the_models_rows_and_an_unknown_field_fails() -> None:
+    page = "Intro\n\n<!-- config: starvation maxLockedNodePercent -->\n\nAfter\n"
+    out = reference.expand_config_tables(page)
+    assert "| `starvation.lockCooldown` | duration | `30m` |" in out
+    assert "| `maxLockedNodePercent` |" in out and "| `dryRun` |" not in out
+    assert out.startswith("Intro\n\n| field |") and out.endswith("\n\nAfter\n")
+    with pytest.raises(ValueError, match="'starvation.maxLockDurations', not a configuration field"):
+        reference.expand_config_tables("<!-- config: starvation.maxLockDurations -->\n")
+
+
+def test_every_config_marker_in_the_docs_names_real_fields() -> None:
+    pages = sorted((REPO / "docs").rglob("*.md"))
+    marked = [p for p in pages if reference.CONFIG_MARKER.search(p.read_text())]
+    assert len(marked) >= 9
+    for page in marked:
+        assert "| field | type |" in reference.expand_config_tables(page.read_text()), page
