@@ -7,14 +7,15 @@ import asyncio
 import itertools
 import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, nullcontext
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from localcluster.agent_process import AgentProcess
 from localcluster.cluster import COMPLETE_AFTER
 from shared import keys
 from shared.timestamps import parse_time
-from tests.e2e.kit import Kit, apply_setup
+from tests.e2e.kit import Kit, apply_setup, running_webhook
 
 SETUP = ("deploy/crds/scheduling.volcano.sh_queues.yaml", "deploy/crds/scheduling.volcano.sh_podgroups.yaml",
          "deploy/crds/reservoir.sh_reservations.yaml", "deploy/namespace.yaml", "deploy/agent-rbac.yaml",
@@ -38,18 +39,26 @@ debounce: 200ms
 
 
 @asynccontextmanager
-async def running_agent(kit: Kit, config: str, *setup: str) -> AsyncIterator[AgentProcess]:
-    """The agent as its ServiceAccount under `config`, after SETUP and the manifests `setup` are applied; stopped and
-    its config removed after."""
-    await apply_setup(kit, *SETUP, *setup)
-    await configure(kit, config)
-    process = AgentProcess(kit.cluster)
-    process.start()
+async def running_agent(kit: Kit, config: str | None, *setup: str, webhook: bool = False,
+                        **options: Any) -> AsyncIterator[AgentProcess]:
+    """The agent (AgentProcess `options`) as its ServiceAccount under `config` (None: a manifest of `setup` holds it),
+    after SETUP and the manifests `setup` are applied; with `webhook`, the webhook too, as its ServiceAccount and
+    registered (tests.e2e.kit.running_webhook). Stopped after, the webhook unregistered, the config and the agent's
+    Lease removed."""
+    await apply_setup(kit, *SETUP, *(("deploy/webhook-rbac.yaml",) if webhook else ()), *setup)
+    if config is not None:
+        await configure(kit, config)
+    process = AgentProcess(kit.cluster, **options)
     try:
-        yield process
+        async with running_webhook(kit) if webhook else nullcontext():
+            process.start()
+            try:
+                yield process
+            finally:
+                process.stop()
     finally:
-        process.stop()
         await kit.raw("DELETE", f"/api/v1/namespaces/{keys.NAMESPACE}/configmaps/{keys.CONFIGMAP_NAME}")
+        await kit.raw("DELETE", f"/apis/coordination.k8s.io/v1/namespaces/{keys.NAMESPACE}/leases/reservoir-agent")
 
 
 async def configure(kit: Kit, text: str) -> None:

@@ -24,8 +24,8 @@ from shared import keys
 from shared.backfill import pinned_to, read_grants, read_room
 from shared.ownership import JobRef, window_owner_id
 from shared.timestamps import parse_time, stamp
-from tests.e2e.kit import Kit, apply_setup, running_webhook
-from tests.e2e.scenarios import SETUP, STARVATION_CONFIG, configure, scheduled_at
+from tests.e2e.kit import Kit
+from tests.e2e.scenarios import STARVATION_CONFIG, configure, running_agent, scheduled_at
 
 BACKFILL_CONFIG = STARVATION_CONFIG + "backfill: {namespaces: ['*'], margin: 5s}\n"
 NODE = "bf-node"
@@ -35,19 +35,8 @@ RUNNING = 40  # seconds the node's two running pods declare (and run): the big p
 
 @pytest.fixture
 async def running(kit: Kit) -> AsyncIterator[AgentProcess]:
-    await apply_setup(kit, *SETUP, "deploy/webhook-rbac.yaml")
-    await configure(kit, BACKFILL_CONFIG)
-    agent = AgentProcess(kit.cluster, metrics_port=free_port())
-    try:
-        async with running_webhook(kit):
-            agent.start()
-            try:
-                yield agent
-            finally:
-                agent.stop()
-    finally:
-        await kit.raw("DELETE", f"/api/v1/namespaces/{keys.NAMESPACE}/configmaps/{keys.CONFIGMAP_NAME}")
-        await kit.raw("DELETE", f"/apis/coordination.k8s.io/v1/namespaces/{keys.NAMESPACE}/leases/reservoir-agent")
+    async with running_agent(kit, BACKFILL_CONFIG, webhook=True, metrics_port=free_port()) as agent:
+        yield agent
 
 
 def opting_in(runtime: str, runs: str | None) -> dict[str, str]:

@@ -19,8 +19,8 @@ from shared import keys
 from shared.keys import LockKind
 from shared.ownership import JobRef
 from tests.docs_examples import REPO, Block, examples
-from tests.e2e.kit import Kit, apply_setup, running_webhook
-from tests.e2e.scenarios import SETUP
+from tests.e2e.kit import Kit
+from tests.e2e.scenarios import running_agent
 
 NODES = ("kwok-node-0", "kwok-node-1", "kwok-node-2")  # make up's (localcluster/__main__.py), 8 cpu and 32Gi each
 
@@ -149,17 +149,11 @@ STORIES: dict[str, Callable[[Kit, list[Block], AgentProcess], Awaitable[None]]] 
 async def made_up(kit: Kit) -> AsyncIterator[AgentProcess]:
     """What `make up` sets up, in the suite's control plane; what the examples made in `default`, and their Queue
     and config, removed after."""
-    await apply_setup(kit, *SETUP, "deploy/webhook-rbac.yaml", "deploy/configmap.yaml")
     for node in NODES:
         await kit.create_node(node, {"cpu": "8", "memory": "32Gi"})
-    agent = AgentProcess(kit.cluster)
     try:
-        async with running_webhook(kit):
-            agent.start()
-            try:
-                yield agent
-            finally:
-                agent.stop()
+        async with running_agent(kit, None, "deploy/configmap.yaml", webhook=True) as agent:
+            yield agent
     finally:
         await kit.attempt("DELETE", "/apis/apps/v1/namespaces/default/deployments/small-stream")
         for pod in ("big", "research-job", "train-0", "high-job", "low-job"):
@@ -170,8 +164,6 @@ async def made_up(kit: Kit) -> AsyncIterator[AgentProcess]:
             await kit.attempt("DELETE", f"/apis/scheduling.k8s.io/v1/priorityclasses/{priority_class}")
         await kit.attempt("DELETE", f"/apis/{keys.RESERVATION_API_VERSION}/{keys.RESERVATION_PLURAL}/train-capacity")
         await kit.attempt("DELETE", "/api/v1/namespaces/default/pods?labelSelector=app%3Dsmall&gracePeriodSeconds=0")
-        await kit.raw("DELETE", f"/api/v1/namespaces/{keys.NAMESPACE}/configmaps/{keys.CONFIGMAP_NAME}")
-        await kit.raw("DELETE", f"/apis/coordination.k8s.io/v1/namespaces/{keys.NAMESPACE}/leases/reservoir-agent")
 
 
 @pytest.mark.parametrize("name", sorted(examples()))

@@ -16,7 +16,7 @@ from localcluster.cluster import COMPLETE_AFTER, LocalCluster
 from localcluster.kueue_process import KueueManager
 from shared import keys
 from shared.ownership import JobRef
-from tests.e2e.kit import Kit, apply_setup, running_webhook
+from tests.e2e.kit import Kit
 from tests.e2e.kueue_scenarios import (
     LOCAL_QUEUE,
     condition,
@@ -27,10 +27,8 @@ from tests.e2e.kueue_scenarios import (
     workloads,
 )
 from tests.e2e.scenarios import (
-    SETUP,
     STARVATION_CONFIG,
     STREAM_SECONDS,
-    configure,
     running_agent,
     scheduled_at,
     spare_node,
@@ -134,21 +132,11 @@ RUNNING = 40  # seconds the locked node's two pods declare (and run): the big Jo
 async def backfilling(kit: Kit, queues: str) -> AsyncIterator[AgentProcess]:
     """The webhook and the agent as their ServiceAccounts with deploy/components/kueue's RBAC, `kueue.workloads` on
     and backfill open to the test's ClusterQueue alone (by its name: no namespace listed)."""
-    await apply_setup(kit, *SETUP, "deploy/webhook-rbac.yaml", "deploy/components/kueue/rbac.yaml")
     [cluster_queue] = {q["spec"]["clusterQueue"] for q in (await kit.raw(
         "GET", f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{kit.namespace}/localqueues"))["items"]}
-    await configure(kit, KUEUE_STARVATION + f"backfill: {{queues: [{cluster_queue}], margin: 5s}}\n")
-    agent = AgentProcess(kit.cluster)
-    try:
-        async with running_webhook(kit):
-            agent.start()
-            try:
-                yield agent
-            finally:
-                agent.stop()
-    finally:
-        await kit.raw("DELETE", f"/api/v1/namespaces/{keys.NAMESPACE}/configmaps/{keys.CONFIGMAP_NAME}")
-        await kit.raw("DELETE", f"/apis/coordination.k8s.io/v1/namespaces/{keys.NAMESPACE}/leases/reservoir-agent")
+    config = KUEUE_STARVATION + f"backfill: {{queues: [{cluster_queue}], margin: 5s}}\n"
+    async with running_agent(kit, config, "deploy/components/kueue/rbac.yaml", webhook=True) as agent:
+        yield agent
 
 
 async def test_a_short_kueue_job_backfills_the_node_locked_for_a_starving_kueue_job(

@@ -23,13 +23,12 @@ from localcluster.kueue_process import MUTATING, KueueManager
 from localcluster.webhook_process import CONFIG_NAME
 from shared import keys
 from shared.ownership import KUEUE_POD_GROUP, JobRef
-from tests.e2e.kit import Kit, apply_setup, running_webhook
+from tests.e2e.kit import Kit
 from tests.e2e.kueue_scenarios import LOCAL_QUEUE, condition, kueue_queues, running_kueue, workloads
 from tests.e2e.scenarios import (
-    SETUP,
     STARVATION_CONFIG,
     STREAM_SECONDS,
-    configure,
+    running_agent,
     scheduled_at,
     spare_node,
     stream_small_pods,
@@ -77,22 +76,14 @@ async def reservoir_first(kit: Kit) -> None:
 async def reservoir(request: pytest.FixtureRequest, kit: Kit, queues: str) -> AsyncIterator[AgentProcess]:
     """Reservoir's webhook and agent as their ServiceAccounts with deploy/components/kueue's RBAC and `kueue.workloads`
     on; the webhook's mutating configuration named to run after Kueue's, or before it."""
-    await apply_setup(kit, *SETUP, "deploy/webhook-rbac.yaml", "deploy/components/kueue/rbac.yaml")
-    await configure(kit, STARVATION_CONFIG + "kueue: {workloads: true}\n")
-    agent = AgentProcess(kit.cluster)
-    try:
-        async with running_webhook(kit):
-            if request.param == "reservoir-first":
-                await reservoir_first(kit)
-            try:
-                agent.start()
-                yield agent
-            finally:
-                agent.stop()
-                await kit.attempt("DELETE", f"{MUTATING_CONFIGURATIONS}/{RESERVOIR_FIRST}")
-    finally:
-        await kit.raw("DELETE", f"/api/v1/namespaces/{keys.NAMESPACE}/configmaps/{keys.CONFIGMAP_NAME}")
-        await kit.raw("DELETE", f"/apis/coordination.k8s.io/v1/namespaces/{keys.NAMESPACE}/leases/reservoir-agent")
+    config = STARVATION_CONFIG + "kueue: {workloads: true}\n"
+    async with running_agent(kit, config, "deploy/components/kueue/rbac.yaml", webhook=True) as agent:
+        if request.param == "reservoir-first":
+            await reservoir_first(kit)
+        try:
+            yield agent
+        finally:
+            await kit.attempt("DELETE", f"{MUTATING_CONFIGURATIONS}/{RESERVOIR_FIRST}")
 
 
 def kueue_pod(kit: Kit, name: str, requests: dict[str, str]) -> dict[str, Any]:

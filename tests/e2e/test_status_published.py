@@ -19,7 +19,7 @@ from localcluster.agent_process import AgentProcess
 from shared import keys
 from shared.ownership import JobRef
 from tests.e2e.kit import REPO, Kit, apply_setup
-from tests.e2e.scenarios import SETUP, STARVATION_CONFIG, configure, spare_node
+from tests.e2e.scenarios import STARVATION_CONFIG, running_agent, spare_node
 
 RESERVOIR = Path(sys.executable).parent / "reservoir"
 
@@ -65,15 +65,8 @@ def binding(kind: str, role: str, name: str, namespace: str | None, account: str
 
 @pytest.fixture
 async def agent(kit: Kit) -> AsyncIterator[AgentProcess]:
-    await apply_setup(kit, *SETUP)
-    await configure(kit, STARVATION_CONFIG)
-    process = AgentProcess(kit.cluster, identity="agent-status")
-    process.start()
-    try:
+    async with running_agent(kit, STARVATION_CONFIG, identity="agent-status") as process:
         yield process
-    finally:
-        process.stop()
-        await kit.raw("DELETE", f"/api/v1/namespaces/{keys.NAMESPACE}/configmaps/{keys.CONFIGMAP_NAME}")
 
 
 async def test_status_and_why_read_what_the_agent_published(kit: Kit, agent: AgentProcess, tmp_path: Path) -> None:
