@@ -9,7 +9,9 @@ For each queue q, with weights w_p, w_d, w_r from config `queueOrder`:
 
 P(q) is the value of the PriorityClass the queue names (QueueView.class_name), else its `spec.priority`, else 0;
 P_min / P_max range over the queues' priorities and every user-definable PriorityClass (value <= 1e9: the
-system classes would squash every user queue to 0). dominant_share = max over resources (pods excluded) of
+system classes would squash every user queue to 0) but Reservoir's own placeholder class (1e9, so that placeholders
+come first: it squashed every user queue just as well, team-high of 100000 scoring 0.0001).
+dominant_share = max over resources (pods excluded) of
 allocated / cluster allocatable; proportion_share = max over resources of allocated / deserved, where deserved is
 `spec.deserved` when set, else the cluster's allocatable split by weight among the queues, capped by
 `spec.capability`. allocated = requests of the queue's pods holding resources on a node. Higher total first;
@@ -37,6 +39,7 @@ from agent.planner.jobs import NO_QUEUE, Job, usage_by_queue
 from agent.planner.model import QueueScore as QueueScore  # re-exported: agent/commands.py imports it from here
 from agent.planner.model import Snapshot
 from shared.config import QueueOrderConfig
+from shared.keys import PLACEHOLDER_PRIORITY_CLASS
 from shared.resources import PODS, Resources
 from shared.views import EPOCH, PriorityClassView, QueueView
 
@@ -111,7 +114,8 @@ def queue_scores(queues: Mapping[str, QueueView], named: Iterable[str], classes:
                                             created=EPOCH))
     ordered = list(everyone.values())
     priorities = {q.name: queue_priority(q, classes) for q in ordered}
-    user_definable = [c.value for c in classes.values() if c.value <= HIGHEST_USER_DEFINABLE_PRIORITY]
+    user_definable = [c.value for name, c in classes.items()
+                      if c.value <= HIGHEST_USER_DEFINABLE_PRIORITY and name != PLACEHOLDER_PRIORITY_CLASS]
     range_of = list(priorities.values()) + user_definable
     lowest, highest = (min(range_of), max(range_of)) if range_of else (0, 0)
     fair = deserved(ordered, cluster)

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,17 +19,30 @@ from localcluster.agent_process import AgentProcess
 from localcluster.cluster import LocalCluster
 from shared import keys
 from shared.keys import LockKind
-from shared.ownership import JobRef
-from tests.docs_examples import REPO, Block, examples
-from tests.e2e.kit import Kit
+from shared.ownership import JobRef, window_owner_id
+from tests.docs_examples import REPO, Block, examples, normalized
+from tests.e2e.kit import Kit, apply_setup
 from tests.e2e.scenarios import running_agent
 
 NODES = ("kwok-node-0", "kwok-node-1", "kwok-node-2")  # make up's (localcluster/__main__.py), 8 cpu and 32Gi each
 
 
-async def shell(cluster: LocalCluster, block: Block) -> str:
+COMPARED: set[Block] = set()  # the blocks whose page output a story compared (`shown`)
+DIFFERENCES: list[str] = []  # while capturing, what `shown` found different
+
+
+async def kubectl(cluster: LocalCluster, *args: str) -> None:
+    process = await asyncio.create_subprocess_exec(
+        str(cluster.bin_dir / "kubectl"), "--kubeconfig", str(cluster.kubeconfig), *args, cwd=REPO,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    out, _ = await asyncio.wait_for(process.communicate(), timeout=60)
+    assert process.returncode == 0, f"kubectl {' '.join(args)}: {out.decode(errors='replace')}"
+
+
+async def shell(cluster: LocalCluster, block: Block, *, refused: bool = False) -> str:
     """Run the block with bash (-euo pipefail) from the repository, as the page's reader in make up's shell; return
-    its output. A failing command fails the test, naming the page and the block."""
+    its output. A failing command fails the test, naming the page and the block; with `refused`, the block must fail
+    (the page shows a request the cluster refuses)."""
     env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig),
            "PATH": os.pathsep.join((str(cluster.bin_dir), str(REPO / ".venv" / "bin"), os.environ.get("PATH", "")))}
     process = await asyncio.create_subprocess_exec(
@@ -35,8 +50,26 @@ async def shell(cluster: LocalCluster, block: Block) -> str:
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
     out, _ = await asyncio.wait_for(process.communicate(), timeout=60)
     text = out.decode(errors="replace")
-    assert process.returncode == 0, f"{block.page}:{block.line} failed ({process.returncode}):\n{block.text}\n{text}"
+    outcome = "succeeded" if refused else "failed"
+    assert (process.returncode != 0) == refused, \
+        f"{block.page}:{block.line} {outcome} ({process.returncode}):\n{block.text}\n{text}"
+    if capture := os.environ.get("RESERVOIR_DOCS_CAPTURE"):
+        target = Path(capture) / f"{block.page.replace('/', '_')}-{block.line}.txt"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
     return text
+
+
+def shown(block: Block, text: str) -> None:
+    """The block's output `text` is what its page shows below it (tests.docs_examples.normalized). While capturing
+    (RESERVOIR_DOCS_CAPTURE), a difference fails the test at its end, so that one run captures every block."""
+    assert block.output is not None, f"{block.page}:{block.line} shows no output"
+    COMPARED.add(block)
+    if normalized(text) != normalized(block.output):
+        difference = f"{block.page}:{block.line} printed, normalized:\n" + "\n".join(normalized(text)) + \
+            "\nwhere the page shows:\n" + "\n".join(normalized(block.output)) + f"\n(as printed:\n{text})"
+        assert os.environ.get("RESERVOIR_DOCS_CAPTURE"), difference
+        DIFFERENCES.append(difference)
 
 
 async def lock_on(kit: Kit, node: str) -> str | None:
@@ -51,8 +84,8 @@ async def bound_to(kit: Kit, name: str, namespace: str = "default") -> str | Non
 
 async def seed_000(kit: Kit, blocks: list[Block], agent: AgentProcess) -> None:
     """Getting started, "The first lock": the stream, then (about 10 s later) the big pod; after the 30 s threshold
-    kwok-node-0 is locked for it, `reservoir status` shows the lock, the other questions answer, and the big pod runs
-    on the node while small pods wait."""
+    kwok-node-0 is locked for it and `reservoir status` shows the lock as the page does, the other questions answer,
+    and the big pod runs on the node while small pods wait."""
     stream, big, status, questions = blocks
     await shell(kit.cluster, stream)
     await asyncio.sleep(10)  # the page: "Wait about 10 s"
@@ -61,42 +94,36 @@ async def seed_000(kit: Kit, blocks: list[Block], agent: AgentProcess) -> None:
 
     async def locked() -> str | None:
         return await lock_on(kit, "kwok-node-0") if await lock_on(kit, "kwok-node-0") == owner.owner_id else None
-    try:
-        await kit.wait_for(locked, what="kwok-node-0 locked for the big pod", timeout=90)
-    except AssertionError as err:
-        raise AssertionError(f"{err}\n{agent.log_text()[-3000:]}") from None
-    shown = await shell(kit.cluster, status)
-    assert "kwok-node-0" in shown and owner.full_name in shown, shown
-    answers = await shell(kit.cluster, questions)
-    assert "big" in answers, answers
+    await waiting(kit, agent, locked, "kwok-node-0 locked for the big pod", 90)
+    shown(status, await shell(kit.cluster, status))
     await kit.wait_for(lambda: bound_to(kit, "big"), what="the big pod placed", timeout=90)
     assert await bound_to(kit, "big") == "kwok-node-0"
+
+    async def released() -> str | None:
+        out = await shell(kit.cluster, questions)
+        return out if "(no locks)" in out else None
+    shown(questions, await waiting(kit, agent, released, "the lock's release published", 60))
 
 
 async def seed_001(kit: Kit, blocks: list[Block], agent: AgentProcess) -> None:
     """Queue priority, "See it": each pod that named no class takes its queue's (example-high, example-low), and once
     the agent has planned, `reservoir status --queues` lists team-high before team-low."""
     create, queues = blocks
-    shown = await shell(kit.cluster, create)
-    classes = {line.split()[0]: line.split()[1] for line in shown.splitlines() if line.endswith(("100000", "1000"))}
-    assert classes == {"high-job": "example-high", "low-job": "example-low"}, shown
+    shown(create, await shell(kit.cluster, create))
 
     async def ordered() -> str | None:
         out = await shell(kit.cluster, queues)
         return out if "team-high" in out and "team-low" in out else None
-    try:
-        out = await kit.wait_for(ordered, what="both queues scored in the published plan", timeout=90)
-    except AssertionError as err:
-        raise AssertionError(f"{err}\n{agent.log_text()[-3000:]}") from None
+    out = await waiting(kit, agent, ordered, "both queues scored in the published plan", 90)
     assert out.index("team-high") < out.index("team-low"), out
+    shown(queues, out)
 
 
 async def seed_002(kit: Kit, blocks: list[Block], agent: AgentProcess) -> None:
     """Queue guarantees, "Try it": the Queue `research`, guaranteed 8 cpu with its lock opted in, and its pod; a node
-    is locked for the queue and the pod lands on it; run again once locked, `reservoir status` and the Queue's status
-    show the lock."""
-    [block] = blocks
-    await shell(kit.cluster, block)
+    is locked for the queue and the pod lands on it; `reservoir status` and the Queue's status show the lock."""
+    create, look = blocks
+    shown(create, await shell(kit.cluster, create))
 
     async def queue_lock() -> str | None:
         for node in NODES:
@@ -104,44 +131,120 @@ async def seed_002(kit: Kit, blocks: list[Block], agent: AgentProcess) -> None:
             if labels.get(keys.LOCK_KIND) == LockKind.QUEUE.value and await lock_on(kit, node):
                 return node
         return None
-    try:
-        node = await kit.wait_for(queue_lock, what="a node locked for the queue research", timeout=60)
-    except AssertionError as err:
-        raise AssertionError(f"{err}\n{agent.log_text()[-3000:]}") from None
+    node = await waiting(kit, agent, queue_lock, "a node locked for the queue research", 60)
     await kit.wait_for(lambda: bound_to(kit, "research-job"), what="research-job placed", timeout=60)
     assert await bound_to(kit, "research-job") == node
-    shown = await shell(kit.cluster, block)
-    assert node in shown and "research" in shown, shown
+    out = await shell(kit.cluster, look)
+    assert node in out and "research" in out, out
+    shown(look, out)
 
 
 async def seed_003(kit: Kit, blocks: list[Block], agent: AgentProcess) -> None:
     """Reservations, "Try it": the Reservation `train-capacity` (4 cpu for pods labelled app=train) becomes
     Available on a node, held by a placeholder; its owner `train-0` is handed over and runs on that node, the
     Reservation Succeeded, the placeholder gone, as the last block shows."""
-    create, owner, look = blocks
+    create, available, owner, after = blocks
     reservations = f"/apis/{keys.RESERVATION_API_VERSION}/{keys.RESERVATION_PLURAL}"
-    await shell(kit.cluster, create)
+    shown(create, await shell(kit.cluster, create))
 
     async def phase(wanted: str) -> dict[str, Any] | None:
         got = await kit.raw("GET", f"{reservations}/train-capacity")
         return got if (got.get("status") or {}).get("phase") == wanted else None
-    try:
-        available = await kit.wait_for(lambda: phase("Available"), what="train-capacity Available", timeout=60)
-    except AssertionError as err:
-        raise AssertionError(f"{err}\n{agent.log_text()[-3000:]}") from None
-    node = available["status"]["nodeName"]
-    await shell(kit.cluster, owner)
+    node = (await waiting(kit, agent, lambda: phase("Available"), "train-capacity Available", 60))["status"]["nodeName"]
+    await kit.wait_for(lambda: placeholder_running(kit), what="the placeholder running", timeout=30)
+    shown(available, await shell(kit.cluster, available))
+    shown(owner, await shell(kit.cluster, owner))
     await kit.wait_for(lambda: phase("Succeeded"), what="train-capacity Succeeded", timeout=60)
     assert await bound_to(kit, "train-0") == node
-    shown = await shell(kit.cluster, look)
-    assert f"train-0   {node}" in shown and "Succeeded" in shown and "No resources found" in shown, shown
+    await kit.wait_for(lambda: placeholder_gone(kit), what="the placeholder gone", timeout=30)
+    await kit.wait_for(lambda: running(kit, "train-0"), what="train-0 Running", timeout=30)
+    out = await shell(kit.cluster, after)
+    assert f"train-0   {node}" in out, out
+    shown(after, out)
+
+
+async def seed_004(kit: Kit, blocks: list[Block], agent: AgentProcess) -> None:
+    """Windows, "Try it": two nodes labelled business=ebook, the window's hours moved to the next hour; both nodes are
+    locked for the window at once (its 2 h lead has begun), the reserve pod runs on one of them, and `reservoir
+    status` shows the window's locks."""
+    label_and_apply, look = blocks
+    shown(label_and_apply, await shell(kit.cluster, label_and_apply))
+    owner = window_owner_id("ebook")
+
+    async def both_locked() -> bool:
+        return all([await lock_on(kit, node) == owner for node in ("kwok-node-1", "kwok-node-2")])
+    await waiting(kit, agent, both_locked, "kwok-node-1 and kwok-node-2 locked for the window ebook", 60)
+    await kit.wait_for(lambda: bound_to(kit, "ebook-report"), what="ebook-report placed", timeout=60)
+    assert await bound_to(kit, "ebook-report") in ("kwok-node-1", "kwok-node-2")
+
+    async def counted() -> str | None:  # the plan after the bind, which counts the reserve pod
+        out = await shell(kit.cluster, look)
+        return out if "1 of podNumToReserve 10 scheduled" in out else None
+    shown(look, await waiting(kit, agent, counted, "the reserve pod counted in the published plan", 60))
+
+
+async def backfill(kit: Kit, blocks: list[Block], agent: AgentProcess) -> None:
+    """Backfill, "Try it": kwok-node-0 runs train-running (declares 90 s); big-train, starving after 20 s, gets the
+    node locked; the report (2 cpu, declares 20 s, opts in) is held by the gate, granted the locked node's idle room
+    and runs there with its deadline; `reservoir status` shows the lock's expected start and the backfilled pod."""
+    create, report, look = blocks
+    shown(create, await shell(kit.cluster, create))
+    owner = JobRef("default", "Pod", "big-train")
+
+    async def locked() -> bool:
+        return await lock_on(kit, "kwok-node-0") == owner.owner_id
+    await waiting(kit, agent, locked, "kwok-node-0 locked for big-train", 60)
+    shown(report, await shell(kit.cluster, report))
+    pod = await kit.wait_for(lambda: running(kit, "report"), what="report Running", timeout=30)
+    assert pod["spec"]["nodeName"] == "kwok-node-0" and pod["spec"].get("activeDeadlineSeconds") == 20, pod["spec"]
+
+    async def published() -> str | None:  # the plan after the grant, which counts it
+        out = await shell(kit.cluster, look)
+        return out if re.search(r"\s1\s+starving job", out) else None
+    out = await waiting(kit, agent, published, "the backfilled report counted in the published plan", 30)
+    assert await bound_to(kit, "big-train") is None
+    shown(look, out)
+
+
+async def entitlement(kit: Kit, blocks: list[Block], agent: AgentProcess) -> None:
+    """Entitlement, "Try it": a pod writing itself a toleration of every lock is refused at creation, and nothing is
+    created."""
+    [thief] = blocks
+    shown(thief, await shell(kit.cluster, thief, refused=True))
+    assert (await kit.attempt("GET", "/api/v1/namespaces/default/pods/thief")).get("code") == 404
+
+
+async def waiting(kit: Kit, agent: AgentProcess, check: Callable[[], Awaitable[Any]], what: str, timeout: float) -> Any:
+    """kit.wait_for, with the agent's last log lines when it times out."""
+    try:
+        return await kit.wait_for(check, what=what, timeout=timeout)
+    except AssertionError as err:
+        raise AssertionError(f"{err}\n{agent.log_text()[-3000:]}") from None
+
+
+async def running(kit: Kit, name: str) -> dict[str, Any] | None:
+    pod = await kit.raw("GET", f"/api/v1/namespaces/default/pods/{name}")
+    return pod if pod.get("status", {}).get("phase") == "Running" else None
+
+
+async def placeholder_running(kit: Kit) -> bool:
+    got = await kit.raw("GET", f"/api/v1/namespaces/{keys.NAMESPACE}/pods?labelSelector={keys.PLACEHOLDER}")
+    return bool(got["items"]) and all(p.get("status", {}).get("phase") == "Running" for p in got["items"])
+
+
+async def placeholder_gone(kit: Kit) -> bool:
+    got = await kit.raw("GET", f"/api/v1/namespaces/{keys.NAMESPACE}/pods?labelSelector={keys.PLACEHOLDER}")
+    return not got["items"]
 
 
 STORIES: dict[str, Callable[[Kit, list[Block], AgentProcess], Awaitable[None]]] = {
-    "seed-001": seed_001,
     "seed-000": seed_000,
+    "seed-001": seed_001,
     "seed-002": seed_002,
     "seed-003": seed_003,
+    "seed-004": seed_004,
+    "backfill": backfill,
+    "entitlement": entitlement,
 }
 
 
@@ -152,11 +255,14 @@ async def made_up(kit: Kit) -> AsyncIterator[AgentProcess]:
     for node in NODES:
         await kit.create_node(node, {"cpu": "8", "memory": "32Gi"})
     try:
-        async with running_agent(kit, None, "deploy/configmap.yaml", webhook=True) as agent:
+        await apply_setup(kit, "deploy/namespace.yaml")
+        await kubectl(kit.cluster, "apply", "-f", "deploy/configmap.yaml")  # as make up does: `kubectl apply` later
+        async with running_agent(kit, None, webhook=True) as agent:        # warns of no other last-applied config
             yield agent
     finally:
         await kit.attempt("DELETE", "/apis/apps/v1/namespaces/default/deployments/small-stream")
-        for pod in ("big", "research-job", "train-0", "high-job", "low-job"):
+        for pod in ("big", "research-job", "train-0", "high-job", "low-job", "ebook-report", "train-running",
+                    "big-train", "report", "thief"):
             await kit.attempt("DELETE", f"/api/v1/namespaces/default/pods/{pod}?gracePeriodSeconds=0")
         for queue in ("research", "team-high", "team-low"):
             await kit.attempt("DELETE", f"/apis/{keys.VOLCANO_API_VERSION}/queues/{queue}")
@@ -168,9 +274,13 @@ async def made_up(kit: Kit) -> AsyncIterator[AgentProcess]:
 
 @pytest.mark.parametrize("name", sorted(examples()))
 async def test_a_docs_example_does_what_its_page_says(name: str, kit: Kit, made_up: AgentProcess) -> None:
+    DIFFERENCES.clear()
     story = STORIES.get(name)
     assert story is not None, f"the docs name an example {name!r} no story here runs"
     await story(kit, examples()[name], made_up)
+    unchecked = [f"{b.page}:{b.line}" for b in examples()[name] if b.output is not None and b not in COMPARED]
+    assert not unchecked, f"blocks whose shown output the story {name} did not compare: {unchecked}"
+    assert not DIFFERENCES, "\n\n".join(DIFFERENCES)
 
 
 def test_every_story_here_is_an_example_of_the_docs() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.docs_examples import blocks, examples, pages
+from tests.docs_examples import blocks, examples, normalized, outputs, pages
 
 
 def test_every_command_block_is_run_or_says_why_not() -> None:
@@ -26,3 +26,34 @@ def test_the_parser_reads_markers_indented_blocks_and_other_languages(tmp_path: 
     got = blocks(page)
     assert [(b.kind, b.name, b.text) for b in got] == [
         ("example", "one", "kubectl get nodes\n"), ("not run", "needs a real GPU", "nvidia-smi\n"), ("", "", "ls\n")]
+
+
+def test_every_shown_output_belongs_to_a_run_block() -> None:
+    owned = {(b.page, b.line) for page in pages() for b in blocks(page) if b.output is not None and b.kind == "example"}
+    for page in pages():
+        markers = outputs(page)
+        mine = [b for b in blocks(page) if b.output is not None and b.kind == "example"]
+        assert len(markers) == len(mine), f"{page.name}: an `<!-- output -->` block not right after a run example " \
+                                          f"block (markers at lines {markers}, owned by blocks {sorted(owned)})"
+
+
+def test_the_parser_reads_output_blocks(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("1. step\n\n    <!-- example: one -->\n    ```sh\n    reservoir status\n    ```\n\n"
+                    "    <!-- output -->\n    ```text\n    $ reservoir status\n    NODE   KIND\n    ```\n\n"
+                    "<!-- example: one -->\n```sh\nls\n```\n\nprose\n\n<!-- output -->\n```text\nx\n```\n")
+    got = blocks(page)
+    assert [b.output for b in got] == ["$ reservoir status\nNODE   KIND\n", None]
+
+
+def test_normalized_keeps_what_a_page_promises_and_drops_what_differs_between_runs() -> None:
+    run_1 = "$ reservoir status\nNODE          OWNER                      AGE   START\n" \
+            "kwok-node-0   job-default-Pod-big-bb0eb6   35s   2026-11-27T12:05:11Z\n\n" \
+            "plan published at 12:05:11, 2s ago\n"
+    run_2 = "NODE    OWNER    AGE   START\n" \
+            "kwok-node-2 job-default-Pod-big-0a12f9 1m3s 2026-11-28T01:00:00+00:00\n" \
+            "plan published at 01:00:00, 1.5s ago\n"
+    assert normalized(run_1) == normalized(run_2) == [
+        "NODE OWNER AGE START", "kwok-node-<n> job-default-Pod-big-<hash> <age> <time>",
+        "plan published at <time>, <age> ago"]
+    assert normalized("cpu: 4\n") != normalized("cpu: 8\n")

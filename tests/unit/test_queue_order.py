@@ -60,6 +60,19 @@ def test_seed_table_from_allocations_orders_b_c_a() -> None:
         [0.8, 0.6, 0.5, 0.0, 0.5, 0.7, 0.4, 0.7, -0.2])
 
 
+def test_reservoirs_own_placeholder_class_is_no_queue_priority_of_the_range() -> None:
+    """make up's cluster holds reservoir-placeholder (1e9, deploy/priorityclass.yaml) beside seed 001's classes: the
+    placeholders' class must not squash the queues' priority scores to nothing (team-high of 100000 scored 0.0001,
+    and two queues equally used looked tied); any other class of that value still counts."""
+    queues = {q.name: q for q in (queue("team-high", "example-high"), queue("team-low", "example-low"))}
+    classes = {c.name: c for c in (klass("example-high", 100_000), klass("example-low", 1000),
+                                   klass(keys.PLACEHOLDER_PRIORITY_CLASS, 1_000_000_000))}
+    scores = queue_scores(queues, (), classes, {}, Resources.parse({"cpu": "24"}), ONES)
+    assert [(s.name, s.priority_score, s.total) for s in scores] == [("team-high", 1.0, 3.0), ("team-low", 0.0, 2.0)]
+    classes["someone-elses"] = klass("someone-elses", 1_000_000_000)
+    assert queue_scores(queues, (), classes, {}, Resources.parse({"cpu": "24"}), ONES)[0].priority_score < 0.001
+
+
 def test_weights_and_ties() -> None:
     """A zero priority weight leaves DRF and proportion; equal scores fall back to creation time, then uid."""
     classes = {"hi": klass("hi", 100), "lo": klass("lo", 0)}
