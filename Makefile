@@ -102,7 +102,7 @@ bench-scale: $(STAMP) cluster-bin
 .PHONY: bench-backfill
 ## bench-backfill: seed 000's starvation locks on 200 kwok nodes with a stream of short pods, backfill off and then on,
 ## side by side; last line `backfill: locked idle cpu-s OFF -> ON (-X%), owner delay +D s, backfilled B pods` (about
-## 10 minutes)
+## 5 minutes)
 bench-backfill: $(STAMP) cluster-bin
 	$(PY) -m bench.backfill.run
 

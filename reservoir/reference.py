@@ -6,7 +6,10 @@
 - `keys.md` from shared/keys.py: every annotation, label, taint and gate key, with the comment beside it;
 - `metrics.md` from the registries the agent and the webhook serve (agent.controller.AgentMetrics,
   webhook.server.Metrics, and the collectors both programs add to them);
-- `cli.md` from the command line's parser (reservoir.cli.build_parser), each command's `--help`.
+- `cli.md` from the command line's parser (reservoir.cli.build_parser), each command's `--help`;
+
+and the tables that pages other than these carry: `<!-- config: FIELD ... -->` (expand_config_tables) and
+`<!-- alerts -->` (expand_alerts_table, from the alert rules in deploy/components/monitoring).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import yaml
 from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
@@ -316,6 +320,45 @@ def metrics_page() -> str:
             out.append(f"| `{name}` | {kind} | {shown} | {_cell(ISSUE_REFERENCE.sub(' ', text).strip())} |")
         out.append("")
     return "\n".join(out)
+
+
+# --- alerts ---
+
+ALERT_RULES = Path(__file__).resolve().parents[1] / "deploy/components/monitoring/prometheus-rule.yaml"
+ALERTS_MARKER = re.compile(r"^<!--[ \t]*alerts[ \t]*-->[ \t]*$", re.MULTILINE)
+PLACEHOLDER = re.compile(r"\{\{[^}]*?\$(?:labels\.)?(\w+)[^}]*\}\}")  # {{ $labels.pod }}, {{ $value | humanize }}
+
+
+def _annotation_cell(text: str) -> str:
+    """An alert's annotation as a table cell: on one line, each Go-template placeholder shown as `<pod>`, `<value>`
+    (the label or value it stands for), written `&lt;pod&gt;` outside code spans, where a browser would take it for a
+    tag."""
+    shown = [PLACEHOLDER.sub(r"<\1>" if i % 2 else r"&lt;\1&gt;", part) for i, part in enumerate(text.split("`"))]
+    return _cell("`".join(shown))
+
+
+def alerts_table(path: Path = ALERT_RULES) -> str:
+    """The alerts of the PrometheusRule at `path`, a row each in the file's order: its name, severity, when it fires
+    (its `expr`, held for its `for`), what it means (its `description`) and what to do (its `runbook`), so the docs
+    show the rules' own words and thresholds. An alert without a description or a runbook is a ValueError naming
+    it. The expression is a code span, whose `|` Markdown's tables leave alone."""
+    spec = yaml.safe_load(path.read_text())["spec"]
+    out = ["| alert | severity | fires when | what it means | what to do |", "|---|---|---|---|---|"]
+    for rule in (rule for group in spec["groups"] for rule in group["rules"] if "alert" in rule):
+        annotations = rule.get("annotations", {})
+        missing = [key for key in ("description", "runbook") if not annotations.get(key)]
+        if missing:
+            raise ValueError(f"alert {rule['alert']} in {path} has no {' or '.join(missing)} annotation")
+        fires = f"`{' '.join(str(rule['expr']).split())}` for {rule.get('for', '0s')}"
+        out.append(f"| `{rule['alert']}` | {rule.get('labels', {}).get('severity', '-')} | {fires} "
+                   f"| {_annotation_cell(annotations['description'])} | {_annotation_cell(annotations['runbook'])} |")
+    return "\n".join(out)
+
+
+def expand_alerts_table(markdown: str, path: Path = ALERT_RULES) -> str:
+    """A page's `<!-- alerts -->` line replaced by alerts_table(path): the page lists the alerts the rules define, in
+    their own words, never a copy of them."""
+    return ALERTS_MARKER.sub(lambda _: alerts_table(path), markdown)
 
 
 # --- the command line ---

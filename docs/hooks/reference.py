@@ -7,7 +7,7 @@ from typing import Any
 
 from mkdocs.structure.files import File, Files
 
-from reservoir.reference import PAGES, expand_config_tables
+from reservoir.reference import PAGES, expand_alerts_table, expand_config_tables
 
 
 def on_files(files: Files, config: Any) -> Files:
@@ -17,6 +17,7 @@ def on_files(files: Files, config: Any) -> Files:
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str:
-    """A page's `<!-- config: FIELD ... -->` lines become tables of those fields, from the model (expand_config_tables):
-    the pages never hold a copy of a default or a description."""
-    return expand_config_tables(markdown)
+    """A page's `<!-- config: FIELD ... -->` lines become tables of those fields, from the model (expand_config_tables),
+    and its `<!-- alerts -->` line the table of the alert rules (expand_alerts_table): the pages never hold a copy of
+    a default, a description or an alert."""
+    return expand_alerts_table(expand_config_tables(markdown))

@@ -1,12 +1,15 @@
 """The docs site's reference pages, generated from the code (reservoir/reference.py): every configuration field and
-every key carries a description, every metric and command is listed, and a field without a description fails."""
+every key carries a description, every metric, command and alert is listed, and a field without a description fails."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 from pydantic import BaseModel, Field
 
 from reservoir import reference
@@ -106,3 +109,71 @@ def test_every_config_marker_in_the_docs_names_real_fields() -> None:
     assert len(marked) >= 9
     for page in marked:
         assert "| field | type |" in reference.expand_config_tables(page.read_text()), page
+
+
+RULES = REPO / "deploy/components/monitoring/prometheus-rule.yaml"
+
+
+def _alert_rules() -> list[dict[str, Any]]:
+    spec = yaml.safe_load(RULES.read_text())["spec"]
+    return [rule for group in spec["groups"] for rule in group["rules"] if "alert" in rule]
+
+
+def test_the_alerts_table_has_a_row_per_alert_of_the_rules_file() -> None:
+    rules = _alert_rules()
+    assert len(rules) >= 6
+    rows = [line for line in reference.alerts_table(RULES).splitlines() if line.startswith("| `")]
+    assert [row.split(" | ")[0] for row in rows] == [f"| `{rule['alert']}`" for rule in rules]
+    for row, rule in zip(rows, rules, strict=True):
+        fires = f"`{' '.join(str(rule['expr']).split())}` for {rule['for']}"
+        assert row.startswith(f"| `{rule['alert']}` | {rule['labels']['severity']} | {fires} | "), row
+    assert reference.alerts_table() == reference.alerts_table(RULES)
+
+
+def test_the_alerts_table_shows_placeholders_as_names_on_one_line() -> None:
+    table = reference.alerts_table(RULES)
+    assert "{{" not in table and "}}" not in table
+    stale = next(line for line in table.splitlines() if line.startswith("| `ReservoirCacheStale` |"))
+    assert "| &lt;pod&gt; has not heard from the API server about &lt;cache&gt; for &lt;value&gt;: it" in stale
+    assert "`decision=patch-failed node=<node>`" in table  # inside a code span, shown as it is
+
+
+def test_an_alert_row_is_one_escaped_line_and_an_alert_without_a_runbook_fails(tmp_path: Path) -> None:
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("""\
+spec:
+  groups:
+  - name: g
+    rules:
+    - record: job:x:sum
+      expr: sum(x)
+    - alert: A
+      expr: x > 1
+      for: 2m
+      labels: {severity: page}
+      annotations:
+        description: >-
+          {{ $labels.pod }} sees {{ $value | humanizePercentage }}
+          of x|y
+        runbook: run `kubectl logs {{ $labels.pod }}`
+""")
+    assert reference.alerts_table(rules).splitlines()[2:] == [
+        "| `A` | page | `x > 1` for 2m | &lt;pod&gt; sees &lt;value&gt; of x\\|y | run `kubectl logs <pod>` |"]
+    rules.write_text(rules.read_text() + "    - {alert: B, expr: y > 1, annotations: {description: d}}\n")
+    with pytest.raises(ValueError, match="alert B in .* has no runbook annotation"):
+        reference.alerts_table(rules)
+
+
+def test_the_alerts_marker_becomes_the_table_on_the_metrics_page() -> None:
+    out = reference.expand_alerts_table("Intro\n\n<!-- alerts -->\n\nAfter\n", RULES)
+    assert out.startswith("Intro\n\n| alert | severity | fires when |") and out.endswith("|\n\nAfter\n")
+    assert "| `ReservoirNoLeader` | critical | `(max(reservoir_leader) or vector(0)) < 1` for 5m |" in out
+    page = (REPO / "docs/tasks/metrics.md").read_text()
+    assert len(reference.ALERTS_MARKER.findall(page)) == 1
+    assert "`ReservoirNoLeader` |" not in page  # no hand-written table beside the generated one
+    spec = importlib.util.spec_from_file_location("docs_hook", REPO / "docs/hooks/reference.py")
+    assert spec is not None and spec.loader is not None
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    rendered = hook.on_page_markdown(page, page=None, config=None, files=None)
+    assert "| `ReservoirNoLeader` | critical | `" in rendered and "<!-- alerts -->" not in rendered
