@@ -84,9 +84,9 @@ async def bound_to(kit: Kit, name: str, namespace: str = "default") -> str | Non
 
 async def seed_000(kit: Kit, blocks: list[Block], agent: AgentProcess) -> None:
     """Getting started, "The first lock": the stream, then (about 10 s later) the big pod; after the 30 s threshold
-    kwok-node-0 is locked for it and `reservoir status` shows the lock as the page does, the other questions answer,
-    and the big pod runs on the node while small pods wait."""
-    stream, big, status, questions = blocks
+    kwok-node-0 is locked for it and `reservoir status` shows the lock as the page does; the big pod runs on the node
+    while small pods wait; once the stream is stopped, the other questions answer as the page shows."""
+    stream, big, status, stop, questions = blocks
     await shell(kit.cluster, stream)
     await asyncio.sleep(10)  # the page: "Wait about 10 s"
     await shell(kit.cluster, big)
@@ -98,11 +98,12 @@ async def seed_000(kit: Kit, blocks: list[Block], agent: AgentProcess) -> None:
     shown(status, await shell(kit.cluster, status))
     await kit.wait_for(lambda: bound_to(kit, "big"), what="the big pod placed", timeout=90)
     assert await bound_to(kit, "big") == "kwok-node-0"
+    shown(stop, await shell(kit.cluster, stop))
 
-    async def released() -> str | None:
+    async def released() -> str | None:  # the plan after the release and the stream's end
         out = await shell(kit.cluster, questions)
-        return out if "(no locks)" in out else None
-    shown(questions, await waiting(kit, agent, released, "the lock's release published", 60))
+        return out if "(no locks)" in out and "REASON\n(none)" in out else None
+    shown(questions, await waiting(kit, agent, released, "the lock's release published, no job starving", 60))
 
 
 async def seed_001(kit: Kit, blocks: list[Block], agent: AgentProcess) -> None:

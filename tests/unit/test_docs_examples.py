@@ -15,7 +15,7 @@ def test_every_command_block_is_run_or_says_why_not() -> None:
 
 
 def test_getting_started_is_run() -> None:
-    assert [b.page for b in examples()["seed-000"]] == ["getting-started.md"] * 4
+    assert [b.page for b in examples()["seed-000"]] == ["getting-started.md"] * 5
 
 
 def test_the_parser_reads_markers_indented_blocks_and_other_languages(tmp_path: Path) -> None:
