@@ -34,7 +34,7 @@ Kueue's manager runs too (log in its temporary directory), and Reservoir reads i
   kubectl apply -f examples/seed-000-starvation.yaml      # small pods fill kwok-node-0 (its config: kueue off)
   kubectl apply -f examples/kueue-config.yaml             # ...so switch Kueue's Workloads back on
   kubectl apply -f examples/kueue-big-job.yaml            # an admitted Kueue Job needing the whole node
-  kubectl get workloads; .venv/bin/reservoir status       # the node locked for its Workload's job
+  kubectl get workloads; reservoir status                 # the node locked for its Workload's job
 """
 
 
@@ -82,16 +82,19 @@ ValidatingWebhookConfiguration "reservoir"
 agent: running as ServiceAccount reservoir-agent (log {agent.log_path})
 
   export KUBECONFIG={cluster.kubeconfig}
-  export PATH={bin_dir}:$PATH
+  export PATH={bin_dir}:{REPO / ".venv" / "bin"}:$PATH
   kubectl get nodes
-  .venv/bin/reservoir status                              # every lock, starving jobs, windows
-  kubectl apply -f examples/seed-000-starvation.yaml      # seed 000, step 1: small pods fill kwok-node-0
-  kubectl apply -f examples/seed-000-big-pod.yaml         # step 2: a big pod; watch the node locked for it
-  kubectl apply -f examples/seed-002-queue-guarantee.yaml # seed 002: a queue guaranteed a node's worth of cpu
-  kubectl apply -f examples/seed-001-queue-priority.yaml  # seed 001: two queues' classes inherited by their pods
-  .venv/bin/reservoir status --queues                     # ...and each queue's score and its parts
-  kubectl apply -f examples/seed-003-reservation.yaml     # seed 003: a Reservation; then seed-003-owner.yaml
-  kubectl get reservations -w
+  reservoir status          # every lock, starving jobs, windows, queue guarantees
+
+Each example is played on a fresh `make up` (Ctrl-C, then `make up` again: seconds once built), as its page shows,
+with what it prints:
+  docs/getting-started.md            seed 000, starvation: examples/seed-000-starvation.yaml, seed-000-big-pod.yaml
+  docs/concepts/queue-priority.md    seed 001: examples/seed-001-queue-priority.yaml
+  docs/concepts/queue-guarantees.md  seed 002: examples/seed-002-queue-guarantee.yaml
+  docs/concepts/reservations.md      seed 003: examples/seed-003-reservation.yaml, seed-003-owner.yaml
+  docs/concepts/windows.md           seed 004: examples/seed-004-window.yaml, seed-004-reserve-pod.yaml
+  docs/concepts/backfill.md          backfill: examples/backfill.yaml, backfill-report.yaml
+  docs/concepts/entitlement.md       a forged toleration refused: examples/forged-toleration.yaml
 {KUEUE_HINTS if kueue is not None else ""}
 Ctrl-C stops every process this started and removes {cluster.workdir}.
 """, flush=True)

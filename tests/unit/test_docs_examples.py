@@ -47,13 +47,15 @@ def test_the_parser_reads_output_blocks(tmp_path: Path) -> None:
 
 
 def test_normalized_keeps_what_a_page_promises_and_drops_what_differs_between_runs() -> None:
-    run_1 = "$ reservoir status\nNODE          OWNER                      AGE   START\n" \
-            "kwok-node-0   job-default-Pod-big-bb0eb6   35s   2026-11-27T12:05:11Z\n\n" \
+    run_1 = "$ reservoir status\nNODE          OWNER             AGE   EXPIRES                REASON\n" \
+            "kwok-node-0   default/Pod/big   35s   2026-11-27T12:05:11Z   older than 30s\n\n" \
             "plan published at 12:05:11, 2s ago\n"
-    run_2 = "NODE    OWNER    AGE   START\n" \
-            "kwok-node-2 job-default-Pod-big-0a12f9 1m3s 2026-11-28T01:00:00+00:00\n" \
+    run_2 = "NODE    OWNER    AGE   EXPIRES   REASON\n" \
+            "kwok-node-2 default/Pod/big 1m3s 2026-11-28T01:00:00+00:00 older than 30s\n" \
             "plan published at 01:00:00, 1.5s ago\n"
     assert normalized(run_1) == normalized(run_2) == [
-        "NODE OWNER AGE START", "kwok-node-<n> job-default-Pod-big-<hash> <age> <time>",
+        "NODE OWNER AGE EXPIRES REASON", "kwok-node-<n> default/Pod/big <age> <time> older than 30s",
         "plan published at <time>, <age> ago"]
-    assert normalized("cpu: 4\n") != normalized("cpu: 8\n")
+    assert normalized("older than 30s\n") != normalized("older than 20s\n")
+    assert normalized("cpu: 500m\n") != normalized("cpu: 400m\n")
+    assert normalized("job-default-Pod-big-bb0eb6\n") != normalized("job-default-Pod-big-0a12f9\n")
