@@ -33,8 +33,7 @@ DIFFERENCES: list[str] = []  # while capturing, what `shown` found different
 
 async def kubectl(cluster: LocalCluster, *args: str) -> None:
     process = await asyncio.create_subprocess_exec(
-        str(cluster.bin_dir / "kubectl"), "--kubeconfig", str(cluster.kubeconfig), *args, cwd=REPO,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        *cluster.kubectl, *args, cwd=REPO, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
     out, _ = await asyncio.wait_for(process.communicate(), timeout=60)
     assert process.returncode == 0, f"kubectl {' '.join(args)}: {out.decode(errors='replace')}"
 
@@ -229,14 +228,18 @@ async def running(kit: Kit, name: str) -> dict[str, Any] | None:
     return pod if pod.get("status", {}).get("phase") == "Running" else None
 
 
-async def placeholder_running(kit: Kit) -> bool:
+async def placeholders(kit: Kit) -> list[dict[str, Any]]:
     got = await kit.raw("GET", f"/api/v1/namespaces/{keys.NAMESPACE}/pods?labelSelector={keys.PLACEHOLDER}")
-    return bool(got["items"]) and all(p.get("status", {}).get("phase") == "Running" for p in got["items"])
+    return list(got["items"])
+
+
+async def placeholder_running(kit: Kit) -> bool:
+    pods = await placeholders(kit)
+    return bool(pods) and all(p.get("status", {}).get("phase") == "Running" for p in pods)
 
 
 async def placeholder_gone(kit: Kit) -> bool:
-    got = await kit.raw("GET", f"/api/v1/namespaces/{keys.NAMESPACE}/pods?labelSelector={keys.PLACEHOLDER}")
-    return not got["items"]
+    return not await placeholders(kit)
 
 
 STORIES: dict[str, Callable[[Kit, list[Block], AgentProcess], Awaitable[None]]] = {
