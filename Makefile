@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: up test lint docs unit e2e e2e-oldest cluster-bin bench-webhook bench-planner bench-planner-compare bench-scale bench-simulate clean
+.PHONY: up test lint docs unit e2e e2e-oldest cluster-bin bench-webhook bench-planner bench-planner-compare bench-scale bench-simulate bench-seeds clean
 
 # What we test and ship is pinned with hashes: requirements-test.lock (the product, the test tools and the build
 # backend) here, requirements.lock (the product) in the image. The project itself goes in without its dependencies
@@ -149,6 +149,13 @@ image:
 ## `simulate: N pods on M nodes: alone C s, starvation C s, backfill C s of CPU; peak RSS R MiB`
 bench-simulate: $(STAMP)
 	$(PY) -m bench.trace.simulate_scale $(if $(NODES),--nodes $(NODES)) $(if $(PODS),--pods $(PODS))
+
+.PHONY: bench-seeds
+## bench-seeds: bench-trace's goals over SEEDS= draws of the synthetic trace (12) in the model (reservoir simulate),
+## with the backfill arm also run without softDrain beside it; a line per draw, the draws each goal holds on; last line
+## `seeds: N draws: 8gpu x3 met in A (B without softDrain), every goal in C` (about 2 minutes)
+bench-seeds: $(STAMP)
+	$(PY) -m bench.trace.seeds $(if $(SEEDS),--seeds $(SEEDS))
 
 .PHONY: bench-trace
 ## bench-trace: a production GPU cluster's pods (Alibaba's openb trace format; default a synthetic trace drawn from its

@@ -284,8 +284,8 @@ async def why(kubeconfig: str | None, namespace: str, pod: str, reservoir_namesp
 
 async def release(kubeconfig: str | None, nodes: list[str], everything: bool,
                   context: str | None = None) -> list[str]:
-    """Remove Reservoir's locks (taint, labels, info annotation, and a starvation cool-down record) and nothing
-    else."""
+    """Remove Reservoir's locks (taint, labels, info annotation, a starvation cool-down record, and a soft-drain
+    taint) and nothing else."""
     api = await new_api_client(kubeconfig, context=context)
     try:
         writer = Writer(api, component="reservoir-release")
@@ -294,9 +294,9 @@ async def release(kubeconfig: str | None, nodes: list[str], everything: bool,
         done = []
         for name in targets:
             # a starvation cool-down record (keys.LOCK_EXPIRED) goes too: nothing of Reservoir's is left on the node
-            before, patched = await writer.set_lock(name, None, {keys.LOCK_EXPIRED: None})
+            before, patched = await writer.set_lock(name, None, {keys.LOCK_EXPIRED: None, keys.DRAIN: None})
             if patched:
-                what = f"{before.kind.value} {before.subject}" if before else "leftover lock keys"
+                what = f"{before.kind.value} {before.subject}" if before else "leftover keys (lock or soft-drain)"
                 done.append(f"{name}: released {what}")
                 await writer.event(name, "NodeReleased", "released by `reservoir release`")
         return done or ["no Reservoir locks found"]

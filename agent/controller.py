@@ -250,6 +250,9 @@ class AgentMetrics:
         self.registry = new_registry()
         self.locks = Gauge("reservoir_locks", "Nodes locked, by lock kind", ["kind"], registry=self.registry)
         self.starving = Gauge("reservoir_starving_jobs", "Jobs the planner judges starving", registry=self.registry)
+        self.soft_drained = Gauge("reservoir_soft_drained_nodes", "Nodes the last plan wants to carry the soft-drain "
+                                  "taint (starvation softDrain: PreferNoSchedule, for jobs that fit nowhere yet); "
+                                  "in dryRun, the ones it would mark", registry=self.registry)
         self.reconcile = Histogram("reservoir_reconcile_duration_seconds", "One reconcile: snapshot, plan, apply",
                                    registry=self.registry)
         self.patch_errors = Counter("reservoir_patch_errors_total", "Node or pod patches that failed",
@@ -501,6 +504,7 @@ class Agent:
         for kind in LockKind:
             self.metrics.locks.labels(kind.value).set(sum(1 for lock in result.locks.values() if lock.kind is kind))
         self.metrics.starving.set(sum(1 for j in result.jobs if j.starving))
+        self.metrics.soft_drained.set(len(result.drains))
         for pending in self._drain_events():
             target = pending.target
             await self.writer.event(target.name, pending.reason, pending.message, kind=target.kind,

@@ -47,7 +47,7 @@ WEBHOOK_CONFIGURATIONS = (
     ("admissionregistration.k8s.io/v1", "validatingwebhookconfigurations", "reservoir"),
 )
 # What the agent writes on a node (agent/writer.py node_patch and its marks), and so what uninstall removes
-NODE_TAINTS = keys.LOCK_TAINT_KEYS
+NODE_TAINTS = keys.LOCK_TAINT_KEYS  # with keys.LOCK_EFFECT; and keys.DRAIN, whatever its effect (a node mark)
 NODE_LABELS = (keys.LOCK, keys.LOCK_KIND)
 NODE_ANNOTATIONS = (keys.LOCK_INFO, keys.LOCK_EXPIRED, keys.BACKFILL_GRANTS, keys.BACKFILL_ROOM)
 GATE_PREFIX = f"{keys.DOMAIN}/"
@@ -101,13 +101,14 @@ def display(api_version: str, plural: str, name: str, namespace: str | None = No
 
 
 def carries_lock_keys(node: Mapping[str, Any]) -> bool:
-    """Does the node carry anything the agent writes (NODE_TAINTS with the lock effect, NODE_LABELS,
-    NODE_ANNOTATIONS)?"""
+    """Does the node carry anything the agent writes (NODE_TAINTS with the lock effect, the soft-drain taint,
+    NODE_LABELS, NODE_ANNOTATIONS)?"""
     meta = node.get("metadata") or {}
     labels = meta.get("labels") or {}
     annotations = meta.get("annotations") or {}
     taints = (node.get("spec") or {}).get("taints") or []
-    return (any(t.get("key") in NODE_TAINTS and t.get("effect") == keys.LOCK_EFFECT for t in taints)
+    return (any(t.get("key") in NODE_TAINTS and t.get("effect") == keys.LOCK_EFFECT or t.get("key") == keys.DRAIN
+                for t in taints)
             or any(k in labels for k in NODE_LABELS) or any(k in annotations for k in NODE_ANNOTATIONS))
 
 
@@ -303,9 +304,9 @@ async def _release_locks(api: client.ApiClient) -> list[str]:
             continue
         name = node["metadata"]["name"]
         # the same write as `reservoir release --all`: no lock, and the starvation cool-down record gone too
-        before, patched = await writer.set_lock(name, None, dict.fromkeys(NODE_ANNOTATIONS[1:]))
+        before, patched = await writer.set_lock(name, None, dict.fromkeys((*NODE_ANNOTATIONS[1:], keys.DRAIN)))
         if patched:
-            what = f"{before.kind.value} lock of {before.subject}" if before else "leftover lock keys"
+            what = f"{before.kind.value} lock of {before.subject}" if before else "leftover keys (lock or soft-drain)"
             lines.append(f"{display('v1', 'nodes', name)} released ({what})")
     return lines
 

@@ -127,21 +127,27 @@ def _is_ours(taint: Mapping[str, Any]) -> bool:
 
 def node_patch(node: Mapping[str, Any], desired: Lock | None,
                marks: Mapping[str, str | None] | None = None) -> list[Op] | None:
-    """The JSON Patch that makes `node` carry `desired` (None: no lock) and Reservoir's other node annotations as
-    `marks` says (annotation -> text, or None to remove; those not named are left as they are: Plan.node_marks);
-    None when it already does."""
+    """The JSON Patch that makes `node` carry `desired` (None: no lock) and Reservoir's other node marks as `marks`
+    says (those not named are left as they are: Plan.node_marks): annotation -> text, or None to remove; and
+    keys.DRAIN -> the soft-drain taint's owner id (every taint with that key replaced by the one `PreferNoSchedule`
+    taint), or None to remove it. None when the node already carries them."""
     meta = node.get("metadata") or {}
     spec = node.get("spec") or {}
     taints = list(spec.get("taints") or [])
     labels = meta.get("labels")
     annotations = meta.get("annotations")
     ops: list[Op] = []
+    marks = dict(marks or {})
+    drain_named = keys.DRAIN in marks
+    drain = marks.pop(keys.DRAIN, None)
 
-    wanted = [t for t in taints if not _is_ours(t)]
+    wanted = [t for t in taints if not _is_ours(t) and not (drain_named and t.get("key") == keys.DRAIN)]
     if desired is not None:
         wanted.append({"key": keys.LOCK, "value": desired.owner, "effect": keys.LOCK_EFFECT})
         if desired.exclusive:  # seed 002 `Guaranteed`: the BestEffort exemption does not reach it
             wanted.append({"key": keys.LOCK_EXCLUSIVE, "value": desired.owner, "effect": keys.LOCK_EFFECT})
+    if drain is not None:
+        wanted.append({"key": keys.DRAIN, "value": drain, "effect": keys.DRAIN_EFFECT})
     if wanted != taints:
         if wanted:
             ops.append(add("/spec/taints", wanted))
@@ -150,10 +156,10 @@ def node_patch(node: Mapping[str, Any], desired: Lock | None,
 
     want_labels = {keys.LOCK: desired.owner, keys.LOCK_KIND: desired.kind.value} if desired else {}
     want_annotations = {keys.LOCK_INFO: desired.info_json()} if desired else {}
-    want_annotations.update({key: text for key, text in (marks or {}).items() if text is not None})
+    want_annotations.update({key: text for key, text in marks.items() if text is not None})
     for current, wanted_items, field_name in ((labels, want_labels, "labels"),
                                               (annotations, want_annotations, "annotations")):
-        ours = (keys.LOCK, keys.LOCK_KIND) if field_name == "labels" else (keys.LOCK_INFO, *(marks or ()))
+        ours = (keys.LOCK, keys.LOCK_KIND) if field_name == "labels" else (keys.LOCK_INFO, *marks)
         if current is None:
             if wanted_items:
                 ops.append(add(pointer("metadata", field_name), dict(wanted_items)))
@@ -544,7 +550,7 @@ class Writer:
         with `dry_run`, only log the locks it would write. Nothing at all without a fresh Lease (the fence); a Lease
         lost in the middle stops the writes there."""
         if dry_run:
-            self.report_dry_run(result.locks, current)
+            self.report_dry_run(result.locks, current, result.node_marks)
             if self.may_write("plan"):  # a dry run holds no pod back: every handover and backfill gate is lifted
                 gated = [p for p in snapshot.pods if p.handover_gated and not p.node_name]
                 await self.handovers([ungate(p, "dryRun") for p in gated])
@@ -650,8 +656,15 @@ class Writer:
                 raise
         return None, False
 
-    def report_dry_run(self, desired: Mapping[str, Lock], current: Mapping[str, Lock]) -> None:
-        """`dryRun: true`: the lock writes `apply` would make, logged and not made."""
+    def report_dry_run(self, desired: Mapping[str, Lock], current: Mapping[str, Lock],
+                       marks: Mapping[str, Mapping[str, str | None]] | None = None) -> None:
+        """`dryRun: true`: the lock writes `apply` would make, and the soft-drain taints (keys.DRAIN in `marks`),
+        logged and not made."""
+        for node, node_marks in sorted((marks or {}).items()):
+            if keys.DRAIN in node_marks:
+                owner = node_marks[keys.DRAIN]
+                decision(log, "would-soft-drain" if owner else "would-remove-soft-drain", policy="starvation",
+                         node=node, owner=owner or "", dryRun=True)
         for node, lock in sorted(desired.items()):
             if not lock.same_hold(current.get(node)):
                 decision(log, "would-lock", policy=lock.kind.value, node=node, owner=lock.owner, reason=lock.reason,

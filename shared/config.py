@@ -83,6 +83,14 @@ class StarvationConfig(_Model):
         description="At most this percent of the schedulable nodes hold starvation locks at once: "
         "floor(percent x nodes / 100), but at least 1 when the percent is above 0 (3 nodes: 1; 10 nodes: 2), always "
         "within `maxLockedNodePercent`. 0 to 100; `0` locks no node for starving jobs.")
+    soft_drain: bool = Field(
+        True, alias="softDrain",
+        description="Before a job is starving, and while it has no lock, prefer to keep other pods off the node where "
+        "its pending tasks would fit soonest: a `reservoir.sh/drain` taint with effect `PreferNoSchedule`, which "
+        "kube-scheduler's default TaintToleration score weighs, so pods that fit on another node go there and the "
+        "node drains; no pod is ever kept off it. Only for tasks kube-scheduler has found fitting on no node for 5 s "
+        "and that smaller pods could crowd out, on at most the nodes the starvation budget (`reservedNodePercent`) "
+        "has left after this plan's locks. `false`: no such taint.")
     max_lock_duration: Duration = Field(
         timedelta(hours=2), alias="maxLockDuration",
         description="A starvation lock older than this is released and its job goes to the back of the order. "

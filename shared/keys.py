@@ -35,6 +35,12 @@ LOCK_EXPIRED = f"{DOMAIN}/lock-expired"
 # queue guarantee's, seed 002): only the owner's pods and those exempt as a DaemonSet's tolerate it; value = owner id
 LOCK_EXCLUSIVE = f"{DOMAIN}/lock-exclusive"
 LOCK_TAINT_KEYS = (LOCK, LOCK_EXCLUSIVE)  # every taint key Reservoir writes (both with effect LOCK_EFFECT)
+# taint key with effect DRAIN_EFFECT on the node where a job not yet starving (or left without a lock) would fit
+# soonest (starvation `softDrain`): kube-scheduler's TaintToleration score sends other pods elsewhere while they fit
+# elsewhere, and never keeps one off the node; value = the job's owner id. Not a lock: nothing is refused for it, no
+# toleration is added for it or checked. Written and removed by the agent as a node mark (Plan.node_marks)
+DRAIN = f"{DOMAIN}/drain"
+DRAIN_EFFECT = "PreferNoSchedule"
 
 # --- on pods and other objects ---
 IGNORE = f"{DOMAIN}/ignore"  # label: the webhook leaves the object alone

@@ -302,6 +302,18 @@ class NodeView:
                 other = taint.value
         return other
 
+    @property
+    def drain_owner(self) -> str | None:
+        """The owner id of Reservoir's soft-drain taint on this node (keys.DRAIN), None when it has none. Any taint with
+        that key counts as Reservoir's, whatever its effect: "" (no owner id is empty) when they are not exactly one
+        with keys.DRAIN_EFFECT, so the plan rewrites them."""
+        found = [t for t in self.taints if t.key == keys.DRAIN]
+        if not found:
+            return None
+        if len(found) == 1 and found[0].effect == keys.DRAIN_EFFECT and found[0].value:
+            return found[0].value
+        return ""
+
 
 @dataclass(frozen=True, slots=True)
 class OwnerRef:

@@ -272,7 +272,10 @@ class ShapeRanking:
             if state is None:  # the node is gone
                 entries.pop(name, None)
                 continue
-            key = rank_key(name, state, requests, placement)
+            if entry is not None and entry[0].node is state.node:  # only its pods changed: usable_ever stands
+                key = None if entry[1] is None else fit_key(name, state, requests)
+            else:
+                key = rank_key(name, state, requests, placement)
             entries[name] = (state, key)
             if key is not None:
                 if fresh:
@@ -343,6 +346,11 @@ def rank_key(name: str, state: NodeState, requests: Resources, placement: Placem
     """A node's place in a shape's ShapeRanking, None when the shape may never go there (usable_ever)."""
     if not usable_ever(state.node, requests, placement):
         return None
+    return fit_key(name, state, requests)
+
+
+def fit_key(name: str, state: NodeState, requests: Resources) -> RankKey:
+    """rank_key of a node the shape may go on."""
     at = fit_at(state, requests)
     return (at is None, FITS_NOW if at is None else at, -idle_fraction(state), name)
 

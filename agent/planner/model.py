@@ -396,9 +396,12 @@ class Plan:
     # seed 003: every placeholder pod there should be (the writer creates the missing, deletes the others)
     placeholders: Sequence[Placeholder] = ()
     handovers: Sequence[Handover] = ()  # seed 003: gated owner pods to hand over or let go, oldest first
-    # node -> Reservoir's annotations (other than the lock's) to write there, text or None to remove, only where the
-    # node differs: seed 000's `reservoir.sh/lock-expired` (starvation.lock_cooldowns)
+    # node -> Reservoir's marks (other than the lock) to write there, text or None to remove, only where the node
+    # differs: seed 000's `reservoir.sh/lock-expired` annotation (starvation.lock_cooldowns), backfill's annotations,
+    # and the soft-drain taint under keys.DRAIN (plan.drain_marks; writer.node_patch)
     node_marks: Mapping[str, Mapping[str, str | None]] = field(default_factory=dict)
+    # node -> owner id: the soft-drain taints this plan wants (starvation.soft_drains), written through node_marks
+    drains: Mapping[str, str] = field(default_factory=dict)
     # the earliest PolicyResult.wake_at: when the agent must plan again though nothing in the cluster changed
     wake_at: datetime | None = None
     # the node states this plan computed, handed to the next plan to reuse what did not change

@@ -23,10 +23,11 @@ from agent.planner.reservations import RESERVATIONS
 from agent.planner.reserve import RuntimeMemo, with_group_runtimes
 from agent.planner.starvation import STARVATION, lock_cooldowns
 from agent.planner.windows import WINDOWS, reserve_pods
+from shared import keys
 from shared.config import ReservoirConfig
 from shared.keys import LockKind
 from shared.ownership import reservation_owner_id, window_owner_id
-from shared.views import PodView
+from shared.views import NodeView, PodView
 
 POLICIES: tuple[Policy, ...] = (RESERVATIONS, GUARANTEES, WINDOWS, STARVATION)
 
@@ -51,10 +52,12 @@ def plan(snapshot: Snapshot, config: ReservoirConfig, now: datetime,
     statuses = Statuses()
     notes: list[str] = []
     wake_at: datetime | None = None
+    drains: dict[str, str] = {}
     for policy in POLICIES:
         result = policy.run(context=context)
         wake_at = earliest(wake_at, result.wake_at)
         locks.update(result.locks)
+        drains.update(result.drains)
         statuses += result.statuses
         notes += [tagged(policy, note) for note in result.notes]
         context = context.after(result.locks, result.uncounted)
@@ -64,6 +67,8 @@ def plan(snapshot: Snapshot, config: ReservoirConfig, now: datetime,
     repairs = plan_repairs(jobs=context.jobs, pods=list(snapshot.index.unbound.values()), locks=locks,
                            statuses=statuses.reservations, reservations=snapshot.reservations,
                            windows=config.windows, snapshot=snapshot, config=config)
+    drains_marked, drain_notes = drain_marks(snapshot.nodes, drains, locks)
+    notes += drain_notes
     backfill = plan_backfill_of(context, locks, statuses)
     notes += [f"policy=backfill {note}" for note in backfill.notes]
     reservations = with_expected_starts(statuses.reservations, backfill.estimates, snapshot.reservations,
@@ -72,8 +77,33 @@ def plan(snapshot: Snapshot, config: ReservoirConfig, now: datetime,
                 queues=list(context.scores), guarantees=list(statuses.guarantees),
                 reservations=reservations, repairs=repairs, states=context.states,
                 placeholders=list(statuses.placeholders), handovers=list(statuses.handovers),
-                node_marks=merged_marks(context.cooldowns.marks, backfill.marks), runtimes=context.runtimes,
+                node_marks=merged_marks(context.cooldowns.marks, backfill.marks, drains_marked),
+                drains={node: owner for node, owner in drains.items() if node not in locks},
+                runtimes=context.runtimes,
                 wake_at=wake_at, backfill=backfill, rankings=context.rankings)
+
+
+def drain_marks(nodes: Mapping[str, NodeView], drains: Mapping[str, str],
+                locks: Mapping[str, Lock]) -> tuple[dict[str, dict[str, str | None]], list[str]]:
+    """Plan.node_marks for the soft-drain taints (keys.DRAIN, starvation.soft_drains): on each node whose taint is not
+    the one `drains` wants (none on a node this plan locks, or one no policy wants), the owner to write, or None to
+    remove it; and a note for each removal (the writes are noted by the policy)."""
+    marks: dict[str, dict[str, str | None]] = {}
+    notes: list[str] = []
+    for name, node in nodes.items():
+        if not node.taints and name not in drains:
+            continue  # most nodes: nothing there, nothing wanted
+        want = drains.get(name) if name not in locks else None
+        have = node.drain_owner
+        if have != want:
+            marks[name] = {keys.DRAIN: want}
+            if want is None:
+                why = ("the node is locked" if name in locks else "no longer planned: its job is bound, gone, locked "
+                       "for, past its window, or another job's turn came first" if have
+                       else "not a soft-drain taint Reservoir writes (several, or another effect)")
+                notes.append(f"policy=starvation node={name} decision=soft-drain-removed owner={have or '-'} "
+                             f"reason={why}")
+    return marks, notes
 
 
 def plan_backfill_of(context: PlanContext, locks: Mapping[str, Lock], statuses: Statuses) -> BackfillPlan:

@@ -115,6 +115,9 @@ class PolicyResult:
     wake_at: datetime | None = None
     # nodes among `locks` whose lock does not count in maxLockedNodePercent (a Reservation's brief handover lock)
     uncounted: frozenset[str] = frozenset()
+    # node -> owner id: the soft-drain taint (keys.DRAIN) the policy wants there (starvation `softDrain`); not locks:
+    # they take nothing from the budget of the policies after it and keep no pod off a node
+    drains: Mapping[str, str] = field(default_factory=dict)
 
 
 def earliest(*moments: datetime | None) -> datetime | None:

@@ -59,7 +59,7 @@ import json
 import math
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence, Set
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, cast
 
@@ -105,6 +105,13 @@ NodeKey = tuple[timedelta, float, str]  # (time_to_fit, -idle_fraction, name): l
 Placeable = tuple[int, str, str]  # (priority, job owner, pod "namespace/name")
 ZERO = timedelta(0)
 NOW_FRONT: RankKey = (False, FITS_NOW, math.inf, "")  # a ShapeRanking's order up to this: the nodes that fit now
+# softDrain (soft_drains): at most this many jobs are asked for their drain nodes in one plan (the largest first when
+# more wait), so a flood of unschedulable pods costs a plan no more than this many node choices, and their shapes'
+# rankings stay within what plans keep (capacity.MAX_RANKINGS)
+DRAIN_JOBS_ASKED = 8
+# softDrain: a job is marked once kube-scheduler has found it fitting nowhere for this long (soft_drain_window), so a
+# pod created and deleted at once costs no node write
+SOFT_DRAIN_AFTER = timedelta(seconds=5)
 
 
 def placeable_now(jobs: Iterable[Job], states: Mapping[str, NodeState],
@@ -572,19 +579,122 @@ def plan_starvation(*, context: PlanContext) -> PolicyResult:
         budget -= len(turn.locks)
         statuses.append(turn.status)
         notes += [turn.note] if turn.note else []
-    return PolicyResult(locks=locks, statuses=Statuses(jobs=tuple(statuses)), notes=tuple(notes),
-                        wake_at=starvation_wake_at(jobs, context=context))
+    drains, drain_notes = soft_drains(back_of_the_order(jobs, expired=starvation.expired), starvation=starvation,
+                                      taken=taken, locked=locks, budget=starvation.budget.start - len(locks))
+    if drains:
+        steered: dict[str, list[str]] = {}
+        for node, owner in sorted(drains.items()):
+            steered.setdefault(owner, []).append(node)
+        statuses = [replace(s, reason=f"{s.reason}; other pods steered off {', '.join(steered[s.owner])} (softDrain)")
+                    if s.owner in steered else s for s in statuses]
+    return PolicyResult(locks=locks, statuses=Statuses(jobs=tuple(statuses)), notes=tuple(notes + drain_notes),
+                        wake_at=starvation_wake_at(jobs, context=context), drains=drains)
+
+
+def soft_drain_since(job: Job) -> datetime | None:
+    """When kube-scheduler first found one of the job's pending tasks fitting nowhere (PodView.unschedulable_since,
+    the earliest), None when it has not."""
+    return min((p.unschedulable_since for p in job.pending if p.unschedulable_since is not None), default=None)
+
+
+def soft_drain_window(job: Job, config: StarvationConfig) -> tuple[datetime, datetime] | None:
+    """softDrain's window for a job kube-scheduler found fitting nowhere: from SOFT_DRAIN_AFTER after that (a pod
+    created and deleted at once marks nothing) until its threshold plus maxLockDuration after its creation (a job
+    waiting that long gets no mark, as its lock would have expired); None before kube-scheduler said so."""
+    since = soft_drain_since(job)
+    if since is None:
+        return None
+    return since + SOFT_DRAIN_AFTER, job.created + job_threshold(job, config) + config.max_lock_duration
+
+
+def largest_first(jobs: Sequence[Job], states: Mapping[str, NodeState],
+                  marked: Set[str]) -> list[tuple[Job, float]]:
+    """softDrain's order: jobs whose tasks all fit within the largest node's allocatable of each resource (a task asking
+    more can never fit: left out), each with the largest share one of its pending tasks asks of a resource against
+    that; those already marked (`marked` owners) first, then by priority, then the largest share first (seed 000's
+    starvation is a large task kept waiting by smaller ones), then in their order."""
+    most: dict[str, int] = {}
+    for state in states.values():
+        if schedulable(state.node):
+            for name, amount in state.node.allocatable.items():
+                if amount > most.get(name, 0):
+                    most[name] = amount
+
+    def share(job: Job) -> float:
+        return max((amount / most[name] if most.get(name) else math.inf for task in job.pending
+                    for name, amount in task.requests.items() if amount > 0), default=0.0)
+    shared = [(job, share(job)) for job in jobs]
+    return sorted([(job, size) for job, size in shared if size <= 1.0],
+                  key=lambda pair: (pair[0].owner not in marked, -pair[0].priority, -pair[1]))
+
+
+def soft_drains(jobs: Sequence[Job], *, starvation: Starvation, taken: set[str], locked: Mapping[str, Lock],
+                budget: int) -> tuple[dict[str, str], list[str]]:
+    """`softDrain` (a departure from seed 000, which only locks, once the threshold has passed): for each job without a
+    lock in this plan, not ready, not cooling down, in its soft_drain_window (kube-scheduler found one of its pending
+    tasks fitting nowhere at least SOFT_DRAIN_AFTER ago), the nodes its tasks would drain on (reserve_tasks, the lock's
+    own node choice and Smaller rule: only nodes that must drain and where smaller pods could take the room; the nodes
+    it marked before kept first, as its locks would be), marked with the `PreferNoSchedule` taint keys.DRAIN. Other
+    pods that fit elsewhere then go elsewhere (kube-scheduler's TaintToleration score) and the node drains before the
+    job starves; no pod is kept off it. At most `budget` nodes (what the starvation budget leaves after this plan's
+    locks), none taken by a lock; the jobs in largest_first's order (those marked already first: no churn; a soft
+    mark refuses no pod, so the queue order does not decide who gets one), at most DRAIN_JOBS_ASKED of them asked per
+    plan (a job whose gang needs more nodes than are left is not asked). node -> owner, and a note per job marked."""
+    drains: dict[str, str] = {}
+    notes: list[str] = []
+    if not starvation.config.soft_drain or budget <= 0:
+        return drains, notes
+    now = starvation.now
+    locking = {lock.owner for lock in locked.values()}
+    candidates = []
+    for job in jobs:
+        if job.ready or needed_tasks(job) <= 0 or job.owner in locking or job.owner in starvation.expired \
+                or job.owner in starvation.cooling:
+            continue
+        window = soft_drain_window(job, starvation.config)
+        if window is not None and window[0] <= now < window[1]:
+            candidates.append(job)
+    if not candidates:
+        return drains, notes
+    marked: dict[str, set[str]] = {}
+    for name, state in starvation.states.items():
+        if state.node.taints and (owner := state.node.drain_owner):
+            marked.setdefault(owner, set()).add(name)
+    asked = 0
+    for job, _ in largest_first(candidates, starvation.states, marked.keys()):
+        if budget <= 0 or asked >= DRAIN_JOBS_ASKED:
+            break
+        needed = needed_tasks(job)
+        if needed > budget:
+            continue
+        asked += 1
+        own = {n for n in marked.get(job.owner, ()) if n not in taken}
+        placed = reserve_tasks(job, job.pending, starvation.chooser, own, frozenset(), needed,
+                               starvation.smaller if needed == 1 else None)
+        if placed is None or not placed.drain or len(placed.drain) > budget:
+            continue
+        for name in placed.drain:
+            drains[name] = job.owner
+        taken.update(placed.drain)
+        budget -= len(placed.drain)
+        notes.append(f"job={quote(job.subject)} decision=soft-drain nodes={','.join(sorted(placed.drain))} "
+                     f"reason=fits on no node now; pods that fit elsewhere are steered off where it fits soonest "
+                     f"(taint {keys.DRAIN}:{keys.DRAIN_EFFECT})")
+    return drains, notes
 
 
 def starvation_wake_at(jobs: Sequence[Job], *, context: PlanContext) -> datetime | None:
     """The next moment time alone changes seed 000's answer: a job with pending tasks crossing
     `starvingJobTimeThreshold` (is_starving), a job lock reaching `maxLockDuration` (release_expired), a cool-down
-    ending (lock_cooldowns). Without it a job would wait for the next resync after its threshold."""
+    ending (lock_cooldowns), a job's soft_drain_window opening or closing. Without it a job would wait for the next
+    resync after its threshold."""
     config = context.config.starvation
     now = context.now
     crossings = (job.created + job_threshold(job, config) for job in jobs if job.pending)
     expiries = (lock.since + config.max_lock_duration for lock in context.current.values() if lock.kind is LockKind.JOB)
-    return earliest(*(moment for moment in (*crossings, *expiries, *context.cooldowns.until.values())
+    windows = (edge for job in jobs if config.soft_drain and job.pending
+               and (window := soft_drain_window(job, config)) is not None for edge in window)
+    return earliest(*(moment for moment in (*crossings, *expiries, *context.cooldowns.until.values(), *windows)
                       if moment > now))
 
 

@@ -12,7 +12,8 @@ Each arm, one after the other with the same pods on the same nodes (made afresh 
 `nvidia.com/gpu` as an extended resource and the GPU model as a label a pod naming models requires):
 - `alone`: Reservoir installed in `dryRun`: the webhook mutates as it would, the agent plans, nothing is locked or
   gated: kube-scheduler alone decides;
-- `starvation`: starvation locks (threshold 30 s, `reservedNodePercent` 20);
+- `starvation`: starvation locks (threshold 30 s, `reservedNodePercent` 20), and their soft drain before the
+  threshold (`softDrain`, on by default: a `PreferNoSchedule` taint on the node an unschedulable job fits soonest);
 - `backfill`: the same, and backfill for every pod (each declares its runtime, `volcano.sh/maximum-runtime`, and opts
   in, `reservoir.sh/backfill`).
 Every pod is created at its arrival time, declares its compressed runtime and runs exactly that (kwok ends it,
@@ -160,11 +161,11 @@ class Seen:
 
 
 def _fits(moment: float, want: trace.ReplayPod, row: trace.NodeRow, others: Sequence[str], seen: Seen,
-          pods: dict[str, trace.ReplayPod], with_backfilled: bool) -> bool:
-    """Whether `row`'s allocatable less the pods of `others` running at `moment` (the backfilled ones only when
-    `with_backfilled`) covers `want`'s request."""
+          pods: dict[str, trace.ReplayPod], with_backfilled: bool, since: float = -math.inf) -> bool:
+    """Whether `row`'s allocatable less the pods of `others` running at `moment` (those backfilled from `since` on
+    only when `with_backfilled`) covers `want`'s request."""
     running = [pods[p] for p in others if seen.bound[p] <= moment < seen.ended.get(p, math.inf)
-               and (with_backfilled or p not in seen.backfilled)]
+               and (with_backfilled or p not in seen.backfilled or seen.bound[p] < since)]
     return (row.cpu_milli - sum(p.cpu_milli for p in running) >= want.cpu_milli
             and row.memory_mib - sum(p.memory_mib for p in running) >= want.memory_mib
             and row.gpu - sum(p.gpus for p in running) >= want.gpus)
@@ -184,7 +185,9 @@ def owner_delays(seen: Seen, pods: dict[str, trace.ReplayPod], nodes: dict[str, 
     """For each owner that bound on a node locked for it: how much later its node could take it because of pods
     backfilled there. `first`: the first moment, from the lock on, when the node's allocatable less the pods running
     there that were not backfilled covers the owner's request; `every`: the same counting the backfilled pods too; the
-    delay is every - first (0 when backfill held nothing up). From the watch events' moments."""
+    delay is every - first (0 when backfill held nothing up). A pod backfilled before the owner's lock began (under
+    another owner's lock on that node) counts as any pod already running: the lock's node choice saw it, and the
+    promise was to the other owner. From the watch events' moments."""
     owner_pod = {JobRef(namespace, "Pod", name).owner_id: name for name in pods}
     out = []
     for node, owner, since, _until in seen.lock_history:
@@ -195,7 +198,7 @@ def owner_delays(seen: Seen, pods: dict[str, trace.ReplayPod], nodes: dict[str, 
         others = [p for p, n in seen.node.items() if n == node and p != name]
         moments = sorted({since, *(seen.ended[p] for p in others
                                    if p in seen.ended and since <= seen.ended[p] <= bound)})
-        first = next((m for m in moments if _fits(m, want, row, others, seen, pods, False)), None)
+        first = next((m for m in moments if _fits(m, want, row, others, seen, pods, False, since)), None)
         every = next((m for m in moments if _fits(m, want, row, others, seen, pods, True)), None)
         if first is not None:
             out.append(max(0.0, (every if every is not None else bound) - first))

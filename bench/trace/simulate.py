@@ -39,10 +39,11 @@ The kube-scheduler model:
 - filters: NodeResourcesFit (cpu, memory, nvidia.com/gpu, pods) and the project's one predicate
   (`shared.predicates.schedulable_on`: nodeName, nodeSelector, required node affinity, taints and tolerations);
 - scores: NodeResourcesFit LeastAllocated (cpu and memory, weight 1 each) and NodeResourcesBalancedAllocation (cpu and
-  memory), plugin weight 1 each, in kube-scheduler's integer arithmetic; and NodeAffinity's preferred terms (plugin
-  weight 2, normalised to 100), which only the webhook's preference for a pod's own locked nodes gives here; the
-  other default scores are the same on every node of such a cluster (no images, no PreferNoSchedule taints, no
-  topology spread or inter-pod affinity on these pods) and are left out;
+  memory), plugin weight 1 each, in kube-scheduler's integer arithmetic; NodeAffinity's preferred terms (plugin
+  weight 2, normalised to 100), which only the webhook's preference for a pod's own locked nodes gives here; and
+  TaintToleration (plugin weight 3: the PreferNoSchedule taints a pod does not tolerate, reversed and normalised to
+  100), which only Reservoir's soft-drain taint (keys.DRAIN) gives here; the other default scores are the same on
+  every node of such a cluster (no images, no topology spread or inter-pod affinity on these pods) and are left out;
 - `percentageOfNodesToScore` adaptive: all nodes under 100, else (50 - nodes/125)% (at least 5%) of them, at least
   100; the search starts where the last one stopped (nextStartNodeIndex);
 - the highest total wins, ties broken as selectHost does (reservoir sampling) with a seeded random.Random;
@@ -93,6 +94,7 @@ from shared.ownership import JobRef
 from shared.predicates import NodeAffinity, Placement, node_selector, required_node_affinity, schedulable_on
 from shared.resources import CPU, MEMORY, PODS, Resources, pod_requests
 from shared.timestamps import stamp
+from shared.tolerations import tolerates_taint
 from shared.tracecsv import REPLAY_SETTING
 from shared.views import NodeView, PodView
 from webhook.lookup import Lookup
@@ -113,6 +115,8 @@ MAX_ESTIMATE_WRITES = 100  # agent/writer.py MAX_ESTIMATE_WRITES (checked by the
 # kube-scheduler: MaxNodeScore, and the default plugin weights of the scores modelled
 MAX_NODE_SCORE = 100
 NODE_AFFINITY_WEIGHT = 2
+TAINT_TOLERATION_WEIGHT = 3  # kube-scheduler's default profile: TaintToleration's score plugin weight
+PREFER_NO_SCHEDULE = "PreferNoSchedule"
 MIN_FEASIBLE_NODES = 100  # minFeasibleNodesToFind
 MIN_FEASIBLE_PERCENT = 5  # minFeasibleNodesPercentageToFind
 PROGRESS_SECONDS = 3.0  # wall-clock seconds between progress lines
@@ -336,6 +340,14 @@ class Scheduler:
                 if any(k in labels for k in pod.preferred_keys):
                     preference[i] = sum(w for w, term in pod.preferred if term.matches(node.view))
         top = max(preference)
+        # TaintToleration: per node, the PreferNoSchedule taints the pod does not tolerate, reversed and normalised to
+        # 100 by the highest count (DefaultNormalizeScore): 0 on every node when none has one
+        avoided = [0] * len(feasible)
+        for i, node in enumerate(feasible):
+            if node.view.taints:
+                avoided[i] = sum(1 for t in node.view.taints if t.effect == PREFER_NO_SCHEDULE and not any(
+                    tolerates_taint(tol, t.key, t.value, t.effect) for tol in pod.placement.tolerations))
+        most = max(avoided)
         best = feasible[0]
         best_score, tied = -1, 0
         cpu, memory = pod.cpu, pod.memory
@@ -344,6 +356,8 @@ class Scheduler:
                                node.memory)
             if top:
                 total += NODE_AFFINITY_WEIGHT * (preference[i] * MAX_NODE_SCORE // top)
+            if most:
+                total += TAINT_TOLERATION_WEIGHT * (MAX_NODE_SCORE - avoided[i] * MAX_NODE_SCORE // most)
             if total > best_score:
                 best, best_score, tied = node, total, 1
             elif total == best_score:

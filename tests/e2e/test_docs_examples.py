@@ -185,6 +185,11 @@ async def backfill(kit: Kit, blocks: list[Block], agent: AgentProcess) -> None:
     async def locked() -> bool:
         return await lock_on(kit, "kwok-node-0") == owner.owner_id
     await waiting(kit, agent, locked, "kwok-node-0 locked for big-train", 60)
+
+    async def room_noted() -> bool:  # the plan after the lock notes its room (a reader comes seconds later)
+        node = await kit.read_node("kwok-node-0")
+        return keys.BACKFILL_ROOM in (node["metadata"].get("annotations") or {})
+    await waiting(kit, agent, room_noted, "kwok-node-0's backfill room noted", 30)
     shown(report, await shell(kit.cluster, report))
     pod = await kit.wait_for(lambda: running(kit, "report"), what="report Running", timeout=30)
     assert pod["spec"]["nodeName"] == "kwok-node-0" and pod["spec"].get("activeDeadlineSeconds") == 20, pod["spec"]

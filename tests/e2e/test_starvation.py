@@ -160,3 +160,54 @@ async def test_gang_of_min_member_3_with_8_pending_pods_gets_3_tasks_worth_of_lo
     held = await steady(kit, names, owner, seconds=6)
     assert len(held) == 3, held
     assert sorted(t for tasks in held.values() for t in tasks) == [f"{kit.namespace}/train-{i}" for i in range(3)]
+
+
+# --- softDrain: before the threshold, kube-scheduler steers other pods off the node the big pod will fit on soonest ---
+
+SOFT_DRAIN_CONFIG = """
+starvation: {starvingJobTimeThreshold: 10m, reservedNodePercent: 100, softDrain: true}
+maxLockedNodePercent: 90
+resyncPeriod: 2s
+debounce: 200ms
+"""
+
+
+async def drain_taints(kit: Kit, name: str) -> list[dict]:
+    return [t for t in (await kit.read_node(name))["spec"].get("taints") or [] if t["key"] == keys.DRAIN]
+
+
+async def test_soft_drain_marks_the_soonest_node_before_the_threshold_and_kube_scheduler_sends_pods_elsewhere(
+        kit: Kit) -> None:
+    """Two 4-cpu nodes, each running three 1-cpu pods: soft-a's declare 30 minutes, soft-b's 2. A 4-cpu pod fits on
+    neither; long before its 10 minute threshold the agent marks soft-b (where it fits soonest) PreferNoSchedule and
+    locks nothing. A 1-cpu pod then goes to soft-a, though both nodes have the same room; once the big pod is gone the
+    mark goes."""
+    for node, runtime in (("soft-a", "30m"), ("soft-b", "2m")):
+        await kit.create_node(node, {"cpu": "4", "memory": "16Gi"})
+        for i in range(3):
+            await kit.create_pod(f"{node}-run-{i}", {"cpu": "1"}, annotations={"volcano.sh/maximum-runtime": runtime},
+                                 extra_spec={"nodeName": node})
+    async with running_agent(kit, SOFT_DRAIN_CONFIG) as agent:
+        await kit.create_pod("big", {"cpu": "4"})
+        owner = JobRef(kit.namespace, "Pod", "big").owner_id
+
+        async def marked() -> list[dict]:
+            return await drain_taints(kit, "soft-b")
+        try:
+            taints = await kit.wait_for(marked, what="soft-b marked for the big pod", timeout=30)
+        except AssertionError:
+            raise AssertionError(agent.log_text()[-3000:]) from None
+        assert taints == [{"key": keys.DRAIN, "value": owner, "effect": keys.DRAIN_EFFECT}], taints
+        assert await drain_taints(kit, "soft-a") == []
+        assert await locked_nodes(kit, ["soft-a", "soft-b"]) == {}, "no lock before the threshold"
+        await kit.create_pod("small", {"cpu": "1"})
+        small = await kit.wait_pod("small", lambda p: bool(p["spec"].get("nodeName")), "small bound")
+        assert small["spec"]["nodeName"] == "soft-a", "TaintToleration's score sent it off the marked node"
+        assert (await kit.read_pod("big"))["spec"].get("nodeName") in (None, ""), "big fits nowhere yet"
+        logged = agent.log_text()
+        assert "decision=soft-drain" in logged and "nodes=soft-b " in logged, logged[-2000:]
+        await kit.raw("DELETE", f"/api/v1/namespaces/{kit.namespace}/pods/big")
+
+        async def unmarked() -> bool:
+            return not await drain_taints(kit, "soft-b")
+        await kit.wait_for(unmarked, what="soft-b's mark removed once the big pod is gone", timeout=30)

@@ -31,7 +31,7 @@ from webhook.server import Metrics, ReloadingTLS
 COMMON = {"reservoir_build_info", "reservoir_cache_last_heard_timestamp_seconds",
           "reservoir_watch_skipped_objects_total", "process_cpu_seconds_total", "process_resident_memory_bytes",
           "process_start_time_seconds", "process_open_fds", "python_info", "python_gc_collections_total"}
-AGENT = COMMON | {"reservoir_leader", "reservoir_locks", "reservoir_starving_jobs",
+AGENT = COMMON | {"reservoir_leader", "reservoir_locks", "reservoir_starving_jobs", "reservoir_soft_drained_nodes",
                   "reservoir_reconcile_duration_seconds", "reservoir_reconcile_errors_total",
                   "reservoir_reconcile_wakeups_total", "reservoir_patch_errors_total",
                   "reservoir_config_rejected_total", "reservoir_writes_fenced_total", "reservoir_evictions_total",

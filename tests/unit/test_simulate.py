@@ -201,3 +201,40 @@ def test_the_command_runs_a_trace_and_a_config_and_names_a_bad_one(tmp_path: Pat
     body = json.loads(capsys.readouterr().out)
     assert [a["name"] for a in body["arms"]] == ["alone", "locks"]
     assert all(a["summary"]["unplaced"] == 0 for a in body["arms"])
+
+
+def test_a_prefer_no_schedule_taint_sends_a_pod_elsewhere_unless_nothing_else_fits_or_it_tolerates_it() -> None:
+    """TaintToleration's score (weight 3, the untainted node 100, the tainted 0) outweighs LeastAllocated and
+    BalancedAllocation (at most 100 each): a pod goes to the emptier tainted node only when it tolerates the taint
+    or nothing else fits. The soft-drain taint (keys.DRAIN) relies on it."""
+    def view(name: str, taints: list[dict[str, str]]) -> NodeView:
+        return NodeView.from_obj({"metadata": {"name": name}, "spec": {"taints": taints},
+                                  "status": {"allocatable": {"cpu": "64", "memory": "256Gi", "pods": "110"}}})
+
+    def pod(name: str, cpu: str, tolerations: list[dict[str, str]] | None = None) -> dict[str, object]:
+        return {"metadata": {"name": name}, "spec": {"tolerations": tolerations or [], "containers": [
+            {"name": "c", "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}]}}
+
+    drain = {"key": keys.DRAIN, "value": "job", "effect": "PreferNoSchedule"}
+    scheduler = simulate.Scheduler([view("busy", []), view("empty", [drain])], random.Random(0))
+    busy, empty = scheduler.nodes
+    scheduler.take(busy, scheduler.queued(pod("resident", "40"), 0.0))
+    assert scheduler.attempt(scheduler.queued(pod("a", "8"), 0.0)) is busy
+    tolerant = scheduler.queued(pod("b", "8", [{"key": keys.DRAIN, "operator": "Exists"}]), 0.0)
+    assert scheduler.attempt(tolerant) is empty
+    assert scheduler.attempt(scheduler.queued(pod("c", "30"), 0.0)) is empty, "24 cpu left on busy: only empty fits"
+
+
+def test_bench_seeds_runs_bench_traces_arms_and_the_backfill_arm_without_the_soft_drain() -> None:
+    from bench.trace import seeds
+
+    specs = {spec.name: spec for spec in seeds.arms()}
+    assert list(specs) == ["alone", "starvation", "backfill", "nosoft"]
+    backfill, nosoft = specs["backfill"].config, specs["nosoft"].config
+    assert backfill is not None and nosoft is not None
+    assert backfill.starvation.soft_drain and not nosoft.starvation.soft_drain
+    assert nosoft.model_dump(exclude={"starvation", "backfill"}) == backfill.model_dump(exclude={"starvation",
+                                                                                                "backfill"})
+    assert nosoft.starvation.model_dump(exclude={"soft_drain"}) == backfill.starvation.model_dump(
+        exclude={"soft_drain"})
+    assert nosoft.backfill.namespaces == ["trace-nosoft"]

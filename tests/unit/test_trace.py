@@ -565,3 +565,24 @@ def test_a_recordings_declared_runtimes_reach_the_replayed_pods(tmp_path: Path) 
                             runtime_floor=2.0, runtime_cap=120.0).pods
     assert openb.declared == openb.runtime == 3.0
     assert pod_body(openb, "ns")["metadata"]["annotations"][keys.MAXIMUM_RUNTIME] == "3s"
+
+
+def test_owner_delay_counts_the_pods_backfilled_under_the_owners_lock_not_those_already_there() -> None:
+    """An 8-GPU node locked for `owner` from t=10; a 1-GPU pod backfilled at t=12 runs to t=30 while the node's last
+    other pod ended at t=20: the owner could have bound at 20 and bound at 30, a delay of 10 s. A pod backfilled at t=5,
+    under an earlier owner's lock, is one the lock's node choice saw: no delay."""
+    from bench.trace.run import Seen, owner_delays
+    from shared.ownership import JobRef
+
+    node = NodeRow("n", 64_000, 256 * 1024, 8, "G2")
+    pods = {name: trace.ReplayPod(name, klass, 0.0, 10.0, 1000, 1024, gpus, 1000, ())
+            for name, klass, gpus in (("owner", "8 GPU", 8), ("other", "8 GPU", 8), ("late", "1 GPU", 1),
+                                      ("early", "1 GPU", 1))}
+    owner_id = JobRef("ns", "Pod", "owner").owner_id
+
+    def seen(backfilled: str, at: float) -> Seen:
+        return Seen(bound={"other": 0.0, backfilled: at, "owner": 30.0}, ended={"other": 20.0, backfilled: 30.0},
+                    node=dict.fromkeys(("other", backfilled, "owner"), "n"), backfilled={backfilled},
+                    lock_history=[("n", owner_id, 10.0, 30.0)])
+    assert owner_delays(seen("late", 12.0), pods, {"n": node}, "ns") == [10.0]
+    assert owner_delays(seen("early", 5.0), pods, {"n": node}, "ns") == [0.0]
