@@ -107,7 +107,7 @@ def carries_lock_keys(node: Mapping[str, Any]) -> bool:
     labels = meta.get("labels") or {}
     annotations = meta.get("annotations") or {}
     taints = (node.get("spec") or {}).get("taints") or []
-    return (any(t.get("key") in NODE_TAINTS and t.get("effect") == keys.LOCK_EFFECT or t.get("key") == keys.DRAIN
+    return (any((t.get("key") in NODE_TAINTS and t.get("effect") == keys.LOCK_EFFECT) or t.get("key") == keys.DRAIN
                 for t in taints)
             or any(k in labels for k in NODE_LABELS) or any(k in annotations for k in NODE_ANNOTATIONS))
 

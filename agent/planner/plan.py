@@ -67,6 +67,7 @@ def plan(snapshot: Snapshot, config: ReservoirConfig, now: datetime,
     repairs = plan_repairs(jobs=context.jobs, pods=list(snapshot.index.unbound.values()), locks=locks,
                            statuses=statuses.reservations, reservations=snapshot.reservations,
                            windows=config.windows, snapshot=snapshot, config=config)
+    drains = {node: owner for node, owner in drains.items() if node not in locks}  # a lock replaces the mark
     drains_marked, drain_notes = drain_marks(snapshot.nodes, drains, locks)
     notes += drain_notes
     backfill = plan_backfill_of(context, locks, statuses)
@@ -78,7 +79,7 @@ def plan(snapshot: Snapshot, config: ReservoirConfig, now: datetime,
                 reservations=reservations, repairs=repairs, states=context.states,
                 placeholders=list(statuses.placeholders), handovers=list(statuses.handovers),
                 node_marks=merged_marks(context.cooldowns.marks, backfill.marks, drains_marked),
-                drains={node: owner for node, owner in drains.items() if node not in locks},
+                drains=drains,
                 runtimes=context.runtimes,
                 wake_at=wake_at, backfill=backfill, rankings=context.rankings)
 
@@ -86,14 +87,15 @@ def plan(snapshot: Snapshot, config: ReservoirConfig, now: datetime,
 def drain_marks(nodes: Mapping[str, NodeView], drains: Mapping[str, str],
                 locks: Mapping[str, Lock]) -> tuple[dict[str, dict[str, str | None]], list[str]]:
     """Plan.node_marks for the soft-drain taints (keys.DRAIN, starvation.soft_drains): on each node whose taint is not
-    the one `drains` wants (none on a node this plan locks, or one no policy wants), the owner to write, or None to
-    remove it; and a note for each removal (the writes are noted by the policy)."""
+    the one `drains` wants (none on a node not in it: this plan locks it, or no policy wants one), the owner to write,
+    or None to remove it; and a note for each removal, saying why (`locks`: this plan's; the writes are noted by the
+    policy)."""
     marks: dict[str, dict[str, str | None]] = {}
     notes: list[str] = []
     for name, node in nodes.items():
         if not node.taints and name not in drains:
             continue  # most nodes: nothing there, nothing wanted
-        want = drains.get(name) if name not in locks else None
+        want = drains.get(name)
         have = node.drain_owner
         if have != want:
             marks[name] = {keys.DRAIN: want}

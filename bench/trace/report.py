@@ -425,7 +425,8 @@ def table(arms: Sequence[Arm]) -> str:
     return "\n".join(lines)
 
 
-def _p95(arm: Arm, klass: str) -> float | None:
+def class_p95(arm: Arm, klass: str) -> float | None:
+    """The p95 wait of the class's placed pods, None when none was placed."""
     placed = waits(r for r in arm.records if r.klass == klass)
     return percentile(placed, 95) if placed else None
 
@@ -443,8 +444,8 @@ def last_line(alone: Arm, reservoir: Arm) -> str:
     and 1-GPU pods' wait p95 and the GPU allocation, kube-scheduler alone -> with Reservoir; R = A / B ("inf" when B
     is 0 and A is not, "1.0" when both are 0; "n/a" when a side placed no 8-GPU pod, and that side's p95 too); N and
     U: pods backfilled and pods never placed with Reservoir."""
-    a, b = _p95(alone, "8 GPU"), _p95(reservoir, "8 GPU")
-    c, d = _p95(alone, "1 GPU"), _p95(reservoir, "1 GPU")
+    a, b = class_p95(alone, "8 GPU"), class_p95(reservoir, "8 GPU")
+    c, d = class_p95(alone, "1 GPU"), class_p95(reservoir, "1 GPU")
     ratio = "n/a" if a is None or b is None else f"{wait_ratio(a, b):.1f}"
 
     def s(value: float | None) -> str:
@@ -476,13 +477,13 @@ def criteria(arms: Sequence[Arm]) -> list[dict[str, Any]]:
     if alone is None or reservoir is None:
         return []
     rows: list[dict[str, Any]] = []
-    a8, r8 = _p95(alone, "8 GPU"), _p95(reservoir, "8 GPU")
+    a8, r8 = class_p95(alone, "8 GPU"), class_p95(reservoir, "8 GPU")
     if a8 is not None and r8 is not None:
         ratio = wait_ratio(a8, r8)
         rows.append({"criterion": f"8 GPU p95 at least {RATIO_GOAL:g}x lower",
                      "value": f"{a8:.1f} -> {r8:.1f} s (x{ratio:.1f})", "met": ratio >= RATIO_GOAL})
     for klass in classes([alone, reservoir]):
-        a, r = _p95(alone, klass), _p95(reservoir, klass)
+        a, r = class_p95(alone, klass), class_p95(reservoir, klass)
         if klass == "8 GPU" or a is None or r is None:
             continue
         rows.append({"criterion": f"{klass} p95 at most {EXTRA_WAIT_GOAL:g} s higher",
