@@ -153,7 +153,7 @@ bench-simulate: $(STAMP)
 .PHONY: bench-seeds
 ## bench-seeds: bench-trace's goals over SEEDS= draws of the synthetic trace (12) in the model (reservoir simulate),
 ## with the backfill arm also run without softDrain beside it; a line per draw, the draws each goal holds on; last line
-## `seeds: N draws: 8gpu x3 met in A (B without softDrain), every goal in C` (about 2 minutes)
+## `seeds: N draws: 8gpu x3 met in A (B without softDrain; reachable without eviction in F), every goal in C` (about 2 minutes)
 bench-seeds: $(STAMP)
 	$(PY) -m bench.trace.seeds $(if $(SEEDS),--seeds $(SEEDS))
 

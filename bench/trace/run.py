@@ -287,6 +287,7 @@ async def arm(api: Api, kubectl: list[str], name: str, node_rows: Sequence[trace
                         owner_delays=owner_delays(seen, pods, nodes, namespace), seconds=seconds,
                         window=last_arrival, locks=locks, node_gpus={n: row.gpu for n, row in nodes.items()})
     result.lock_regrets = report.lock_regrets(result, pods, nodes)
+    result.floors = report.reservation_floors(result, pods, nodes)
     await api.call("DELETE", f"/api/v1/namespaces/{namespace}/pods?gracePeriodSeconds=0", ok=(200, 202, 404))
     await api.call("DELETE", f"/api/v1/namespaces/{namespace}", ok=(200, 202, 404))
     for node in nodes:

@@ -746,6 +746,7 @@ class ArmRun:
                          total_gpus=sum(r.gpu for r in self.rows.values()), owner_delays=delays, seconds=end,
                          window=last_arrival, locks=locks, node_gpus={n: r.gpu for n, r in self.rows.items()})
         arm.lock_regrets = report.lock_regrets(arm, pods, self.rows)
+        arm.floors = report.reservation_floors(arm, pods, self.rows)
         return arm
 
 

@@ -5,6 +5,7 @@ figures on hand-made runs whose expectations are worked out in the comments."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -490,6 +491,57 @@ def test_lock_regret_is_how_much_later_the_locked_node_frees_than_the_soonest_fr
     assert report.lock_regrets(result, pods, nodes) == [30.0, 0.0]  # by owner: big, then rival (n3 frees soonest)
     result.locks[1] = report.LockSpan("n2", "8 GPU", 10.0, 61.0, "big")
     assert report.lock_regrets(result, pods, nodes) == [0.0, 0.0]
+
+
+def test_backfill_filled_is_the_locked_idle_gpu_seconds_backfilled_pods_used_in_their_own_run() -> None:
+    """n1 (8 GPUs) locked from 10 to 50: beside an owner-unrelated pod of 4 GPUs (0..30), a backfilled pod of 2 GPUs
+    ran 20..40 (40 GPU-s under the lock) and one 45..60 (10 GPU-s under it); a backfilled pod on n2, never locked,
+    fills nothing; a lock still held at the end counts to the arm's end (n3 locked from 55, a backfilled pod 56..58)."""
+    records = [PodRecord("p", "4 GPU", 4, 0.0, 0.0, 30.0, "n1", False),
+               PodRecord("b", "2 GPU", 2, 20.0, 20.0, 40.0, "n1", True),
+               PodRecord("c", "2 GPU", 2, 45.0, 45.0, 60.0, "n1", True),
+               PodRecord("d", "2 GPU", 2, 0.0, 0.0, 60.0, "n2", True),
+               PodRecord("e", "1 GPU", 1, 56.0, 56.0, 58.0, "n3", True)]
+    result = arm("backfill", records)
+    result.node_gpus = {"n1": 8, "n2": 8, "n3": 8}
+    result.locks = [report.LockSpan("n1", "8 GPU", 10.0, 50.0, "big"), report.LockSpan("n3", "8 GPU", 55.0, None)]
+    assert report.backfill_filled_gpu_seconds(result) == pytest.approx(40.0 + 10.0 + 2.0)
+    assert report.summary(result)["backfill_filled_gpu_seconds"] == pytest.approx(52.0)
+    result.locks = result.locks[:1]
+    result.records[1] = dataclasses.replace(result.records[1], backfilled=False)  # not a backfilled pod: not counted
+    assert report.backfill_filled_gpu_seconds(result) == pytest.approx(10.0)
+
+
+def test_reservation_floor_is_the_soonest_start_with_nothing_placed_after_arrival() -> None:
+    """Two 8-GPU nodes. "x1" (8 GPUs, created and bound at -10) had n1 free: floor 0. At 5, when "a" arrives, n1 runs
+    x1 to 40 and n2 a 4-GPU pod to 25; the pod placed on n2 at 10 (after a arrived) does not count: a's floor is
+    25 - 5 = 20, however late it really started. "b", created at 8 while a still waited, comes after a's hold of n2
+    (25..35) or gets n1 at 40: 35 - 8 = 27. Had a been bound before b arrived, a is among the running pods, not held
+    again: n2 at 25, 17. A pod of another class, or one never placed, has none."""
+    nodes = {n: NodeRow(n, 10_000, 65_536, 8, "G2") for n in ("n1", "n2")}
+    pods = {name: replay_pod(name, gpus) for name, gpus in
+            (("a", 8), ("b", 8), ("x1", 8), ("x2", 4), ("late", 4), ("small", 1), ("never", 8))}
+    a = PodRecord("a", "8 GPU", 8, 5.0, 90.0, 100.0, "n2", False)
+    records = [PodRecord("x1", "8 GPU", 8, -10.0, -10.0, 40.0, "n1", False),
+               PodRecord("x2", "4 GPU", 4, -10.0, -10.0, 25.0, "n2", False),
+               PodRecord("late", "4 GPU", 4, 10.0, 10.0, 90.0, "n2", False), a,
+               PodRecord("b", "8 GPU", 8, 8.0, 40.0, 50.0, "n1", False),
+               PodRecord("small", "1 GPU", 1, 6.0, 6.0, 7.0, "n2", False),
+               PodRecord("never", "8 GPU", 8, 1.0, None, None, "", False)]
+    result = arm("backfill", records)
+    assert report.reservation_floors(result, pods, nodes) == {"x1": 0.0, "a": 20.0, "b": 27.0}
+    assert report.floor_p95(result) is None  # measured by the drivers (run.py, simulate.py), not by the report
+    result.floors = report.reservation_floors(result, pods, nodes)
+    assert report.floor_p95(result) == report.percentile([0.0, 20.0, 27.0], 95)
+    assert report.above_floor(result) == [0.0, 85.0 - 20.0, 32.0 - 27.0]
+    assert "backfill 8 GPU pods' floor" in report.table([result])
+    assert "20.0 / 26.3 s; their wait above it: mean 23.3 s" in report.table([result])
+    alone = arm("alone", [dataclasses.replace(r, bound=r.created + 79.0) for r in records if r.bound is not None])
+    assert report.criteria([alone, result])[0] == {
+        "criterion": "8 GPU p95 at least 3x lower", "met": False,
+        "value": "79.0 -> 79.7 s (x1.0); without eviction at most x3.0 here (the floor's p95 26.3 s)"}
+    records[3] = dataclasses.replace(a, bound=8.0, ended=18.0, node="elsewhere")
+    assert report.reservation_floors(arm("backfill", records), pods, nodes) == {"x1": 0.0, "a": 20.0, "b": 17.0}
 
 
 def test_criteria_measure_each_goal_of_the_trace_issue() -> None:
