@@ -20,7 +20,7 @@ from agent.planner.model import Lock, Snapshot
 from agent.planner.plan import current_locks
 from agent.published import StatusError, freshness, parse_published, start_text
 from agent.why import explain, why_text
-from agent.writer import Writer
+from agent.writer import RELEASE_MARKS, Writer
 from shared import keys, kinds
 from shared.config import ReservoirConfig
 from shared.duration import format_duration
@@ -293,8 +293,8 @@ async def release(kubeconfig: str | None, nodes: list[str], everything: bool,
         targets = [n.name for n in listed if everything or n.name in nodes]
         done = []
         for name in targets:
-            # a starvation cool-down record (keys.LOCK_EXPIRED) goes too: nothing of Reservoir's is left on the node
-            before, patched = await writer.set_lock(name, None, {keys.LOCK_EXPIRED: None, keys.DRAIN: None})
+            # the starvation cool-down record and the soft-drain taint go too (RELEASE_MARKS)
+            before, patched = await writer.set_lock(name, None, dict.fromkeys(RELEASE_MARKS))
             if patched:
                 what = f"{before.kind.value} {before.subject}" if before else "leftover keys (lock or soft-drain)"
                 done.append(f"{name}: released {what}")

@@ -33,7 +33,7 @@ from typing import Any
 from kubernetes_asyncio import client
 
 from agent.controller import LEASE_DURATION, LEASE_NAME, RETRY_PERIOD
-from agent.writer import Writer
+from agent.writer import RELEASE_MARKS, Writer
 from shared import keys
 from shared.jsonpatch import Op
 from shared.kube import JSON_PATCH, Conflict, Invalid, NotFound, get_json, new_api_client, resource_path, send_json
@@ -303,8 +303,10 @@ async def _release_locks(api: client.ApiClient) -> list[str]:
         if not carries_lock_keys(node):
             continue
         name = node["metadata"]["name"]
-        # the same write as `reservoir release --all`: no lock, and the starvation cool-down record gone too
-        before, patched = await writer.set_lock(name, None, dict.fromkeys((*NODE_ANNOTATIONS[1:], keys.DRAIN)))
+        # what `reservoir release --all` writes (RELEASE_MARKS), and every other NODE_ANNOTATIONS (the backfill notes;
+        # set_lock removes keys.LOCK_INFO with the lock): nothing is left
+        marks = dict.fromkeys((*RELEASE_MARKS, *NODE_ANNOTATIONS[1:]))
+        before, patched = await writer.set_lock(name, None, marks)
         if patched:
             what = f"{before.kind.value} lock of {before.subject}" if before else "leftover keys (lock or soft-drain)"
             lines.append(f"{display('v1', 'nodes', name)} released ({what})")

@@ -98,6 +98,11 @@ from shared.views import NodeView, PodView, QueueView, ReservationView
 
 log = logging.getLogger("reservoir.agent")
 CLUSTER_SCOPED = frozenset(("Node", "Queue", "Reservation", "PriorityClass"))
+# What `reservoir release` removes with a node's lock (set_lock's marks): the starvation cool-down record and the
+# soft-drain taint, so nothing that keeps pods off the node or a job from locking is left. The backfill notes
+# (keys.BACKFILL_GRANTS, keys.BACKFILL_ROOM) stay: they keep no pod off, only the agent reads them, and its next plan
+# drops them from a node no longer locked; `reservoir uninstall` removes them too (agent/uninstall.py).
+RELEASE_MARKS = (keys.LOCK_EXPIRED, keys.DRAIN)
 VOLCANO_API_VERSION = keys.VOLCANO_API_VERSION
 RESERVATION_API_VERSION = keys.RESERVATION_API_VERSION
 MAX_ATTEMPTS = 5
