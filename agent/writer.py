@@ -99,9 +99,10 @@ from shared.views import NodeView, PodView, QueueView, ReservationView
 log = logging.getLogger("reservoir.agent")
 CLUSTER_SCOPED = frozenset(("Node", "Queue", "Reservation", "PriorityClass"))
 # What `reservoir release` removes with a node's lock (set_lock's marks): the starvation cool-down record and the
-# soft-drain taint, so nothing that keeps pods off the node or a job from locking is left. The backfill notes
-# (keys.BACKFILL_GRANTS, keys.BACKFILL_ROOM) stay: they keep no pod off, only the agent reads them, and its next plan
-# drops them from a node no longer locked; `reservoir uninstall` removes them too (agent/uninstall.py).
+# soft-drain taint, so nothing that keeps pods off the node or a job from locking is left. The backfill notes stay:
+# they keep no pod off and only the agent reads them; a grant (keys.BACKFILL_GRANTS) states its backfilled pod's end
+# and is kept while that pod runs, the room note (keys.BACKFILL_ROOM) is dropped by the agent's next plan from a node
+# no longer locked. `reservoir uninstall` removes them too (agent/uninstall.py).
 RELEASE_MARKS = (keys.LOCK_EXPIRED, keys.DRAIN)
 VOLCANO_API_VERSION = keys.VOLCANO_API_VERSION
 RESERVATION_API_VERSION = keys.RESERVATION_API_VERSION

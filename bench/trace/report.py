@@ -330,10 +330,7 @@ def lock_regrets(arm: Arm, pods: Mapping[str, ReplayPod], nodes: Mapping[str, No
     the moments they really ended (what the planner reads from their declared runtimes; a pod not seen ending never
     frees its room). 0 where the lock went to the soonest node; the lock's node is what its drain (lock_waits'
     lock -> bind) is made of."""
-    running: dict[str, list[PodRecord]] = {}
-    for r in arm.records:
-        if r.node and r.bound is not None:
-            running.setdefault(r.node, []).append(r)
+    running = _placed_by_node(arm)
 
     def fits(name: str, want: ReplayPod, at: float) -> float | None:
         on = [(pods[r.name], r.ended if r.ended is not None else math.inf) for r in running.get(name, ())
@@ -370,22 +367,22 @@ def reservation_floors(arm: Arm, pods: Mapping[str, ReplayPod], nodes: Mapping[s
     a real one (threshold, node choice from declared runtimes, its caps) can only come later. Pod name -> seconds,
     in creation order."""
     # a sweep in time over the records: `active` holds, per node, the pods bound and not ended at the moment swept to
-    starts = sorted((r for r in arm.records if r.node and r.bound is not None and r.name in pods),
-                    key=lambda r: r.bound or 0.0)
+    starts = sorted(((r.bound, r) for r in arm.records if r.node and r.bound is not None and r.name in pods),
+                    key=lambda pair: pair[0])
     ends: list[tuple[float, str, str]] = []  # heap of (end, node, name)
     active: dict[str, dict[str, tuple[ReplayPod, float]]] = {}
     shapes: dict[tuple[int, int, int, tuple[str, ...]], list[str]] = {}  # a request -> the nodes that could ever fit it
     held: dict[str, list[tuple[float, float, float]]] = {}  # node -> (from, until, bound) of earlier pods of the class
     floors: dict[str, float] = {}
     started = 0
-    for record in sorted((r for r in arm.records if r.klass == klass and r.bound is not None),
-                         key=lambda r: (r.created, r.name)):
+    for bound, record in sorted(((r.bound, r) for r in arm.records if r.klass == klass and r.bound is not None),
+                                key=lambda pair: (pair[1].created, pair[1].name)):
         want = pods.get(record.name)
         if want is None:
             continue
         at = record.created
-        while started < len(starts) and (starts[started].bound or 0.0) <= at:
-            r = starts[started]
+        while started < len(starts) and starts[started][0] <= at:
+            r = starts[started][1]
             started += 1
             end = r.ended if r.ended is not None else math.inf
             if end > at:
@@ -403,14 +400,14 @@ def reservation_floors(arm: Arm, pods: Mapping[str, ReplayPod], nodes: Mapping[s
             moment = fit_moment(want, nodes[name], on, at)
             if moment is None:
                 continue
-            for since, until, bound in sorted(held.get(name, ())):
-                if bound > at and until > moment and since < moment + want.runtime:
+            for since, until, theirs in sorted(held.get(name, ())):  # theirs: when that pod really bound
+                if theirs > at and until > moment and since < moment + want.runtime:
                     moment = until
             if best is None or moment < best[0]:
                 best = (moment, name)
         if best is None:
             continue
-        held.setdefault(best[1], []).append((best[0], best[0] + want.runtime, record.bound or at))
+        held.setdefault(best[1], []).append((best[0], best[0] + want.runtime, bound))
         floors[record.name] = best[0] - at
     return floors
 
