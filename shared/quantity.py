@@ -15,6 +15,7 @@ integer digits and 9 decimal places at most, suffixes up to `E` (10^18) and `Ei`
 
 from __future__ import annotations
 
+import functools
 import re
 from fractions import Fraction
 
@@ -104,10 +105,25 @@ def _ceil(value: Fraction) -> int:
     return -((-value.numerator) // value.denominator)
 
 
+# quantity strings whose integers are kept (to_int): a cluster's pods repeat a few hundred ("500m", "4Gi"); the agent
+# reads every pod's at each change and `reservoir simulate` at each of its events. Bounded, so a tenant writing new
+# ones pushes out only the oldest; texts over MAX_LENGTH are refused, never kept
+QUANTITIES_KEPT = 4096
+
+
+@functools.lru_cache(maxsize=QUANTITIES_KEPT)
+def _text_to_int(milli: bool, text: str) -> int:
+    value = parse_quantity(text)
+    return _ceil(value * 1000) if milli else _ceil(value)
+
+
 def to_int(resource: str, text: str | int) -> int:
     """The quantity as an exact integer: millicores for cpu, whole units (bytes, pods, ...) otherwise."""
+    milli = resource in MILLI_RESOURCES
+    if type(text) is str and len(text) <= MAX_LENGTH:
+        return _text_to_int(milli, text)
     value = parse_quantity(text)
-    return _ceil(value * 1000) if resource in MILLI_RESOURCES else _ceil(value)
+    return _ceil(value * 1000) if milli else _ceil(value)
 
 
 def format_quantity(resource: str, amount: int) -> str:

@@ -96,7 +96,7 @@ from shared.resources import CPU, MEMORY, PODS, Resources, pod_requests
 from shared.timestamps import stamp
 from shared.tolerations import tolerates_taint
 from shared.tracecsv import REPLAY_SETTING
-from shared.views import NodeView, PodView
+from shared.views import NodeView, PodView, Taint
 from webhook.lookup import Lookup
 from webhook.mutate import mutate_pod
 
@@ -197,13 +197,17 @@ class SchedNode:
     free_pods: int = 0
     # the static filters' answer (nodeSelector, required node affinity) by placement id, while the node has no taints
     static: dict[int, bool] = field(default_factory=dict)
+    # its PreferNoSchedule taints, the ones TaintToleration scores
+    prefer: tuple[Taint, ...] = ()
 
     def __post_init__(self) -> None:
         self.free_cpu, self.free_memory, self.free_gpus, self.free_pods = self.cpu, self.memory, self.gpus, self.pods
+        self.set_view(self.view)
 
     def set_view(self, view: NodeView) -> None:
         self.view = view
         self.static = {}
+        self.prefer = tuple(t for t in view.taints if t.effect == PREFER_NO_SCHEDULE)
 
 
 @dataclass(eq=False)
@@ -335,18 +339,23 @@ class Scheduler:
         sampling over the top score."""
         preference = [0] * len(feasible)
         if pod.preferred:
+            keys_read = pod.preferred_keys
             for i, node in enumerate(feasible):
-                labels = node.view.labels
-                if any(k in labels for k in pod.preferred_keys):
+                if not keys_read.isdisjoint(node.view.labels):
                     preference[i] = sum(w for w, term in pod.preferred if term.matches(node.view))
         top = max(preference)
         # TaintToleration: per node, the PreferNoSchedule taints the pod does not tolerate, reversed and normalised to
         # 100 by the highest count (DefaultNormalizeScore): 0 on every node when none has one
         avoided = [0] * len(feasible)
+        tolerated: dict[Taint, bool] = {}  # the pod's answer per taint: the same taints recur on many nodes
         for i, node in enumerate(feasible):
-            if node.view.taints:
-                avoided[i] = sum(1 for t in node.view.taints if t.effect == PREFER_NO_SCHEDULE and not any(
-                    tolerates_taint(tol, t.key, t.value, t.effect) for tol in pod.placement.tolerations))
+            for taint in node.prefer:
+                ok = tolerated.get(taint)
+                if ok is None:
+                    ok = tolerated[taint] = any(tolerates_taint(tol, taint.key, taint.value, taint.effect)
+                                                for tol in pod.placement.tolerations)
+                if not ok:
+                    avoided[i] += 1
         most = max(avoided)
         best = feasible[0]
         best_score, tied = -1, 0

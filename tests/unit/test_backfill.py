@@ -27,7 +27,7 @@ from agent.planner.backfill import (
     held_for,
     needed_by,
 )
-from agent.planner.capacity import NodeState, node_states
+from agent.planner.capacity import NodeState, node_states, schedulable
 from agent.planner.model import Backfill, Lock
 from agent.planner.plan import plan
 from agent.planner.reserve import maximum_runtime
@@ -36,7 +36,8 @@ from shared import keys
 from shared.backfill import read_grants
 from shared.keys import LockKind
 from shared.ownership import window_owner_id
-from shared.resources import EMPTY, Resources
+from shared.predicates import schedulable_on
+from shared.resources import EMPTY, PODS, Resources
 from shared.timestamps import stamp
 from shared.views import NodeView, PodGroupView, PodView
 from tests.builders import NOW, SEED_004_CONFIG, node, pod, snap
@@ -716,3 +717,85 @@ def fits_by_needed_by(scenario: Scenario) -> None:
             assert binds and min(binds) <= step(first), (spec.name, first, binds)
     for _, _, second, needed in timeline.backfills:
         assert needed >= NOW + second * S
+
+
+# --- clause 3 over many nodes: OpenNodes' index gives the walk over every node's answer ---
+
+
+def reference_open_fits(candidates: list[Candidate], states: dict[str, NodeState],
+                        locks: dict[str, Lock]) -> list[bool]:
+    """Clause 3 as open_fits' docstring words it, walking every node by name for every candidate: the first node,
+    by name, that is schedulable, open to the candidate (no lock, or one it owns), whose idle less what the candidates
+    before took covers it, and whose filters let it on with their pods counted."""
+    used: dict[str, Resources] = {}
+    answers = []
+    for candidate in sorted(candidates, key=lambda c: (c.pod.created, c.pod.key)):
+        pod_ = candidate.pod
+        found = None
+        for name in sorted(states):
+            state, lock = states[name], locks.get(name)
+            if not schedulable(state.node) or (lock is not None and lock.owner not in candidate.owns):
+                continue
+            taken = used.get(name, EMPTY)
+            if (state.idle - taken).covers(pod_.requests) and schedulable_on(
+                    pod_.placement, state.node, pods_on_node=len(state.pods) + taken[PODS], ignore_lock=True):
+                found = name
+                break
+        if found is not None:
+            used[found] = used.get(found, EMPTY) + pod_.requests
+        answers.append(found is not None)
+    return answers
+
+
+def gpu_node(name: str, cpu: int, gpus: int, zone: str, pods: int, cordoned: bool) -> NodeView:
+    allocatable = {"cpu": str(cpu), "memory": "64Gi", "pods": str(pods)}
+    if gpus:
+        allocatable[keys.GPU_RESOURCE] = str(gpus)
+    return NodeView.from_obj({"metadata": {"name": name, "labels": {"zone": zone},
+                                           "creationTimestamp": stamp(NOW - timedelta(days=1))},
+                              "spec": {"unschedulable": cordoned}, "status": {"allocatable": allocatable}})
+
+
+def gpu_pod(name: str, cpu: int, gpus: int, *, node_name: str = "", zone: str | None = None,
+            age: int = 60) -> PodView:
+    requests = {"cpu": str(cpu), "memory": "1Gi"}
+    if gpus:
+        requests[keys.GPU_RESOURCE] = str(gpus)
+    return PodView.from_obj({
+        "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}",
+                     "creationTimestamp": stamp(NOW - age * S)},
+        "spec": {"nodeName": node_name, "nodeSelector": {"zone": zone} if zone else {},
+                 "containers": [{"name": "c", "resources": {"requests": requests}}]},
+        "status": {"phase": "Running" if node_name else "Pending"}})
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_open_fits_is_the_walk_over_every_node(data: st.DataObject) -> None:
+    """Nodes of several shapes (GPUs or none, two zones, some cordoned, some locked, few pod slots), pods running on
+    them, candidates asking for GPUs or not, some pinned to a zone, some owning a lock: open_fits answers as the walk
+    over every node does, candidates sharing the idle room in order."""
+    from agent.planner.backfill import open_fits
+
+    count = data.draw(st.integers(1, 12), label="nodes")
+    views = {}
+    running: list[PodView] = []
+    for i in range(count):
+        name = f"n{i:02d}"
+        gpus = data.draw(st.sampled_from([0, 1, 2, 4, 8]))
+        views[name] = gpu_node(name, data.draw(st.integers(1, 16)), gpus, data.draw(st.sampled_from("ab")),
+                               data.draw(st.integers(1, 4)), data.draw(st.booleans().map(lambda b: b and i % 5 == 4)))
+        for j in range(data.draw(st.integers(0, 2))):
+            running.append(gpu_pod(f"r{i}-{j}", data.draw(st.integers(0, 4)), data.draw(st.integers(0, gpus)),
+                                   node_name=name))
+    states = node_states(views, running)
+    owners = ["job-a", "job-b"]
+    locks = {name: job_lock(name, owner=data.draw(st.sampled_from(owners)))
+             for name in views if data.draw(st.integers(0, 3)) == 0}
+    candidates = [Candidate(gpu_pod(f"c{k}", data.draw(st.integers(0, 6)), data.draw(st.sampled_from([0, 1, 2, 4, 8])),
+                                    zone=data.draw(st.sampled_from([None, "a", "b"])),
+                                    age=data.draw(st.integers(1, 9))),
+                            timedelta(seconds=30), owns=frozenset(data.draw(st.sets(st.sampled_from(owners)))))
+                  for k in range(data.draw(st.integers(1, 10)))]
+    got = [c.fits_unlocked for c in open_fits(candidates, states, locks)]
+    assert got == reference_open_fits(candidates, states, locks)

@@ -106,6 +106,7 @@ def test_a_huge_exponent_fails_before_any_arithmetic(monkeypatch: pytest.MonkeyP
         return Fraction(*args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(quantity, "Fraction", fraction)
+    quantity._text_to_int.cache_clear()  # "1e3" below must be parsed, not found among the texts kept
     with pytest.raises(QuantityError) as err:
         to_int("cpu", "1e10000000")
     assert made == []
@@ -161,3 +162,20 @@ def test_any_text_parses_or_fails_with_a_quantity_error(text: str) -> None:
         parse_quantity(text)
     except QuantityError:
         pass
+
+
+def test_texts_kept_are_bounded_and_give_the_same_integers() -> None:
+    """to_int keeps the integers of the quantity strings it saw (a cluster repeats a few hundred), at most
+    QUANTITIES_KEPT of them: a tenant writing ever new ones pushes out only the oldest. Kept or not, the answer is
+    the parse's, per resource (cpu in millicores)."""
+    from shared import quantity
+
+    quantity._text_to_int.cache_clear()
+    assert to_int("cpu", "500m") == 500 and to_int("memory", "500m") == 1
+    assert to_int("cpu", "500m") == 500 and to_int("memory", "500m") == 1, "kept per resource's unit"
+    for i in range(quantity.QUANTITIES_KEPT + 100):
+        assert to_int("memory", f"{i}Ki") == i * 1024
+    assert quantity._text_to_int.cache_info().currsize == quantity.QUANTITIES_KEPT
+    with pytest.raises(QuantityError):
+        to_int("cpu", "1" * (quantity.MAX_LENGTH + 1))
+    assert quantity._text_to_int.cache_info().currsize == quantity.QUANTITIES_KEPT
