@@ -179,7 +179,7 @@ def open_recording(settings: Settings, now: float) -> Recording:
     else:
         recording = Recording(origin=now, options=options, anonymizer=Anonymizer(key))
     recording.written_uids = read_written_uids(pods)
-    recording.pods_seen = len(recording.written_uids | set(recording.open))
+    recording.pods_seen = len(recording.written_uids | {recording.written_form(uid) for uid in recording.open})
     if (directory / NODES_FILE).exists():
         recording.nodes = {row.sn: row for row in read_nodes(directory / NODES_FILE)}
     return recording

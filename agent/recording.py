@@ -322,13 +322,16 @@ class Recording:
     origin: float
     options: Options
     anonymizer: Anonymizer
-    open: dict[str, OpenPod] = field(default_factory=dict)
+    open: dict[str, OpenPod] = field(default_factory=dict)  # by uid
+    # the uids of the rows pods.csv holds, as written there (`written_form`: hashed under --anonymize)
     written_uids: set[str] = field(default_factory=set)
     nodes: dict[str, NodeRow] = field(default_factory=dict)  # by the sn written
     seen_until: float | None = None
     finished: bool = False
     pods_seen: int = 0  # distinct pods in the recording, every run's
     ending: set[str] = field(default_factory=set)  # uids whose row is made and not yet appended
+    # the uid of each row made and not yet appended, by its uid as written (`written` is told the written one)
+    made: dict[str, str] = field(default_factory=dict)
 
     # --- state ---
 
@@ -360,10 +363,14 @@ class Recording:
 
     # --- pods ---
 
+    def written_form(self, uid: str) -> str:
+        """A uid as pods.csv's uid column has it (hashed under --anonymize): what written_uids holds."""
+        return self.anonymizer.name("uid", uid)
+
     def pod_changed(self, pod: PodSeen, now: float) -> list[list[str]]:
         """A pod's view as a watch or list showed it at `now`: tracked, and its row when it has ended (Succeeded or
         Failed). A pod already written, or whose row is on its way, is ignored."""
-        if pod.uid in self.written_uids or pod.uid in self.ending:
+        if pod.uid in self.ending or self.written_form(pod.uid) in self.written_uids:
             return []
         tracked = self.open.get(pod.uid)
         if tracked is None:
@@ -384,8 +391,9 @@ class Recording:
 
     def pod_deleted(self, pod: PodSeen, now: float) -> list[list[str]]:
         """A pod the watch showed deleted at `now` (not seen finished first): its row, ended then."""
-        if pod.uid in self.written_uids:
-            self.written_uids.discard(pod.uid)  # deleted: it cannot show up again, so the recorder need not hold it
+        written = self.written_form(pod.uid)
+        if written in self.written_uids:
+            self.written_uids.discard(written)  # deleted: it cannot show up again, so the recorder need not hold it
             return []
         if pod.uid in self.ending:
             return []
@@ -397,8 +405,9 @@ class Recording:
         """A pod a relist no longer shows (its watch broke, or the API server was out of reach, and it was deleted
         meanwhile): ended at some moment between `known_until` (the last word from the watch) and `now`, written
         as Vanished with both bounds, as after a restart."""
-        if pod.uid in self.written_uids:
-            self.written_uids.discard(pod.uid)
+        written = self.written_form(pod.uid)
+        if written in self.written_uids:
+            self.written_uids.discard(written)
             return []
         if pod.uid in self.ending:
             return []
@@ -410,10 +419,11 @@ class Recording:
         """After the first list of a resumed run: the pods of the state pods.csv already holds are dropped (a crash
         after their row was appended, before the state was saved); the rows of the pods the list no longer shows
         (they vanished while the recorder was down: module docstring)."""
-        for uid in [uid for uid in self.open if uid in self.written_uids]:
+        for uid in [uid for uid in self.open if self.written_form(uid) in self.written_uids]:
             del self.open[uid]
         here = set(present)
-        self.written_uids &= here  # only a pod still listed can show up again: the rest of pods.csv is history
+        # only a pod still listed can show up again: the rest of pods.csv is history
+        self.written_uids &= {self.written_form(uid) for uid in here}
         return [self.row(pod, end=now, how="Vanished", end_after=self.seen_until)
                 for uid, pod in sorted(self.open.items()) if uid not in here and uid not in self.ending]
 
@@ -422,9 +432,11 @@ class Recording:
         self.finished = True
         return [self.row(pod, end=None, how="") for uid, pod in sorted(self.open.items()) if uid not in self.ending]
 
-    def written(self, uid: str) -> None:
-        """The row of `uid` is appended and synced: it leaves the open pods for good."""
-        self.written_uids.add(uid)
+    def written(self, written_uid: str) -> None:
+        """The row whose uid column is `written_uid` (as `row` made it) is appended and synced: its pod leaves the
+        open pods for good."""
+        uid = self.made.pop(written_uid, written_uid)
+        self.written_uids.add(written_uid)
         self.ending.discard(uid)
         self.open.pop(uid, None)
 
@@ -432,6 +444,7 @@ class Recording:
         """The CSV fields (RECORD_COLUMNS) of a pod ending at `end` (None: not ended), `how` it ended; the pod counts
         as on its way out (`ending`) until `written`."""
         self.ending.add(pod.seen.uid)
+        self.made[self.written_form(pod.seen.uid)] = pod.seen.uid
         seen, name = pod.seen, self.anonymizer.name
         phase = "Unknown" if how == "Vanished" else how if how in TERMINAL else seen.phase
         anonymous = self.anonymizer.key is not None
@@ -444,7 +457,7 @@ class Recording:
                        num_gpu=seen.num_gpu, gpu_milli=seen.gpu_milli, gpu_spec=models, qos=escape(seen.qos),
                        pod_phase=escape(phase), creation_time=self.since(pod.created),
                        deletion_time=self.since(end), scheduled_time=self.since(pod.bound))
-        extra = [name("uid", seen.uid), name("ns", seen.namespace), owner_kind,
+        extra = [self.written_form(seen.uid), name("ns", seen.namespace), owner_kind,
                  format_time(seen.declared_runtime), name("node", seen.node) if seen.node else "",
                  "yes" if pod.ever_gated else "", format_time(self.since(pod.ungated)), how,
                  format_time(self.since(end_after))]

@@ -33,7 +33,7 @@ from shared.logs import printable
 from shared.ownership import JobRef, pod_queue
 from shared.timestamps import parse_time, stamp
 from shared.tolerations import tolerates_exclusive, tolerates_lock
-from shared.views import PodGroupView, PodView, QueueView, ReservationView, WorkloadView
+from shared.views import DEFAULT_SCHEDULER, PodGroupView, PodView, QueueView, ReservationView, WorkloadView
 
 
 def _gates(pod: Mapping[str, Any]) -> list[str]:
@@ -108,7 +108,7 @@ def explain(pod: Mapping[str, Any], *, podgroup: PodGroupView | None, queue: Que
     if reservation is not None:
         return done("placeholder", f"is a placeholder of Reservation owner {reservation}: it holds what an Available "
                                    "Reservation reserves on its node; no lock is held for it.")
-    if view.scheduler_name != "default-scheduler":
+    if view.scheduler_name != DEFAULT_SCHEDULER:
         return done("other-scheduler", f"is scheduled by {view.scheduler_name}, not default-scheduler: Reservoir "
                                        "plans only for pods kube-scheduler places.")
     if view.handover_gated:

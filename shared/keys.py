@@ -23,6 +23,16 @@ def is_dns_subdomain(name: object) -> bool:
     """A name such an object can have: lowercase letters, digits, '-' and '.', at most MAX_DNS_SUBDOMAIN characters."""
     return isinstance(name, str) and 0 < len(name) <= MAX_DNS_SUBDOMAIN and bool(_DNS_SUBDOMAIN.fullmatch(name))
 
+
+_OBJECT_NAME = re.compile(r"[\x21-\x2e\x30-\x7e]+")  # printable ASCII but '/', no space
+
+
+def is_object_name(name: object) -> bool:
+    """A name any object of the API can have (a controller a pod's ownerReference names): at most MAX_DNS_SUBDOMAIN
+    printable characters, no space or '/' (the API server refuses others in every object's metadata.name; it checks
+    an ownerReference's name for being non-empty only)."""
+    return isinstance(name, str) and 0 < len(name) <= MAX_DNS_SUBDOMAIN and bool(_OBJECT_NAME.fullmatch(name))
+
 # --- on nodes: the lock (the agent's only durable state) ---
 LOCK = f"{DOMAIN}/lock"  # taint key and label key; value = owner id
 LOCK_KIND = f"{DOMAIN}/lock-kind"  # label; value = LockKind

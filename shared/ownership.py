@@ -43,23 +43,31 @@ class JobRef:
 
 def job_identity(meta: Mapping[str, Any], spec: Mapping[str, Any] | None = None) -> tuple[str, str] | None:
     """(kind, name) of the job a pod with this metadata (and spec) belongs to (module docstring). None for a standalone
-    pod whose name is not known yet (generateName at admission)."""
+    pod whose name is not known yet (generateName at admission).
+
+    A name no such object can have names no job: a group name that is not a DNS subdomain (every PodGroup's name is
+    one) is passed over for the next rule, a controller whose name no object can have (keys.is_object_name) makes
+    the pod its own job, as a controller of a kind no object has does. The webhook's `/validate/pods` refuses both;
+    this is for the pods it never sees (created while it was down, or labelled reservoir.sh/ignore): the job's name
+    is written into its locks' lock-info annotation, and a group name of 262,100 characters made every patch of
+    that lock fail (the API server's 256 KiB limit on a node's annotations) while each plan planned it again, holding
+    the starvation budget for good, never written, so never expired."""
     annotations = meta.get("annotations") or {}
     group = annotations.get(keys.GROUP_NAME)
-    if group:
+    if group and keys.is_dns_subdomain(group):
         return ("PodGroup", group)
     native = scheduling_group(spec or {})
-    if native:
+    if native and keys.is_dns_subdomain(native):
         return (NATIVE_PODGROUP, native)
     kueue_group = kueue_pod_group(meta)
-    if kueue_group:
+    if kueue_group and keys.is_object_name(kueue_group):
         return (KUEUE_POD_GROUP, kueue_group)
     for ref in meta.get("ownerReferences") or ():
         if ref.get("controller"):
-            kind = ref.get("kind")
-            if isinstance(kind, str) and CONTROLLER_KIND.fullmatch(kind):
-                return (kind, ref.get("name", ""))
-            break  # a controller of a kind no object has: the pod is its own job (CONTROLLER_KIND)
+            kind, name = ref.get("kind"), ref.get("name", "")
+            if isinstance(kind, str) and CONTROLLER_KIND.fullmatch(kind) and keys.is_object_name(name):
+                return (kind, name)
+            break  # a controller of a kind or name no object has: the pod is its own job (CONTROLLER_KIND)
     name = meta.get("name")
     return ("Pod", name) if name else None
 

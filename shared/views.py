@@ -36,6 +36,9 @@ from shared.timestamps import FIRST_YEAR, LAST_YEAR, in_range, parse_time
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 TERMINAL = frozenset(("Succeeded", "Failed"))  # pod phases that hold nothing
+RESERVOIR_GATES = (keys.BACKFILL_GATE, keys.HANDOVER_GATE)  # the scheduling gates Reservoir's webhook adds
+# kube-scheduler's own name, a pod's spec.schedulerName when it names none: the only scheduler Reservoir plans for
+DEFAULT_SCHEDULER = "default-scheduler"
 _NO_GRANTS: Mapping[str, Grant] = MappingProxyType({})  # shared by every node without backfill grants
 
 
@@ -366,7 +369,7 @@ class PodView:
     created: datetime
     started: datetime | None
     deleting: bool
-    scheduler_name: str = "default-scheduler"
+    scheduler_name: str = DEFAULT_SCHEDULER
     node_selector: Mapping[str, str] = field(default_factory=dict)
     maximum_runtime: timedelta | None = None  # `volcano.sh/maximum-runtime`; None when absent or unreadable
     job: tuple[str, str, str] = ("", "Pod", "")  # (namespace, kind, name) of its job, see ownership.job_identity
@@ -381,6 +384,8 @@ class PodView:
     # issue 17: among its gates is Reservoir's backfill gate (keys.BACKFILL_GATE): held for the agent's backfill choice
     backfill_gated: bool = False
     other_gates: bool = False  # a gate that is not Reservoir's backfill gate (backfill lets only such a pod go)
+    # a gate that is neither of Reservoir's (someone else holds it back: a Reservation's handover does not claim it)
+    foreign_gates: bool = False
     # spec.terminationGracePeriodSeconds (Kubernetes' default 30): how long the kubelet may take to stop it
     termination_grace: int = 30
     # spec.activeDeadlineSeconds, None without one
@@ -422,7 +427,7 @@ class PodView:
             created=_time(meta.get("creationTimestamp"), "metadata.creationTimestamp") or EPOCH,
             started=_time(status.get("startTime"), "status.startTime"),
             deleting=bool(meta.get("deletionTimestamp")),
-            scheduler_name=_text(spec.get("schedulerName"), "spec.schedulerName", "default-scheduler"),
+            scheduler_name=_text(spec.get("schedulerName"), "spec.schedulerName", DEFAULT_SCHEDULER),
             node_selector=_strings(spec.get("nodeSelector"), "spec.nodeSelector"),
             maximum_runtime=runtime_of(annotations),
             job=(namespace, *(_computed("metadata", lambda: job_identity(meta, spec)) or ("Pod", name))),
@@ -433,6 +438,7 @@ class PodView:
             handover_gated=any(isinstance(g, Mapping) and g.get("name") == keys.HANDOVER_GATE for g in gates),
             backfill_gated=any(isinstance(g, Mapping) and g.get("name") == keys.BACKFILL_GATE for g in gates),
             other_gates=any(not isinstance(g, Mapping) or g.get("name") != keys.BACKFILL_GATE for g in gates),
+            foreign_gates=any(not isinstance(g, Mapping) or g.get("name") not in RESERVOIR_GATES for g in gates),
             termination_grace=max(0, _integer(spec.get("terminationGracePeriodSeconds"),
                                               "spec.terminationGracePeriodSeconds", 30)),
             active_deadline=_integer(spec.get("activeDeadlineSeconds"), "spec.activeDeadlineSeconds", 0) or None,

@@ -234,9 +234,6 @@ def _koordinator_pod_warnings(what: str, annotations: Mapping[str, Any], labels:
     return warnings
 
 
-_OBJECT_NAME = re.compile(r"[\x21-\x7e]+")  # printable ASCII, no space: any name the API server lets an object have
-
-
 def _validate_job_names(pod: Mapping[str, Any], annotations: Mapping[str, Any]) -> list[str]:
     """The names a pod's job is known by (shared.ownership.job_identity): the PodGroup its
     `scheduling.k8s.io/group-name` names, a DNS subdomain as every PodGroup's name is; its controlling
@@ -255,7 +252,7 @@ def _validate_job_names(pod: Mapping[str, Any], annotations: Mapping[str, Any]) 
         name = ref.get("name") if isinstance(ref, Mapping) else None
         if not isinstance(ref, Mapping) or not ref.get("controller") or not isinstance(name, str):
             continue
-        if not (len(name) <= MAX_DNS_SUBDOMAIN and _OBJECT_NAME.fullmatch(name) and "/" not in name):
+        if not keys.is_object_name(name):
             problems.append(invalid(FieldPath("metadata.ownerReferences").index(index).child("name"), name,
                                     f"the name of the pod's controller: at most {MAX_DNS_SUBDOMAIN} printable "
                                     f"characters, no space or '/'"))

@@ -14,7 +14,7 @@ from shared.entitlement import pods_queue
 from shared.ownership import NATIVE_PODGROUP, JobRef
 from shared.priority import job_class, job_priority
 from shared.resources import Resources
-from shared.views import PodGroupView, PodView, QueueView, WorkloadView
+from shared.views import DEFAULT_SCHEDULER, PodGroupView, PodView, QueueView, WorkloadView
 
 # the queue of a pod that names none Reservoir honours (a Queue that does not admit its namespace): ranks after every
 # queue in queue order, and no Queue's usage, guarantee or priority class is its
@@ -108,7 +108,7 @@ def build_jobs(snapshot: Snapshot, kueue: KueueConfig | None = None,
     waiting = {pod.job for pod in index.unbound.values() if not pod.deleting and not pod.gated}
     grouped: dict[tuple[str, str, str], list[PodView]] = {}
     for job in sorted(waiting):
-        pods = [pod for pod in index.by_job.get(job, ()) if pod.scheduler_name == "default-scheduler"]
+        pods = [pod for pod in index.by_job.get(job, ()) if pod.scheduler_name == DEFAULT_SCHEDULER]
         if pods:
             grouped[job] = pods
     jobs = []

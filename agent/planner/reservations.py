@@ -89,7 +89,7 @@ from shared.reservation_affinity import may_use
 from shared.resources import PODS, Resources
 from shared.timestamps import parse_time, stamp
 from shared.tolerations import lock_toleration
-from shared.views import NodeView, PodView, ReservationView, Taint
+from shared.views import DEFAULT_SCHEDULER, NodeView, PodView, ReservationView, Taint
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 HELD_PHASES = ("Available", "Waiting")
@@ -406,10 +406,20 @@ def claim(gated: Sequence[PodView], holdings: Mapping[str, Holding],
           shared: Round) -> tuple[list[Handover], list[str]]:
     """Seed 003 "Allocate Reserved Resources": each gated pod not handed over yet, oldest first, is claimed by the
     Reservation MostAllocated picks among those allocatable for it (module docstring), recorded in its Holding; a pod
-    with none is ungated; one whose only Reservations sit on a node another owner holds locked waits."""
+    with none is ungated; one whose only Reservations sit on a node another owner holds locked waits. A pod that
+    kube-scheduler would not place once handed over, held by a gate that is not Reservoir's or scheduled by another
+    scheduler, is ungated as one with none: a handover waits for its pod to bind, and such a pod would keep the
+    Reservation's node locked (a brief lock, outside the caps) for as long as its tenant liked, never found
+    Unschedulable, so never given up."""
     handovers: list[Handover] = []
     notes: list[str] = []
     for pod in gated:
+        why = (f"scheduled by {pod.scheduler_name!r}, not default-scheduler" if pod.scheduler_name != DEFAULT_SCHEDULER
+               else "held by a scheduling gate that is not Reservoir's" if pod.foreign_gates else "")
+        if why:
+            handovers.append(ungate(pod, f"{why}: not handed over, scheduled as usual"))
+            notes.append(f"pod={pod.key} decision=ungate reason={why}")
+            continue
         best: tuple[tuple[bool, int, float], float, Holding] | None = None
         busy: list[str] = []
         for held in holdings.values():

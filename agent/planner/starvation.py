@@ -46,7 +46,9 @@ then waits `lockCooldown` before it may lock any node again (in the plan its loc
 of the order and may not take the nodes it held, which is all that is left with a cool-down of 0). The planner is a
 pure function of a snapshot, so the fact "job X's lock expired at T" is kept where tenants cannot write and where it
 survives plans and agent restarts: on the released nodes themselves, in the `reservoir.sh/lock-expired` annotation
-(keys.LOCK_EXPIRED; JSON {owner id: RFC 3339 time}). The plan asks for it (`Plan.node_marks`) on every node the
+(keys.LOCK_EXPIRED; JSON {owner id: RFC 3339 time}), with an entry for each pod the lock reserved for
+(`task_record`, "pod:namespace/name"): a job whose pending pod has one cools down too, so renaming a job (its pods'
+group annotation) does not start it afresh. The plan asks for it (`Plan.node_marks`) on every node the
 expired lock held, and the writer writes it in the same node patch that releases the lock; every plan reads it back
 from all nodes (nodes are admin-only objects) and asks for an entry to be removed once its cool-down has passed, so
 nothing lingers. A hand-edited, unreadable annotation is read as no entry and rewritten.
@@ -481,6 +483,25 @@ def render_expiries(records: Mapping[str, datetime]) -> str | None:
     return json.dumps({owner: stamp(records[owner]) for owner in sorted(records)}, separators=(",", ":"))
 
 
+# the cool-down record of a task an expired lock reserved for (its pod's "namespace/name"): a job id a tenant can change
+# (its pods' group annotation, labels, a new controller) names a new job with no record of its own, and as old as
+# its pods, so starving at once; a record of the pods themselves keeps it cooling. No owner id starts so
+# (keys.owner_id: "<kind>-..."), and an agent that knows no such record reads it as an owner no job has
+TASK_RECORD = "pod:"
+
+
+def task_record(task: str) -> str:
+    return TASK_RECORD + task
+
+
+def cooling_until(job: Job, cooling: Mapping[str, datetime]) -> datetime | None:
+    """When the job's cool-down ends: the latest of its own record's and its pending pods' (task_record), None when
+    it has none."""
+    ends = [until for key in (job.owner, *(task_record(p.key) for p in job.pending))
+            if (until := cooling.get(key)) is not None]
+    return max(ends) if ends else None
+
+
 def job_locks_by_owner(current: Mapping[str, Lock]) -> dict[str, list[Lock]]:
     """Seed 000: job owner -> its job locks now."""
     held_by: dict[str, list[Lock]] = {}
@@ -510,8 +531,9 @@ def lock_cooldowns(*, nodes: Mapping[str, NodeView], current: Mapping[str, Lock]
             if lock.node not in nodes:
                 continue
             on_node = records.setdefault(lock.node, {})
-            if owner not in on_node or now >= on_node[owner] + cooldown:
-                on_node[owner] = moment
+            for key in (owner, *(task_record(task) for task in lock.tasks)):
+                if key not in on_node or now >= on_node[key] + cooldown:
+                    on_node[key] = moment
     until: dict[str, datetime] = {}
     marks: dict[str, Mapping[str, str | None]] = {}
     for name, on_node in records.items():
@@ -649,7 +671,7 @@ def soft_drains(jobs: Sequence[Job], *, starvation: Starvation, taken: set[str],
     candidates = []
     for job in jobs:
         if job.ready or needed_tasks(job) <= 0 or job.owner in locking or job.owner in starvation.expired \
-                or job.owner in starvation.cooling:
+                or cooling_until(job, starvation.cooling) is not None:
             continue
         window = soft_drain_window(job, starvation.config)
         if window is not None and window[0] <= now < window[1]:
@@ -706,8 +728,8 @@ def starvation_round(jobs: Sequence[Job], *, context: PlanContext, taken: Set[st
     held_by = job_locks_by_owner(context.current)
     cooldowns = context.cooldowns  # lock_cooldowns, once per plan (plan.plan_context)
     # a job lock still claims its node while its job is live: not ready, with a task pending, not expired, not cooling
-    claiming = frozenset(job.owner for job in jobs if not job.ready and job.pending) - cooldowns.expired \
-        - cooldowns.until.keys()
+    claiming = frozenset(job.owner for job in jobs if not job.ready and job.pending
+                         and cooling_until(job, cooldowns.until) is None) - cooldowns.expired
     blocked = {node: lock.owner for node, lock in context.current.items()
                if not displaces(LockKind.JOB, lock, live_jobs=claiming)}
     return Starvation(config=config, now=context.now, states=context.states, current=context.current,
@@ -768,7 +790,7 @@ def job_turn(job: Job, *, starvation: Starvation, taken: Set[str], budget: int) 
         return JobTurn(status=job_status(job, starving=False, reason="ready" if job.ready else "nothing pending"))
     threshold = job_threshold(job, starvation.config)
     starving = is_starving(job, now=starvation.now, threshold=threshold)
-    until = starvation.cooling.get(job.owner)
+    until = cooling_until(job, starvation.cooling)
     if until is not None:
         why = (f"its lock outlived maxLockDuration {int(starvation.config.max_lock_duration.total_seconds())}s; "
                f"cooling down until {stamp(until)} (lockCooldown "

@@ -2,7 +2,9 @@
 ClusterRole only (a token of its own: the RBAC is real), captures a short workload of GPU pods on kwok nodes while it
 is killed with SIGKILL and restarted midway: every pod is in pods.csv exactly once, its creation, bind and end times
 within 1 s of the API server's stamps; and `reservoir simulate --as-recorded` of the recording places every pod with
-per-class waits within the issue's tolerance (20% or 10 s, whichever is larger) of the recorded ones."""
+per-class waits within the issue's tolerance (20% or 10 s, whichever is larger) of the recorded ones. Run plain and
+with --anonymize (names, namespaces, uids and nodes hashed: the checks map the API's names through the recording's
+key; under --anonymize a written pod stayed in the state for good, and a resume wrote it again)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from agent.record import KEY_FILE
+from agent.recording import Anonymizer
 from localcluster.binaries import kubernetes_set
 from localcluster.cluster import COMPLETE_AFTER
 from shared import keys
@@ -29,10 +35,11 @@ MODEL = keys.GPU_MODEL_LABEL
 PODS = 20
 
 
-def start_recorder(out: Path, kubeconfig: Path, log: Path) -> subprocess.Popen[bytes]:
+def start_recorder(out: Path, kubeconfig: Path, log: Path, anonymize: bool) -> subprocess.Popen[bytes]:
     env = {"PATH": "/usr/bin:/bin", "KUBECONFIG": str(kubeconfig), "HOME": str(REPO)}
     with log.open("ab") as handle:
-        return subprocess.Popen([str(RESERVOIR), "record", "--out", str(out), "--duration", "10m"], cwd=REPO,
+        return subprocess.Popen([str(RESERVOIR), "record", "--out", str(out), "--duration", "10m",
+                                 *(["--anonymize"] if anonymize else [])], cwd=REPO,
                                 env=env, stdout=handle, stderr=subprocess.STDOUT)
 
 
@@ -64,7 +71,8 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
-async def test_record_survives_sigkill_and_its_simulation_agrees(kit: Kit, tmp_path: Path) -> None:
+@pytest.mark.parametrize("anonymize", [False, True], ids=["plain", "anonymize"])
+async def test_record_survives_sigkill_and_its_simulation_agrees(kit: Kit, tmp_path: Path, anonymize: bool) -> None:
     began = time.monotonic()
     for name, model in (("rec-t4-a", "Tesla-T4"), ("rec-t4-b", "Tesla-T4"), ("rec-a100", "A100")):
         await kit.create_node(name, {"cpu": "16", "memory": "64Gi", GPU: "2"}, {MODEL: model})
@@ -74,17 +82,21 @@ async def test_record_survives_sigkill_and_its_simulation_agrees(kit: Kit, tmp_p
     await kit.server_side_apply(binding("ClusterRoleBinding", "ClusterRole/reservoir-record", cluster_binding, None,
                                         f"{kit.namespace}/recorder"))
     out, log = tmp_path / "recording", tmp_path / "record.log"
-    recorder = start_recorder(out, kubeconfig, log)
+    recorder = start_recorder(out, kubeconfig, log, anonymize)
+    written_as = Anonymizer()  # the names as the recording writes them (by the key, under --anonymize)
     try:
         # the binding reaches the authorizer's cache first: a refused list ends the recorder with its message
         async def ready() -> bool:
             nonlocal recorder
             if recorder.poll() is not None:
                 assert "403" in log.read_text(), log.read_text()
-                recorder = start_recorder(out, kubeconfig, log)
+                recorder = start_recorder(out, kubeconfig, log, anonymize)
                 return False
             return (out / "record-state.json").exists() and (out / "nodes.csv").exists()
         await kit.wait_for(ready, what="the recorder's first lists", timeout=30, interval=0.5)
+        if anonymize:
+            written_as = Anonymizer((out / KEY_FILE).read_bytes())
+        namespace = written_as.name("ns", kit.namespace)
 
         # a second recorder on the same directory refuses, naming the first
         second = await asyncio.to_thread(subprocess.run, [str(RESERVOIR), "record", "--out", str(out)],
@@ -105,12 +117,12 @@ async def test_record_survives_sigkill_and_its_simulation_agrees(kit: Kit, tmp_p
                 # once a row is in (so that the restart lists pods pods.csv already holds), kill -9 midway: nothing
                 # saved on the way out, pods still open in the state
                 async def a_row() -> int:
-                    return len([r for r in rows(out / "pods.csv") if r["namespace"] == kit.namespace])
+                    return len([r for r in rows(out / "pods.csv") if r["namespace"] == namespace])
                 before_kill = await kit.wait_for(a_row, what="a first row", timeout=20, interval=0.2)
                 recorder.send_signal(signal.SIGKILL)
                 recorder.wait(timeout=10)
             if i == PODS // 3 + 8:
-                recorder = start_recorder(out, kubeconfig, log)
+                recorder = start_recorder(out, kubeconfig, log, anonymize)
             await asyncio.sleep(0.4)
 
         async def all_done() -> list[dict[str, Any]] | None:
@@ -120,7 +132,7 @@ async def test_record_survives_sigkill_and_its_simulation_agrees(kit: Kit, tmp_p
         pods = await kit.wait_for(all_done, what="every pod Succeeded", timeout=120, interval=1)
 
         async def recorded() -> bool:
-            return len([r for r in rows(out / "pods.csv") if r["namespace"] == kit.namespace]) >= PODS
+            return len([r for r in rows(out / "pods.csv") if r["namespace"] == namespace]) >= PODS
         await kit.wait_for(recorded, what="every pod in pods.csv", timeout=30, interval=0.5)
         recorder.send_signal(signal.SIGTERM)
         assert await asyncio.to_thread(recorder.wait, 30) == 0, log.read_text()
@@ -131,24 +143,27 @@ async def test_record_survives_sigkill_and_its_simulation_agrees(kit: Kit, tmp_p
         await kit.raw("DELETE", f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{cluster_binding}")
 
     # every pod exactly once, its times within 1 s of the API server's
-    written = [r for r in rows(out / "pods.csv") if r["namespace"] == kit.namespace]
-    assert sorted(r["uid"] for r in written) == sorted(p["metadata"]["uid"] for p in pods)
-    origin = json.loads((out / "record-state.json").read_text())["origin"]
+    written = [r for r in rows(out / "pods.csv") if r["namespace"] == namespace]
+    assert sorted(r["uid"] for r in written) == sorted(written_as.name("uid", p["metadata"]["uid"]) for p in pods)
+    state = json.loads((out / "record-state.json").read_text())
+    assert not {p["metadata"]["uid"] for p in pods} & set(state["open"]), "a pod written leaves the state"
+    origin = state["origin"]
     by_uid = {r["uid"]: r for r in written}
     worst = 0.0
     for pod in pods:
-        row = by_uid[pod["metadata"]["uid"]]
+        row = by_uid[written_as.name("uid", pod["metadata"]["uid"])]
         created, bound, ended = api_times(pod)
         assert bound is not None and ended is not None
         for column, stamp in (("creation_time", created), ("scheduled_time", bound), ("deletion_time", ended)):
             error = abs(origin + float(row[column]) - stamp)
             worst = max(worst, error)
             assert error <= 1.0, (pod["metadata"]["name"], column, row[column], stamp - origin)
-        assert (row["end"], row["node"], row["num_gpu"]) == ("Succeeded", pod["spec"]["nodeName"],
-                                                            str(pod["spec"]["containers"][0]["resources"]["limits"][GPU]))
+        node = written_as.name("node", pod["spec"]["nodeName"])
+        gpus = str(pod["spec"]["containers"][0]["resources"]["limits"][GPU])
+        assert (row["end"], row["node"], row["num_gpu"]) == ("Succeeded", node, gpus)
     nodes = {r["sn"]: r for r in rows(out / "nodes.csv")}
-    assert {n: (nodes[n]["gpu"], nodes[n]["model"]) for n in ("rec-t4-a", "rec-a100")} == {
-        "rec-t4-a": ("2", "Tesla-T4"), "rec-a100": ("2", "A100")}
+    assert {n: (nodes[written_as.name("node", n)]["gpu"], nodes[written_as.name("node", n)]["model"])
+            for n in ("rec-t4-a", "rec-a100")} == {"rec-t4-a": ("2", "Tesla-T4"), "rec-a100": ("2", "A100")}
 
     # the recording replayed at its own pace: kube-scheduler alone (the first column) against what happened
     config = tmp_path / "dry.yaml"
@@ -160,6 +175,7 @@ async def test_record_survives_sigkill_and_its_simulation_agrees(kit: Kit, tmp_p
         capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
     assert simulated.returncode == 0, simulated.stderr
     alone = json.loads(simulated.stdout)["arms"][0]
+    names = [written_as.name("pod", n) for n in names]
     records = {r["name"]: r for r in alone["records"]}
     assert all(records[n]["bound"] is not None for n in names), "every pod placed"
     real = {r["name"]: float(r["scheduled_time"]) - float(r["creation_time"]) for r in written}

@@ -162,6 +162,37 @@ async def test_a_reservation_holds_only_its_resources_and_hands_them_over_to_its
     await kit.wait_for(collected, what="ended Reservations deleted after gcGracePeriod", timeout=30)
 
 
+async def test_an_owner_holding_a_gate_of_its_own_is_not_handed_over(
+        kit: Kit, running: tuple[list[str], AgentProcess]) -> None:
+    """An owner created with a scheduling gate of its own beside the handover gate would, handed over, keep the
+    Reservation's node locked for as long as its tenant held the gate (never Unschedulable, so never given up): it is
+    let go instead, its own gate kept, the node never locked, and the Reservation stays whole for an honest owner."""
+    created, agent = running
+    await kit.create_node("rs-g", {"cpu": "4", "memory": "16Gi"})
+    await spare_node(kit)
+    tag = kit.namespace[-5:]
+    owners = [{"labelSelector": {"matchLabels": {"reservation": tag}}}]
+    await create_reservation(kit, created, f"gated-{tag}", "3", {"owners": owners,
+                                                                 "template_spec": {"nodeName": "rs-g"}})
+    await wait_phase(kit, f"gated-{tag}", "Available")
+    await webhook_gates(kit, {"reservation": tag})
+    made = await kit.create_pod("sly", {"cpu": "3"}, labels={"reservation": tag},
+                                extra_spec={"schedulingGates": [{"name": "example.com/mine"}]})
+    assert {g["name"] for g in made["spec"]["schedulingGates"]} == {"example.com/mine", keys.HANDOVER_GATE}
+    let_go = await kit.wait_pod("sly", lambda p: [g["name"] for g in p["spec"].get("schedulingGates") or []] == [
+        "example.com/mine"], "the handover gate lifted, its own kept")
+    node_affinity = (let_go["spec"].get("affinity") or {}).get("nodeAffinity") or {}
+    assert "requiredDuringSchedulingIgnoredDuringExecution" not in node_affinity, "not narrowed to rs-g"
+    assert logfmt.find(agent.log_text(), decision="ungate", pod=f"{kit.namespace}/sly")
+    assert await locked_nodes(kit, ["rs-g"]) == {}, "its node never locked for it"
+    assert (await placeholders(kit))[reservation_owner_id(f"gated-{tag}")] == ("rs-g", {"cpu": "3"})
+    await kit.create_pod("owner", {"cpu": "3"}, labels={"reservation": tag})
+    bound = await kit.wait_pod("owner", lambda p: bool(p["spec"].get("nodeName")), "bound")
+    assert bound["spec"]["nodeName"] == "rs-g"
+    done = await wait_phase(kit, f"gated-{tag}", "Succeeded")
+    assert [o["name"] for o in done["status"]["currentOwners"]] == ["owner"]
+
+
 async def test_two_reservations_share_a_node_and_an_owner_running_before_uses_none_up(
         kit: Kit, running: tuple[list[str], AgentProcess]) -> None:
     created, _ = running

@@ -211,3 +211,65 @@ async def test_soft_drain_marks_the_soonest_node_before_the_threshold_and_kube_s
         async def unmarked() -> bool:
             return not await drain_taints(kit, "soft-b")
         await kit.wait_for(unmarked, what="soft-b's mark removed once the big pod is gone", timeout=30)
+
+
+async def test_a_job_renamed_after_its_lock_expired_still_cools_down(kit: Kit) -> None:
+    """A tenant whose lock outlived maxLockDuration rewrites its pending pod's group annotation: a new job id, as old
+    as the pod, so starving at once. It used to lock again at once, a fresh maxLockDuration per rename; the cool-down
+    record names the pod the lock reserved for, and the renamed job cools down too."""
+    config = ("starvation: {starvingJobTimeThreshold: 2s, reservedNodePercent: 100, maxLockDuration: 4s, "
+              "lockCooldown: 10m}\n")
+    async with running_agent(kit, config) as process:
+        await kit.create_node("cool-node", {"cpu": "4", "memory": "16Gi"})
+        await kit.create_node("spare", {"cpu": "100m", "memory": "1Gi"})
+        await kit.create_pod("filler", {"cpu": "3"}, extra_spec={"nodeName": "cool-node"})
+        await kit.create_pod("big", {"cpu": "4"})
+        owner = JobRef(kit.namespace, "Pod", "big").owner_id
+
+        async def locked() -> bool:
+            return await locked_nodes(kit, ["cool-node"]) == {"cool-node": owner}
+        await kit.wait_for(locked, what="the big pod's lock", timeout=30)
+
+        async def expired() -> str | None:
+            node = await kit.read_node("cool-node")
+            record = (node["metadata"].get("annotations") or {}).get(keys.LOCK_EXPIRED)
+            return record if record and not await locked_nodes(kit, ["cool-node"]) else None
+        record = json.loads(await kit.wait_for(expired, what="the lock expired, its cool-down recorded", timeout=30))
+        assert set(record) == {owner, f"pod:{kit.namespace}/big"}, record
+        await kit.raw("PATCH", f"/api/v1/namespaces/{kit.namespace}/pods/big",
+                      body={"metadata": {"annotations": {keys.GROUP_NAME: "big-again"}}},
+                      content_type="application/merge-patch+json")
+
+        async def cooling() -> bool:
+            return any("decision=cool-down" in line and f"{kit.namespace}/PodGroup/big-again" in line
+                       for line in process.log_text().splitlines())
+        await kit.wait_for(cooling, what="the renamed job's cool-down in the agent's log", timeout=20)
+        await asyncio.sleep(3)  # several plans (the threshold is 2 s: the renamed job is starving all along)
+        relocked = [line for line in process.log_text().splitlines()
+                    if "decision=lock " in line and f"{kit.namespace}/PodGroup/big-again" in line]
+        assert not relocked and await locked_nodes(kit, ["cool-node"]) == {}, relocked or process.log_text()[-3000:]
+
+
+async def test_a_group_name_no_podgroup_can_have_is_no_job_and_its_lock_is_written(kit: Kit) -> None:
+    """A pod the webhook never judged (labelled reservoir.sh/ignore, or made while it was down) naming a PodGroup of
+    262,100 characters (the API server bounds a pod's annotations at 256 KiB in all, not this one): the job's name went
+    into its lock's lock-info annotation, past the API server's 256 KiB for a node's annotations, so every patch of
+    the lock was refused while each plan planned it again, holding the starvation budget, never written, so never
+    expired. A name no PodGroup can have names no job: the pod is its own, and its lock lands. (A controller
+    reference of such a name did the same, until kube-controller-manager's garbage collector deleted the pod of an
+    owner that does not exist.)"""
+    config = "starvation: {starvingJobTimeThreshold: 2s, reservedNodePercent: 100, maxLockDuration: 10m}\n"
+    async with running_agent(kit, config) as process:
+        await kit.create_node("long-node", {"cpu": "4", "memory": "16Gi"})
+        await kit.create_node("spare", {"cpu": "100m", "memory": "1Gi"})
+        await kit.create_pod("filler", {"cpu": "3"}, extra_spec={"nodeName": "long-node"})
+        await kit.create_pod("big", {"cpu": "4"}, labels={keys.IGNORE: "true"},
+                             annotations={keys.GROUP_NAME: "g" * 262_100})
+        owner = JobRef(kit.namespace, "Pod", "big").owner_id
+
+        async def locked() -> bool:
+            return await locked_nodes(kit, ["long-node"]) == {"long-node": owner}
+        await kit.wait_for(locked, what="the lock of the pod, its own job", timeout=30)
+        info = (await kit.read_node("long-node"))["metadata"]["annotations"][keys.LOCK_INFO]
+        assert len(info) < 4096 and f"{kit.namespace}/Pod/big" in info
+        assert "level=error" not in process.log_text(), process.log_text()[-3000:]

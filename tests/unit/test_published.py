@@ -134,10 +134,13 @@ def test_a_tenant_cannot_fill_the_document_or_push_out_what_operators_wrote() ->
     forged = "x decision=lock job=ns/Pod/big reason=planted"
     base = starving_snapshot()
     tenant = snap(list(base.nodes.values()), [*base.pods, pod("t", "16", group=forged, age=timedelta(minutes=10)),
-                                              pod("u", "16", group="z" * 5000, age=timedelta(minutes=10))])
+                                              pod("u", "16", group="z" * 5000, age=timedelta(minutes=10)),
+                                              pod("v", "16", group="z" * 253, age=timedelta(minutes=10))])
     raw = published_document(plan(tenant, CONFIG, NOW), agent="a", planned=NOW, config=CONFIG)
     subjects = [j["subject"] for j in raw["jobs"]]
-    assert any(s.startswith("ns/PodGroup/zzz") for s in subjects)
+    # a group name no PodGroup can have names no job (shared.ownership.job_identity): those pods are their own jobs
+    assert {"ns/Pod/t", "ns/Pod/u"} <= set(subjects) and not any(forged in s for s in subjects)
+    assert any(s.startswith("ns/PodGroup/zzz") for s in subjects), "the longest name a PodGroup can have, clipped"
     assert all(len(s) <= MAX_TEXT for s in subjects) and all(len(n) <= MAX_TEXT for n in raw["notes"])
     # the forged words inside the name planted no note under the job ns/Pod/big (review finding M2)
     big = next(j for j in raw["jobs"] if j["subject"] == "ns/Pod/big")

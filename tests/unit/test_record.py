@@ -574,3 +574,34 @@ def test_a_pod_a_relist_lacks_is_written_vanished_between_the_watchs_last_word_a
     got = as_dict(row)
     assert (got["end"], got["pod_phase"], got["deletion_time"], got["end_after"]) == ("Vanished", "Unknown", "100",
                                                                                       "40")
+
+
+@pytest.mark.parametrize("key", [None, b"k" * 32], ids=["plain", "anonymize"])
+def test_a_written_pod_leaves_the_state_and_is_not_written_again_after_a_resume(tmp_path: Path,
+                                                                                  key: bytes | None) -> None:
+    """The recorder tells the recording which rows it appended by their uid column, which --anonymize hashes: the
+    pod still leaves the open pods (under --anonymize it stayed in them, and in every saved state, for the whole
+    run), a resumed run whose first list lacks it writes no second row (it wrote one more, Vanished), and a resumed
+    run counts each pod once."""
+    rec = new_recording(key)
+    path = tmp_path / "pods.csv"
+    rows = rec.pod_changed(READ(pod_obj("a", created=0, node="n", bound=1, phase="Running")), now=ORIGIN + 1)
+    rec.pod_changed(READ(pod_obj("b", created=0)), now=ORIGIN + 1)
+    rows = rec.pod_changed(READ(pod_obj("a", created=0, node="n", bound=1, phase="Succeeded", finished=4)),
+                           now=ORIGIN + 4)
+    write_rows(path, rows)
+    for row in rows:
+        rec.written(as_dict(row)["uid"])
+    assert set(rec.open) == {"uid-b"} and rec.ending == set()
+    assert "uid-a" not in json.loads(rec.state_json())["open"]
+    assert rec.pod_changed(READ(pod_obj("a", created=0, node="n", bound=1, phase="Succeeded", finished=4)),
+                           now=ORIGIN + 5) == [], "still listed, already written: ignored"
+    resumed = Recording.from_state(rec.state_json(), "state", rec.options, key)
+    resumed.written_uids = read_written_uids(path)
+    assert resumed.resume(["uid-b"], now=ORIGIN + 60) == [], "a is gone and already written: no Vanished row"
+    assert set(resumed.open) == {"uid-b"}
+    again = Recording.from_state(rec.state_json(), "state", rec.options, key)
+    again.written_uids = read_written_uids(path)
+    assert again.resume(["uid-a", "uid-b"], now=ORIGIN + 60) == []
+    assert again.pod_deleted(READ(pod_obj("a", created=0, node="n", bound=1, phase="Succeeded", finished=4)),
+                             now=ORIGIN + 61) == [] and again.written_uids == set()

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+import pytest
+
 from agent.planner.model import Lock, Plan, Snapshot, placeholder_name
 from agent.planner.plan import plan
 from agent.writer import narrow_patch, placeholder_pod, ungate_patch
@@ -448,6 +450,31 @@ def test_a_handover_kube_scheduler_does_not_finish_is_given_up_after_handover_ti
     for _ in range(2):
         cluster.reconcile(bind=False)
     assert cluster.last.locks == {} and list(cluster.placeholders().values()) == [{"cpu": "3"}], "held again"
+
+
+@pytest.mark.parametrize("held", ["own gate", "other scheduler"])
+def test_an_owner_kube_scheduler_would_not_place_is_not_handed_over(held: str) -> None:
+    """An owner created with a scheduling gate of its own beside the handover gate, or naming another scheduler, is
+    never found Unschedulable once handed over: the handover was never given up, and the Reservation's node stayed
+    locked (a brief lock, outside the caps) until the Reservation's ttl, closed to everyone else, while its tenant
+    kept the pod back. Such a pod is ungated and not claimed; the Reservation stays whole for another owner."""
+    cluster = Cluster.of(node_obj("n1", cpu="8"), reservations=(reservation("r1", "3"),))
+    cluster.reconcile()
+    cluster.reconcile()
+    sly = pod_obj("o", "1", owner=True, gated=True)
+    if held == "own gate":
+        sly["spec"]["schedulingGates"].append({"name": "example.com/mine"})
+    else:
+        sly["spec"]["schedulerName"] = "no-such-scheduler"
+    cluster.add(sly)
+    result = cluster.reconcile(bind=False)
+    assert [(h.key, h.node) for h in result.handovers] == [("ns/o", "")], "let go, not narrowed to n1"
+    assert any("decision=ungate" in n and "ns/o" in n for n in result.notes)
+    assert result.locks == {} and cluster.status("r1").owners == ()
+    cluster.add(pod_obj("o2", "1", owner=True, gated=True))
+    cluster.reconcile()
+    cluster.reconcile()
+    assert [p.name for p in cluster.status("r1").owners] == ["o2"], "the Reservation is still there for an owner"
 
 
 def test_gated_pods_are_let_go_when_reservations_are_disabled() -> None:

@@ -186,7 +186,7 @@ def test_an_expired_lock_cools_down_before_the_job_locks_again_and_the_record_li
     first = plan(snap([node("n1", lock=expired), node("n2")], [*running, big], spare=1), CONFIG, NOW)
     assert first.locks == {}, "not re-locked elsewhere with a fresh clock"
     record = first.node_marks["n1"][keys.LOCK_EXPIRED]
-    assert record == f'{{"{giant}":"{stamp(NOW)}"}}'
+    assert record == f'{{"{giant}":"{stamp(NOW)}","pod:ns/giant":"{stamp(NOW)}"}}', "the job's and its task's"
     (status,) = [j for j in first.jobs if j.owner == giant]
     assert status.starving and f"cooling down until {stamp(NOW + timedelta(minutes=30))}" in status.reason
     # the writer releases the lock and writes the record in one patch
@@ -207,6 +207,41 @@ def test_an_expired_lock_cools_down_before_the_job_locks_again_and_the_record_li
     carrying = {"metadata": {"resourceVersion": "8", "annotations": {keys.LOCK_EXPIRED: record}}, "spec": {}}
     removed = patched(carrying, node_patch(carrying, None, after.node_marks["n1"]))
     assert removed["metadata"]["annotations"] == {}
+
+
+@pytest.mark.parametrize("renamed", ["group annotation", "new controller"])
+def test_a_job_renamed_after_its_lock_expired_cools_down_all_the_same(renamed: str) -> None:
+    """A tenant whose job's lock outlived maxLockDuration renames the job (its pending pod's group annotation, which
+    it may edit at any time, or a controller reference) to a job id with no record: the new job is as old as its
+    pod, so starving at once, and locked again at once, a fresh maxLockDuration for each rename. The record of the
+    task the lock reserved for ("pod:ns/giant") keeps it cooling; another job's pod is not held by it."""
+    giant = job_owner("giant")
+    expired = Lock(node="n1", owner=giant, kind=LockKind.JOB, subject="ns/Pod/giant", reason="x",
+                   since=NOW - timedelta(hours=2, minutes=1), tasks=("ns/giant",))
+    running = full("n1") + full("n2")
+    first = plan(snap([node("n1", lock=expired), node("n2")], [*running, pod("giant", "4", age=timedelta(hours=3))],
+                      spare=1), CONFIG, NOW)
+    released = with_annotation(node("n1"), keys.LOCK_EXPIRED, first.node_marks["n1"][keys.LOCK_EXPIRED])
+    if renamed == "group annotation":
+        again = pod("giant", "4", age=timedelta(hours=3), group="giant-again")
+    else:
+        again = PodView.from_obj({
+            "metadata": {"name": "giant", "namespace": "ns", "uid": "uid-giant",
+                         "creationTimestamp": stamp(NOW - timedelta(hours=3)),
+                         "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "giant-again",
+                                              "uid": "j", "controller": True}]},
+            "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "4", "memory": "1Gi"}}}]},
+            "status": {"phase": "Pending"}})
+    assert again.job != ("ns", "Pod", "giant")
+    later = plan(snap([released, node("n2")], [*running, again], spare=1), CONFIG, NOW + timedelta(minutes=1))
+    assert later.locks == {}, "not locked again under its new name"
+    (status,) = [j for j in later.jobs if j.subject.endswith("giant-again")]
+    assert f"cooling down until {stamp(NOW + timedelta(minutes=30))}" in status.reason
+    other = pod("other", "4", age=timedelta(hours=3))
+    fair = plan(snap([released, node("n2")], [*running, other], spare=1), CONFIG, NOW + timedelta(minutes=1))
+    assert {lock.owner for lock in fair.locks.values()} == {job_owner("other")}, "another job's pod is not held"
+    after = plan(snap([released, node("n2")], [*running, again], spare=1), CONFIG, NOW + timedelta(minutes=31))
+    assert len(after.locks) == 1, "after the cool-down it may lock again"
 
 
 def test_the_cool_down_records_are_read_once_per_plan(monkeypatch: pytest.MonkeyPatch) -> None:
