@@ -48,10 +48,10 @@ def job_identity(meta: Mapping[str, Any], spec: Mapping[str, Any] | None = None)
     A name no such object can have names no job: a group name that is not a DNS subdomain (every PodGroup's name is
     one) is passed over for the next rule, a controller whose name no object can have (keys.is_object_name) makes
     the pod its own job, as a controller of a kind no object has does. The webhook's `/validate/pods` refuses both;
-    this is for the pods it never sees (created while it was down, or labelled reservoir.sh/ignore): the job's name
-    is written into its locks' lock-info annotation, and a group name of 262,100 characters made every patch of
-    that lock fail (the API server's 256 KiB limit on a node's annotations) while each plan planned it again, holding
-    the starvation budget for good, never written, so never expired."""
+    this is for the pods it never judged (made or edited while it was down, or labelled reservoir.sh/ignore): the
+    job's name is written into its locks' lock-info annotation, and a group name of 262,100 characters made every
+    patch of that lock fail (the API server's 256 KiB limit on a node's annotations) while each plan planned it
+    again, holding the starvation budget for good, never written, so never expired."""
     annotations = meta.get("annotations") or {}
     group = annotations.get(keys.GROUP_NAME)
     if group and keys.is_dns_subdomain(group):

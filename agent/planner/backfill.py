@@ -52,10 +52,11 @@ backfill at most a second, never the owner.
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Iterable, Mapping, Sequence, Set
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from fractions import Fraction
+from functools import partial
 from typing import NamedTuple
 
 from agent.planner.capacity import FOREVER, NodeState, pod_end, schedulable, shape, shape_id, time_to_fit
@@ -468,7 +469,7 @@ class OpenNodes:
     with enough idle of the request's scarcest extended resource, found by bisection; all of them when it asks for
     none. The callers check the rest (fits_idle): the answer is the walk over every node's, in less time where most
     nodes have none of a GPU idle (a busy GPU cluster: `reservoir simulate` at 5,000 nodes spent most of its gate
-    passes walking every node for each gated pod)."""
+    passes walking every node for each pod shape gated)."""
 
     def __init__(self, states: Mapping[str, NodeState]) -> None:
         self.states = states
@@ -501,32 +502,64 @@ class OpenNodes:
         return [names[p] for p in sorted(best)]
 
 
+def _fits_idle_at(states: Mapping[str, NodeState], pod: PodView, placement: Placement, kept: str, name: str) -> bool:
+    return fits_idle(states[name], pod, placement, kept)
+
+
+class ShapeFits:
+    """The nodes of `nodes` (in their order) for which `fits` holds, found as far as anyone has iterated: each
+    iteration yields those found, then goes on checking the rest, keeping what it finds for the next."""
+
+    def __init__(self, nodes: Sequence[str], fits: Callable[[str], bool]) -> None:
+        self.found: list[str] = []
+        self.nodes, self.fits, self.checked = nodes, fits, 0
+
+    def __iter__(self) -> Iterator[str]:
+        at = 0
+        while True:
+            if at < len(self.found):
+                yield self.found[at]
+                at += 1
+            elif self.checked < len(self.nodes):
+                name = self.nodes[self.checked]
+                self.checked += 1
+                if self.fits(name):
+                    self.found.append(name)
+            else:
+                return
+
+
 def open_fits(candidates: Sequence[Candidate], states: Mapping[str, NodeState],
               locks: Mapping[str, Lock]) -> list[Candidate]:
     """Clause 3's answer for each candidate, oldest first: it fits now on a node open to it (not locked in this plan,
     or locked for an owner it may use), schedulable, kube-scheduler's filters letting it on (the lock aside), in the
     idle room the candidates before it have not taken (first fit, by node name; their share of `pods` too).
 
-    A candidate walks the open nodes by name from OpenNodes.covering (only those with enough of the GPUs or other
-    extended resources it asks for idle) and stops at its first fit; whether its shape fits a node with nothing taken
-    is remembered by the node state while it lives (issue 34: capacity.NodeState.ranks), so a node no candidate took
-    from is a fit without another check of the filters. A node the shape does not fit with nothing taken cannot fit
-    it with some taken: the answer is the full walk's."""
+    For each pod shape, the open nodes it fits with nothing taken (ShapeFits) are found once per plan, as far as its
+    candidates walk: from OpenNodes.covering (only the nodes with enough of the GPUs or other extended resources it
+    asks for idle), by name, a candidate stopping at its first fit; the filters' answer remembered by each node state
+    while it lives (issue 34: capacity.NodeState.ranks). A node no candidate took from is a fit without another check.
+    A node the shape does not fit with nothing taken cannot fit it with some taken: the answer is the full walk's, for
+    requests of 0 or more (the API server refuses negative quantities; a negative one would count in `used` as room
+    given back)."""
     used: dict[str, Resources] = {}
     out = []
     open_nodes = OpenNodes(states)
+    fitting: dict[str, ShapeFits] = {}  # by shape id
     for candidate in sorted(candidates, key=lambda c: (c.pod.created, c.pod.key)):
         pod = candidate.pod
         placement = pod.placement
         kept = "open" + shape_id(shape(pod))
+        names = fitting.get(kept)
+        if names is None:
+            names = fitting[kept] = ShapeFits(open_nodes.covering(pod.requests),
+                                              partial(_fits_idle_at, states, pod, placement, kept))
         fits = None
-        for name in open_nodes.covering(pod.requests):
+        for name in names:
             lock = locks.get(name)
             if lock is not None and lock.owner not in candidate.owns:
                 continue
             state = states[name]
-            if not fits_idle(state, pod, placement, kept):
-                continue
             taken = used.get(name)
             if taken is None:
                 fits = name

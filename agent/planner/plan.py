@@ -198,5 +198,5 @@ def plan_context(*, snapshot: Snapshot, config: ReservoirConfig, now: datetime, 
                        schedulable_nodes=schedulable_nodes, jobs=jobs, scores=scores, usage=usage,
                        live_jobs=frozenset(j.owner for j in jobs if not j.ready),
                        cooldowns=lock_cooldowns(nodes=snapshot.nodes, current=current, config=config.starvation,
-                                                now=now),
+                                                now=now, jobs=jobs),
                        runtimes=runtimes, rankings=dict(previous.rankings) if previous is not None else {})

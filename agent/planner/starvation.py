@@ -46,16 +46,18 @@ then waits `lockCooldown` before it may lock any node again (in the plan its loc
 of the order and may not take the nodes it held, which is all that is left with a cool-down of 0). The planner is a
 pure function of a snapshot, so the fact "job X's lock expired at T" is kept where tenants cannot write and where it
 survives plans and agent restarts: on the released nodes themselves, in the `reservoir.sh/lock-expired` annotation
-(keys.LOCK_EXPIRED; JSON {owner id: RFC 3339 time}), with an entry for each pod the lock reserved for
-(`task_record`, "pod:namespace/name"): a job whose pending pod has one cools down too, so renaming a job (its pods'
-group annotation) does not start it afresh. The plan asks for it (`Plan.node_marks`) on every node the
-expired lock held, and the writer writes it in the same node patch that releases the lock; every plan reads it back
-from all nodes (nodes are admin-only objects) and asks for an entry to be removed once its cool-down has passed, so
-nothing lingers. A hand-edited, unreadable annotation is read as no entry and rewritten.
+(keys.LOCK_EXPIRED; JSON {owner id: RFC 3339 time}), with an entry for each pod of the job not bound (`task_record`,
+"pod:" and a hash of its "namespace/name", at most MAX_POD_RECORDS): a job with such a pod pending cools down too, so
+renaming a job, or moving some of its pods to another (their group annotation), does not start it afresh (the pods'
+entries on the first of its nodes only). The plan asks for it (`Plan.node_marks`) on every node the expired lock
+held, and the writer writes it in the same node patch that releases the lock; every plan reads it back from all
+nodes (nodes are admin-only objects) and asks for an entry to be removed once its cool-down has passed, so nothing
+lingers. A hand-edited, unreadable annotation is read as no entry and rewritten.
 """
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import json
 import math
@@ -483,15 +485,26 @@ def render_expiries(records: Mapping[str, datetime]) -> str | None:
     return json.dumps({owner: stamp(records[owner]) for owner in sorted(records)}, separators=(",", ":"))
 
 
-# the cool-down record of a task an expired lock reserved for (its pod's "namespace/name"): a job id a tenant can change
-# (its pods' group annotation, labels, a new controller) names a new job with no record of its own, and as old as
-# its pods, so starving at once; a record of the pods themselves keeps it cooling. No owner id starts so
-# (keys.owner_id: "<kind>-..."), and an agent that knows no such record reads it as an owner no job has
+# the cool-down record of a pod of a job whose lock expired: "pod:" and 16 hex digits of BLAKE2b of its
+# "namespace/name". A job id a tenant can change (its pods' group annotation, labels, a new controller) names a new job
+# with no record of its own, and as old as its pods, so starving at once; a record of the pods themselves keeps it
+# cooling. No owner id starts so (keys.owner_id: "<kind>-..."), and an agent that knows no such record reads it as an
+# owner no job has. Hashed, so an entry is 40 bytes however long the names; at most MAX_POD_RECORDS per expiry
 TASK_RECORD = "pod:"
+MAX_POD_RECORDS = 256
 
 
 def task_record(task: str) -> str:
-    return TASK_RECORD + task
+    return TASK_RECORD + hashlib.blake2b(task.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+
+
+def pod_records(job: Job | None) -> list[str]:
+    """The records of the job's pods not bound, not finished (pending, or gated: a tenant's own gate lifted later
+    would let the pod starve at once under a new job), by key, at most MAX_POD_RECORDS."""
+    if job is None:
+        return []
+    keys_ = sorted(p.key for p in job.pods if not p.node_name and not p.is_terminal)
+    return [task_record(key) for key in keys_[:MAX_POD_RECORDS]]
 
 
 def cooling_until(job: Job, cooling: Mapping[str, datetime]) -> datetime | None:
@@ -512,7 +525,7 @@ def job_locks_by_owner(current: Mapping[str, Lock]) -> dict[str, list[Lock]]:
 
 
 def lock_cooldowns(*, nodes: Mapping[str, NodeView], current: Mapping[str, Lock], config: StarvationConfig,
-                   now: datetime) -> Cooldowns:
+                   now: datetime, jobs: Sequence[Job] = ()) -> Cooldowns:
     """Seed 000 maxLockDuration and its cool-down, read from and written to the nodes (module docstring): every
     node's `reservoir.sh/lock-expired` entries, plus one (`now`) on each node of a job lock that expires in this plan
     (release_expired); entries whose `lockCooldown` has passed are dropped; a job with an entry left may not lock
@@ -526,14 +539,18 @@ def lock_cooldowns(*, nodes: Mapping[str, NodeView], current: Mapping[str, Lock]
     held_by = job_locks_by_owner(current)
     expired = release_expired(held_by, now=now, max_lock_duration=config.max_lock_duration)
     moment = now.replace(microsecond=0)
+    by_owner = {job.owner: job for job in jobs if job.owner in expired}
     for owner in sorted(expired):
-        for lock in held_by[owner]:
+        # the pods' records on the first of its nodes (every node's records are read), the owner's on each
+        pods = pod_records(by_owner.get(owner))
+        for lock in sorted(held_by[owner], key=lambda lock: lock.node):
             if lock.node not in nodes:
                 continue
             on_node = records.setdefault(lock.node, {})
-            for key in (owner, *(task_record(task) for task in lock.tasks)):
+            for key in (owner, *pods):
                 if key not in on_node or now >= on_node[key] + cooldown:
                     on_node[key] = moment
+            pods = []
     until: dict[str, datetime] = {}
     marks: dict[str, Mapping[str, str | None]] = {}
     for name, on_node in records.items():

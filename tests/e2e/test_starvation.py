@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from agent.planner.starvation import task_record
 from localcluster.agent_process import AgentProcess
 from shared import keys
 from shared.ownership import JobRef
@@ -235,7 +236,7 @@ async def test_a_job_renamed_after_its_lock_expired_still_cools_down(kit: Kit) -
             record = (node["metadata"].get("annotations") or {}).get(keys.LOCK_EXPIRED)
             return record if record and not await locked_nodes(kit, ["cool-node"]) else None
         record = json.loads(await kit.wait_for(expired, what="the lock expired, its cool-down recorded", timeout=30))
-        assert set(record) == {owner, f"pod:{kit.namespace}/big"}, record
+        assert set(record) == {owner, task_record(f"{kit.namespace}/big")}, record
         await kit.raw("PATCH", f"/api/v1/namespaces/{kit.namespace}/pods/big",
                       body={"metadata": {"annotations": {keys.GROUP_NAME: "big-again"}}},
                       content_type="application/merge-patch+json")

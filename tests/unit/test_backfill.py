@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -799,3 +800,27 @@ def test_open_fits_is_the_walk_over_every_node(data: st.DataObject) -> None:
                   for k in range(data.draw(st.integers(1, 10)))]
     got = [c.fits_unlocked for c in open_fits(candidates, states, locks)]
     assert got == reference_open_fits(candidates, states, locks)
+
+
+def test_open_fits_checks_a_node_once_per_shape_and_stops_at_the_first_fit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Work counted, not timed: 100 gated pods of one shape that fits nowhere on 500 CPU nodes cost one check per
+    node, not one per node and pod (the review of the first OpenNodes walked every node for each pod); a shape that
+    fits the first node costs one check however many nodes follow."""
+    from agent.planner import backfill
+
+    checks: list[str] = []
+    real = backfill.fits_idle
+
+    def counted(state: NodeState, pod_: PodView, placement: object, kept: str) -> bool:
+        checks.append(state.node.name)
+        return real(state, pod_, placement, kept)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(backfill, "fits_idle", counted)
+    views = {f"n{i:03d}": gpu_node(f"n{i:03d}", 8, 0, "a", 110, False) for i in range(500)}
+    states = node_states(views, [])
+    big = [Candidate(gpu_pod(f"big{k}", 64, 0), timedelta(seconds=30)) for k in range(100)]
+    assert not any(c.fits_unlocked for c in backfill.open_fits(big, states, {}))
+    assert len(checks) == 500
+    checks.clear()
+    small = [Candidate(gpu_pod("small", 1, 0), timedelta(seconds=30))]
+    assert [c.fits_unlocked for c in backfill.open_fits(small, states, {})] == [True] and checks == ["n000"]

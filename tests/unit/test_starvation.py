@@ -5,16 +5,19 @@ task fits now, and the budget on small clusters. Each test uses the seed's numbe
 from __future__ import annotations
 
 import copy
+import json
 from datetime import timedelta
 from typing import Any
 
 import pytest
 
+from agent.planner.jobs import build_jobs
 from agent.planner.model import Lock, Snapshot
 from agent.planner.plan import plan
+from agent.planner.starvation import MAX_POD_RECORDS, pod_records, task_record
 from agent.writer import node_patch
 from shared import keys
-from shared.config import ConfigError, load_config
+from shared.config import ConfigError, KueueConfig, load_config
 from shared.keys import LockKind
 from shared.ownership import JobRef
 from shared.timestamps import stamp
@@ -186,7 +189,7 @@ def test_an_expired_lock_cools_down_before_the_job_locks_again_and_the_record_li
     first = plan(snap([node("n1", lock=expired), node("n2")], [*running, big], spare=1), CONFIG, NOW)
     assert first.locks == {}, "not re-locked elsewhere with a fresh clock"
     record = first.node_marks["n1"][keys.LOCK_EXPIRED]
-    assert record == f'{{"{giant}":"{stamp(NOW)}","pod:ns/giant":"{stamp(NOW)}"}}', "the job's and its task's"
+    assert json.loads(record) == {giant: stamp(NOW), task_record("ns/giant"): stamp(NOW)}, "the job's, its pod's"
     (status,) = [j for j in first.jobs if j.owner == giant]
     assert status.starving and f"cooling down until {stamp(NOW + timedelta(minutes=30))}" in status.reason
     # the writer releases the lock and writes the record in one patch
@@ -242,6 +245,33 @@ def test_a_job_renamed_after_its_lock_expired_cools_down_all_the_same(renamed: s
     assert {lock.owner for lock in fair.locks.values()} == {job_owner("other")}, "another job's pod is not held"
     after = plan(snap([released, node("n2")], [*running, again], spare=1), CONFIG, NOW + timedelta(minutes=31))
     assert len(after.locks) == 1, "after the cool-down it may lock again"
+
+
+def test_pods_of_a_job_whose_lock_expired_cool_down_in_whatever_job_they_move_to() -> None:
+    """Review of the record by pod: it named only the pods the lock reserved for. A PodGroup of minMember 1 with two
+    pending pods locks for one; once that lock expired, the other pod, moved to another PodGroup (its group annotation
+    rewritten), locked at once with a fresh maxLockDuration. Every pod of the job not bound is recorded (hashed, 40
+    bytes each, at most MAX_POD_RECORDS)."""
+    groups = [podgroup("g", 1), podgroup("g2", 1)]
+    running = full("n1") + full("n2")
+    p1, p2 = (pod(name, "4", age=timedelta(hours=3), group="g") for name in ("p1", "p2"))
+    first = plan(snap([node("n1"), node("n2")], [*running, p1, p2], groups, spare=1), CONFIG, NOW)
+    ((name, lock),) = first.locks.items()
+    other = node("n2" if name == "n1" else "n1")
+    expiry = NOW + timedelta(hours=2, minutes=1)
+    expired = plan(snap([node(name, lock=lock), other], [*running, p1, p2], groups, spare=1), CONFIG, expiry)
+    record = json.loads(expired.node_marks[name][keys.LOCK_EXPIRED])
+    assert set(record) == {job_owner("g", "PodGroup"), task_record("ns/p1"), task_record("ns/p2")}
+    released = with_annotation(node(name), keys.LOCK_EXPIRED, expired.node_marks[name][keys.LOCK_EXPIRED])
+    moved = pod("p2", "4", age=timedelta(hours=3), group="g2")
+    split = plan(snap([released, other], [*running, p1, moved], groups, spare=1), CONFIG, expiry + timedelta(minutes=1))
+    assert split.locks == {}, "neither the job nor its moved pod locks during the cool-down"
+    many = PodGroupView.from_obj({"metadata": {"name": "many", "namespace": "ns", "creationTimestamp": stamp(NOW)},
+                                  "spec": {"minMember": 1}})
+    crowd = [pod(f"c{i:04d}-{'x' * 200}", "4", group="many") for i in range(MAX_POD_RECORDS + 50)]
+    job = build_jobs(snap([node("n1")], crowd, [many]), KueueConfig(), timedelta(minutes=10))[0]
+    entries = pod_records(job)
+    assert len(entries) == MAX_POD_RECORDS and all(len(e) == 20 for e in entries), "bounded, whatever the names"
 
 
 def test_the_cool_down_records_are_read_once_per_plan(monkeypatch: pytest.MonkeyPatch) -> None:
