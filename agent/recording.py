@@ -329,8 +329,8 @@ class Recording:
     seen_until: float | None = None
     finished: bool = False
     pods_seen: int = 0  # distinct pods in the recording, every run's
-    ending: set[str] = field(default_factory=set)  # uids whose row is made and not yet appended
-    # the uid of each row made and not yet appended, by its uid as written (`written` is told the written one)
+    # the uid of each row made and not yet appended (its pod is on its way out), by its uid as written (`written` is
+    # told the written one)
     made: dict[str, str] = field(default_factory=dict)
 
     # --- state ---
@@ -363,6 +363,10 @@ class Recording:
 
     # --- pods ---
 
+    def ending(self, uid: str) -> bool:
+        """Whether the pod of `uid` has its row made and not yet appended."""
+        return self.written_form(uid) in self.made
+
     def written_form(self, uid: str) -> str:
         """A uid as pods.csv's uid column has it (hashed under --anonymize): what written_uids holds."""
         return self.anonymizer.name("uid", uid)
@@ -370,7 +374,7 @@ class Recording:
     def pod_changed(self, pod: PodSeen, now: float) -> list[list[str]]:
         """A pod's view as a watch or list showed it at `now`: tracked, and its row when it has ended (Succeeded or
         Failed). A pod already written, or whose row is on its way, is ignored."""
-        if pod.uid in self.ending or self.written_form(pod.uid) in self.written_uids:
+        if self.ending(pod.uid) or self.written_form(pod.uid) in self.written_uids:
             return []
         tracked = self.open.get(pod.uid)
         if tracked is None:
@@ -395,7 +399,7 @@ class Recording:
         if written in self.written_uids:
             self.written_uids.discard(written)  # deleted: it cannot show up again, so the recorder need not hold it
             return []
-        if pod.uid in self.ending:
+        if self.ending(pod.uid):
             return []
         if pod.uid not in self.open:
             self.pod_changed(pod, now)
@@ -409,7 +413,7 @@ class Recording:
         if written in self.written_uids:
             self.written_uids.discard(written)
             return []
-        if pod.uid in self.ending:
+        if self.ending(pod.uid):
             return []
         if pod.uid not in self.open:
             self.pod_changed(pod, now)
@@ -425,25 +429,23 @@ class Recording:
         # only a pod still listed can show up again: the rest of pods.csv is history
         self.written_uids &= {self.written_form(uid) for uid in here}
         return [self.row(pod, end=now, how="Vanished", end_after=self.seen_until)
-                for uid, pod in sorted(self.open.items()) if uid not in here and uid not in self.ending]
+                for uid, pod in sorted(self.open.items()) if uid not in here and not self.ending(uid)]
 
     def finish(self) -> list[list[str]]:
         """The end of the recording: the rows of the pods still pending or running (no deletion time, no `end`)."""
         self.finished = True
-        return [self.row(pod, end=None, how="") for uid, pod in sorted(self.open.items()) if uid not in self.ending]
+        return [self.row(pod, end=None, how="") for uid, pod in sorted(self.open.items()) if not self.ending(uid)]
 
     def written(self, written_uid: str) -> None:
         """The row whose uid column is `written_uid` (as `row` made it) is appended and synced: its pod leaves the
         open pods for good."""
         uid = self.made.pop(written_uid, written_uid)
         self.written_uids.add(written_uid)
-        self.ending.discard(uid)
         self.open.pop(uid, None)
 
     def row(self, pod: OpenPod, *, end: float | None, how: str, end_after: float | None = None) -> list[str]:
         """The CSV fields (RECORD_COLUMNS) of a pod ending at `end` (None: not ended), `how` it ended; the pod counts
         as on its way out (`ending`) until `written`."""
-        self.ending.add(pod.seen.uid)
         self.made[self.written_form(pod.seen.uid)] = pod.seen.uid
         seen, name = pod.seen, self.anonymizer.name
         phase = "Unknown" if how == "Vanished" else how if how in TERMINAL else seen.phase

@@ -29,6 +29,11 @@ from shared.views import (
     WorkloadView,
 )
 
+# the most pods a lock names (Lock.tasks): 256 keys of the longest "namespace/name" (317 characters) are 82 KiB of a
+# node's 256 KiB of annotations; a starvation lock reserves at most this many tasks on one node (reserve_tasks), a
+# Reservation's handover lock names at most this many of the owners it hands over
+MAX_LOCK_TASKS = 256
+
 
 @dataclass(frozen=True)
 class Snapshot:
@@ -102,7 +107,9 @@ def read_lock_info(text: str) -> LockInfo:
 
 @dataclass(frozen=True)
 class Lock:
-    """One node held for one owner (DESIGN section 2). `subject` is the owner's readable name."""
+    """One node held for one owner (DESIGN section 2). `subject` is the owner's readable name. `tasks` names at most
+    MAX_LOCK_TASKS pods (the policies that make locks hold to it), so the lock-info annotation stays far below the
+    256 KiB the API server allows a node's annotations however many pods a node allows and however long their names."""
 
     node: str
     owner: str

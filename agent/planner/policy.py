@@ -42,7 +42,8 @@ class Cooldowns:
     the jobs that may not lock yet, and the `reservoir.sh/lock-expired` annotations the nodes must be given where
     they differ from what they carry."""
 
-    # job owner, or a task it reserved for (starvation.task_record) -> when it may lock again (> now)
+    # job owner, or a pod of the job not bound when its lock expired (starvation.task_record) -> when it may lock
+    # again (> now)
     until: Mapping[str, datetime] = field(default_factory=dict)
     expired: frozenset[str] = frozenset()  # owners whose locks outlived maxLockDuration in this plan
     marks: NodeMarks = field(default_factory=dict)  # node -> {keys.LOCK_EXPIRED: text, or None to remove}

@@ -79,7 +79,14 @@ from typing import Any
 
 from agent.planner.capacity import FOREVER, NodeState, schedulable, time_to_fit
 from agent.planner.displacement import may_take
-from agent.planner.model import Handover, Lock, Placeholder, ReservationStatus, koordinator_allocated
+from agent.planner.model import (
+    MAX_LOCK_TASKS,
+    Handover,
+    Lock,
+    Placeholder,
+    ReservationStatus,
+    koordinator_allocated,
+)
 from agent.planner.policy import PlanContext, Policy, PolicyResult, Statuses, earliest, fair_share, kept_since
 from shared import keys
 from shared.keys import LockKind
@@ -315,6 +322,7 @@ class Turn:
 # each decision is a write); anyone may write the gate on their own pods, so more are taken in turns across
 # namespaces (policy.fair_share), the rest in the next plans
 MAX_HANDOVER_DECISIONS = 200
+HANDOVER_NAMED = 5  # the owners a handover lock's reason names (the rest counted)
 
 
 def plan_reservations(*, context: PlanContext) -> PolicyResult:
@@ -583,9 +591,14 @@ def hold(r: ReservationView, *, held: Holding, node: str, ends: datetime | None,
                 return Turn(status=shared.status(r, phase="Pending", node="", reason="Unschedulable", message=why),
                             note=note)
         else:
-            tasks = tuple(sorted(p.key for p in held.claimed + in_flight))
+            handed = sorted(p.key for p in held.claimed + in_flight)
+            # the lock names the owners it hands over for `reservoir status` and `why` (MAX_LOCK_TASKS of them: its
+            # annotation must stay small however many owners a selector matches), its reason the first few
+            tasks = tuple(handed[:MAX_LOCK_TASKS])
+            more = f" and {len(handed) - HANDOVER_NAMED} more" if len(handed) > HANDOVER_NAMED else ""
             lock_out = Lock(node=node, owner=owner, kind=LockKind.RESERVATION, subject=f"reservation/{r.key}",
-                            reason=(f"Reservation {r.name}: handover of {', '.join(tasks)}" if tasks else
+                            reason=(f"Reservation {r.name}: handover of {', '.join(handed[:HANDOVER_NAMED])}{more}"
+                                    if tasks else
                                     f"Reservation {r.name}: " + ("preAllocation drain" if phase == "Waiting"
                                                                   else "placeholder resize")),
                             since=kept_since(shared.current, node=node, owner=owner, now=shared.now),

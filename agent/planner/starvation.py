@@ -84,7 +84,7 @@ from agent.planner.capacity import (
 )
 from agent.planner.displacement import displaces
 from agent.planner.jobs import Job
-from agent.planner.model import JobStatus, Lock
+from agent.planner.model import MAX_LOCK_TASKS, JobStatus, Lock
 from agent.planner.ordering import order_jobs
 from agent.planner.policy import (
     Cooldowns,
@@ -381,22 +381,30 @@ def reserve_tasks(job: Job, tasks: Sequence[PodView], chooser: NodeChooser, own:
                   smaller: Smaller | None = None) -> Reserved | None:
     """Seed 000 "Reserved": `needed` tasks (all of `tasks` when None), in their order, each on the best node left by
     the chooser counting what the job reserved so far; a task that fits nowhere is skipped for the next. None when
-    fewer than `needed` can be reserved. A node whose idle covers all its tasks now, and not locked for the job
-    already, needs no lock (module docstring); nor, given `smaller`, a node where no pod asks for less of what the
-    tasks reserved there lack (Smaller)."""
+    fewer than `needed` can be reserved. At most MAX_LOCK_TASKS tasks on one node: a lock names the tasks it reserved
+    for in its node's lock-info annotation, which must stay well within the 256 KiB the API server allows a node's
+    annotations (a job of a thousand tiny pods of the longest names on a node allowing that many pods would pass it,
+    and a lock that can never be written is planned again at every plan, holding starvation's budget; departure
+    from seed 000, which reserves as many as fit, said in docs/design/decisions.md). A node whose idle covers all its
+    tasks now, and not locked for the job already, needs no lock (module docstring); nor, given `smaller`, a node
+    where no pod asks for less of what the tasks reserved there lack (Smaller)."""
     wanted = len(tasks) if needed is None else needed
     reserved: dict[str, Resources] = {}
     placed: dict[str, list[PodView]] = {}
     count = 0
+    skip = avoid
     for task in tasks:
         if count >= wanted:
             break
-        name = chooser.choose(task, job.owner, own, reserved, avoid)
+        name = chooser.choose(task, job.owner, own, reserved, skip)
         if name is None:
             continue
         reserved[name] = reserved.get(name, EMPTY) + task.requests
-        placed.setdefault(name, []).append(task)
+        here = placed.setdefault(name, [])
+        here.append(task)
         count += 1
+        if len(here) >= MAX_LOCK_TASKS:
+            skip = skip | {name}  # the lock names its tasks: no more on this node (MAX_LOCK_TASKS)
     if count < wanted:
         return None
     out = Reserved()

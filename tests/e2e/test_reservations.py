@@ -108,16 +108,21 @@ async def wait_phase(kit: Kit, name: str, phase: str, timeout: float = 30) -> di
     return await kit.wait_for(probe, what=f"Reservation {name} {phase}", timeout=timeout)
 
 
-async def test_a_reservation_holds_only_its_resources_and_hands_them_over_to_its_owner(
-        kit: Kit, running: tuple[list[str], AgentProcess]) -> None:
-    created, agent = running
-    await kit.create_node("rs-1", {"cpu": "4", "memory": "16Gi"})
+async def reservation_on_a_node(kit: Kit, created: list[str], node: str, name: str) -> tuple[str, list[dict], dict]:
+    """A 4-cpu node `node` (and a spare), a Reservation `name` of 3 cpu on it for the pods labelled reservation=<tag>,
+    Available: (the tag, the Reservation's owners, the Reservation)."""
+    await kit.create_node(node, {"cpu": "4", "memory": "16Gi"})
     await spare_node(kit)
     tag = kit.namespace[-5:]
     owners = [{"labelSelector": {"matchLabels": {"reservation": tag}}}]
-    await create_reservation(kit, created, f"train-{tag}", "3", {"owners": owners,
-                                                                 "template_spec": {"nodeName": "rs-1"}})
-    obj = await wait_phase(kit, f"train-{tag}", "Available")
+    await create_reservation(kit, created, name, "3", {"owners": owners, "template_spec": {"nodeName": node}})
+    return tag, owners, await wait_phase(kit, name, "Available")
+
+
+async def test_a_reservation_holds_only_its_resources_and_hands_them_over_to_its_owner(
+        kit: Kit, running: tuple[list[str], AgentProcess]) -> None:
+    created, agent = running
+    tag, owners, obj = await reservation_on_a_node(kit, created, "rs-1", f"train-{kit.namespace[-5:]}")
     assert obj["status"]["nodeName"] == "rs-1" and obj["status"]["allocatable"] == {"cpu": "3"}
     ready = {c["type"]: c for c in obj["status"]["conditions"]}
     assert ready["Scheduled"]["status"] == "True" and ready["Ready"]["status"] == "True"
@@ -168,13 +173,7 @@ async def test_an_owner_holding_a_gate_of_its_own_is_not_handed_over(
     Reservation's node locked for as long as its tenant held the gate (never Unschedulable, so never given up): it is
     let go instead, its own gate kept, the node never locked, and the Reservation stays whole for an honest owner."""
     created, agent = running
-    await kit.create_node("rs-g", {"cpu": "4", "memory": "16Gi"})
-    await spare_node(kit)
-    tag = kit.namespace[-5:]
-    owners = [{"labelSelector": {"matchLabels": {"reservation": tag}}}]
-    await create_reservation(kit, created, f"gated-{tag}", "3", {"owners": owners,
-                                                                 "template_spec": {"nodeName": "rs-g"}})
-    await wait_phase(kit, f"gated-{tag}", "Available")
+    tag, _, _ = await reservation_on_a_node(kit, created, "rs-g", f"gated-{kit.namespace[-5:]}")
     await webhook_gates(kit, {"reservation": tag})
     made = await kit.create_pod("sly", {"cpu": "3"}, labels={"reservation": tag},
                                 extra_spec={"schedulingGates": [{"name": "example.com/mine"}]})

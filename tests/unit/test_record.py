@@ -592,7 +592,7 @@ def test_a_written_pod_leaves_the_state_and_is_not_written_again_after_a_resume(
     write_rows(path, rows)
     for row in rows:
         rec.written(as_dict(row)["uid"])
-    assert set(rec.open) == {"uid-b"} and rec.ending == set()
+    assert set(rec.open) == {"uid-b"} and rec.made == {}
     assert "uid-a" not in json.loads(rec.state_json())["open"]
     assert rec.pod_changed(READ(pod_obj("a", created=0, node="n", bound=1, phase="Succeeded", finished=4)),
                            now=ORIGIN + 5) == [], "still listed, already written: ignored"

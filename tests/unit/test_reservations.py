@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from agent.planner.model import Lock, Plan, Snapshot, placeholder_name
+from agent.planner.model import MAX_LOCK_TASKS, Lock, Plan, Snapshot, placeholder_name
 from agent.planner.plan import plan
 from agent.writer import narrow_patch, placeholder_pod, ungate_patch
 from shared import keys
@@ -250,6 +250,25 @@ def test_an_owner_is_handed_over_under_a_brief_lock_and_allocate_once_succeeds()
     assert status.phase == "Succeeded" and status.reason == "Succeeded" and done.locks == {}
     assert status.status()["allocated"] == {"cpu": "3"} and status.annotate == ("ns/owner",)
     assert cluster.plan().placeholders == []
+
+
+def test_a_handover_lock_names_at_most_max_lock_tasks_owners_and_its_reason_a_few() -> None:
+    """Owners of the longest names, 300 in flight at once (allocateOnce false, kube-scheduler slow to bind): the lock
+    names MAX_LOCK_TASKS of them and its reason five, so its annotation stays small however many owners a selector
+    matches (all 300 named twice would be 153 KiB of a node's 256 KiB of annotations)."""
+    cluster = Cluster.of(node_obj("n1", cpu="400", memory="4000Gi"),
+                         reservations=(reservation("r1", "300", allocateOnce=False),))
+    cluster.nodes["n1"]["status"]["allocatable"]["pods"] = "1000"
+    cluster.reconcile()
+    cluster.reconcile()
+    names = [f"{'o' * 248}-{i:04}" for i in range(300)]
+    for name in names:
+        cluster.add(pod_obj(name, "1", owner=True, gated=True))
+    locks = [cluster.reconcile(bind=False).locks.get("n1") for _ in range(4)]
+    widest = max((lock for lock in locks if lock is not None), key=lambda lock: len(lock.tasks))
+    assert len(widest.tasks) == MAX_LOCK_TASKS and set(widest.tasks) <= {f"ns/{n}" for n in names}
+    assert widest.reason.endswith(" and 295 more") and widest.reason.count("ns/") == 5
+    assert len(widest.info_json()) < 100 * 1024
 
 
 def test_an_owner_running_on_the_node_before_does_not_use_the_reservation_up() -> None:

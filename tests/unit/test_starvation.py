@@ -175,6 +175,26 @@ def test_gang_of_min_member_3_with_8_pending_pods_gets_3_tasks_worth_of_nodes() 
     assert len(result.locks) == 2 and sum(len(lock.tasks) for lock in result.locks.values()) == 2
 
 
+def test_a_lock_reserves_at_most_max_lock_tasks_so_its_annotation_stays_writable() -> None:
+    """A gang of 1,100 tiny pods of the longest names a pod can have, on nodes allowing 1,100 pods: every task fits on
+    one node, but a lock naming them all would be 279 KiB of lock-info, past the 256 KiB the API server allows a
+    node's annotations: never written, planned again at every plan. A lock reserves for at most MAX_LOCK_TASKS; the
+    rest go to the next nodes."""
+    count = 1100
+    group = podgroup("swarm", count)
+    long_name = "x" * 248  # with "-0000": 253 characters
+    tasks = [pod(f"{long_name}-{i:04}", "100m", group="swarm") for i in range(count)]
+    big = [NodeView.from_obj({"metadata": {"name": f"big-{i}", "creationTimestamp": stamp(NOW - timedelta(days=1))},
+                              "status": {"allocatable": {"cpu": "200", "memory": "2000Gi", "pods": "1100"}}})
+           for i in range(5)]
+    running = [pod(f"big-{i}-fill", "200", node_name=f"big-{i}") for i in range(5)]  # full: each must drain
+    result = plan(snap(big, [*running, *tasks], [group], spare=1), CONFIG, NOW)
+    assert sorted(len(lock.tasks) for lock in result.locks.values()) == [76, 256, 256, 256, 256]
+    assert sorted(t for lock in result.locks.values() for t in lock.tasks) == sorted(t.key for t in tasks)
+    assert max(len(lock.info_json()) for lock in result.locks.values()) < 100 * 1024
+    assert len(json.dumps([t.key for t in tasks])) > 256 * 1024, "the names of all would not have fitted"
+
+
 # --- 4. maxLockDuration's cool-down ---
 
 def test_an_expired_lock_cools_down_before_the_job_locks_again_and_the_record_lives_on_the_node() -> None:
