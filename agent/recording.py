@@ -374,7 +374,8 @@ class Recording:
     def pod_changed(self, pod: PodSeen, now: float) -> list[list[str]]:
         """A pod's view as a watch or list showed it at `now`: tracked, and its row when it has ended (Succeeded or
         Failed). A pod already written, or whose row is on its way, is ignored."""
-        if self.ending(pod.uid) or self.written_form(pod.uid) in self.written_uids:
+        written = self.written_form(pod.uid)
+        if written in self.made or written in self.written_uids:  # its row on its way, or written
             return []
         tracked = self.open.get(pod.uid)
         if tracked is None:

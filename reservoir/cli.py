@@ -8,6 +8,7 @@ import importlib
 import json
 import logging
 import os
+import re
 import sys
 import traceback
 from collections.abc import Coroutine
@@ -225,6 +226,14 @@ def _simulate(args: argparse.Namespace) -> int:
     for flag, value in (("--tail", args.tail), ("--window", args.window)):
         if not value >= 0:  # NaN too
             return fail(f"{flag} {value}: expected seconds >= 0 (--window 0: every arrival)")
+    minor = simulate.KUBERNETES_MINOR
+    if args.kubernetes is not None:
+        found = re.fullmatch(r"v?1\.(\d{1,3})(\.\d+)?", args.kubernetes.strip())
+        if found is None:
+            print(f"reservoir simulate: --kubernetes {args.kubernetes!r}: expected a version such as 1.35 or "
+                  f"v1.35.2", file=sys.stderr)
+            return 2
+        minor = int(found.group(1))
     arms = [simulate.ArmSpec("alone", None, "trace-alone")]
     if not args.config:
         arms = simulate.default_arms()
@@ -262,7 +271,7 @@ def _simulate(args: argparse.Namespace) -> int:
     jobs = args.jobs if args.jobs > 0 else min(len(arms), os.cpu_count() or 1)
     try:
         outcomes = simulate.simulate(arms, replay.nodes, replay.pods, seed=args.seed, tail=args.tail,
-                                     progress=not args.quiet, jobs=jobs)
+                                     progress=not args.quiet, jobs=jobs, minor=minor)
     except simulate.SimulationError as err:
         return fail(str(err))
     result = [o.arm for o in outcomes]
@@ -454,6 +463,10 @@ def build_parser(prog: str = "reservoir") -> argparse.ArgumentParser:
     simulate.add_argument("-j", "--jobs", type=int, default=0,
                           help="arms simulated at once, each in a process (default: one per CPU, at most one per "
                                "arm; the results do not depend on it)")
+    simulate.add_argument("--kubernetes", default=None, metavar="1.N",
+                          help="the Kubernetes version whose kube-scheduler is modelled (default: the one make "
+                               "bench-trace runs); before 1.36 NodeResourcesBalancedAllocation scored a node's balance "
+                               "with the pod only, from 1.36 the change the pod makes to it")
     simulate.add_argument("-q", "--quiet", action="store_true", help="no progress lines on standard error")
     simulate.set_defaults(run=_simulate)
 

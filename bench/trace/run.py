@@ -341,9 +341,11 @@ async def run(args: argparse.Namespace) -> list[str]:
                                               replayed.pods, seed=args.seed, tail=args.tail)]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    agreement = [simulate.agreement_line(a.records, pods, {node_name(a.name, row): row for row in chosen})
+                 for a in arms if a.name == "alone"]
     table = "\n".join([report.table(arms), "", *report.criteria_lines(arms), "",
                        "The same pods, nodes and configs in `reservoir simulate` (the model) beside this replay:", "",
-                       report.validation_table(arms, model)])
+                       report.validation_table(arms, model), *agreement])
     report.write_json(arms, out / "trace.json")
     pictures = report.plot(arms, out)
     command = "make bench-trace" + "".join(f" {k}={v}" for k, v in (("TRACE", args.pods), ("NODES", args.nodes),

@@ -39,7 +39,9 @@ The kube-scheduler model:
 - filters: NodeResourcesFit (cpu, memory, nvidia.com/gpu, pods) and the project's one predicate
   (`shared.predicates.schedulable_on`: nodeName, nodeSelector, required node affinity, taints and tolerations);
 - scores: NodeResourcesFit LeastAllocated (cpu and memory, weight 1 each) and NodeResourcesBalancedAllocation (cpu and
-  memory), plugin weight 1 each, in kube-scheduler's integer arithmetic; NodeAffinity's preferred terms (plugin
+  memory; from 1.36 the change the pod makes to the node's balance, before it the balance with the pod: `node_score`,
+  `--kubernetes` for another version than bench-trace's), plugin weight 1 each, in kube-scheduler's integer arithmetic
+  (`placement_agreement` checks them against a replay's binds, one at a time); NodeAffinity's preferred terms (plugin
   weight 2, normalised to 100), which only the webhook's preference for a pod's own locked nodes gives here; and
   TaintToleration (plugin weight 3: the PreferNoSchedule taints a pod does not tolerate, reversed and normalised to
   100), which only Reservoir's soft-drain taint (keys.DRAIN) gives here; the other default scores are the same on
@@ -54,9 +56,19 @@ The kube-scheduler model:
   A pod that fits nowhere waits for the next change. Scheduling takes no time.
 
 Departures, each to be measured against the real replay (bench-trace's own table):
-- no backoff: a pod failed is tried again at the next change (kube-scheduler waits 1 s, doubling to 10 s, before
-  retrying it, but since 1.33 takes a backing-off pod at once when its active queue is empty, SchedulerPopFromBackoffQ,
-  on by default: here, with scheduling instantaneous, it always is), and no periodic flush of unschedulable pods;
+- no backoff: a pod failed is tried again at the next change, the waiting pods in the order they last failed (first
+  in, first out), and no periodic flush of unschedulable pods. kube-scheduler moves the pods a change concerns to its
+  backoff queue (1 s doubling to 10 s per failure, aligned to 1-s windows) and, its active queue empty
+  (SchedulerPopFromBackoffQ, on since 1.33), tries them by backoff expiry: a pod that failed fewer times first, and
+  pods just created before all of them. The replay shows it: in a default run's T4 pool a newcomer took a freed GPU
+  that an older waiting pod fitted 201 times (205 in a second run), never in this model; of the pods that fitted the
+  node a waiting T4 pod took, 73% (72%) were older than it. Ordering the retries that way here (tried, not kept) gave
+  228 such overtakes and kube-scheduler alone's 8-GPU p95 335 s (replays 319 and 329 s; 197 s first in, first out),
+  but 99% of those rivals older (pure last in, first out) and the GPU-share and 1-GPU p95 waits 3.5 and 5.9 s against
+  the replays' 25-28 and 35-41 s (23 and 24 s first in, first out). What is between is time: kube-scheduler spent 0.46
+  ms on each failed attempt (its metrics during a replay: up to 730 failed attempts a second, about 80 pods parked,
+  none held by its client's rate limit), so a sweep after each pod's end takes tens of milliseconds and pods created
+  meanwhile go first; the T4 pool's mean wait is 24.5 s in the replays and 13-17 s in the model. Not modelled;
 - queueing hints coarsely: every waiting pod is tried after any pod ends, only those a changed node now takes after a
   node change;
 - no latency anywhere: the webhook, the planner, the writer, the watch caches, binding and kwok are instantaneous
@@ -118,6 +130,10 @@ NODE_AFFINITY_WEIGHT = 2
 TAINT_TOLERATION_WEIGHT = 3  # kube-scheduler's default profile: TaintToleration's score plugin weight
 PREFER_NO_SCHEDULE = "PreferNoSchedule"
 MIN_FEASIBLE_NODES = 100  # minFeasibleNodesToFind
+# the kube-scheduler modelled: the minor of localcluster/versions.env's KUBERNETES_VERSION, the one make bench-trace
+# runs (tests/unit/test_simulate.py checks they agree); `reservoir simulate --kubernetes 1.N` models another
+KUBERNETES_MINOR = 36
+BALANCE_CHANGE_MINOR = 36  # NodeResourcesBalancedAllocation scores the change in balance from 1.36 (node_score)
 MIN_FEASIBLE_PERCENT = 5  # minFeasibleNodesPercentageToFind
 PROGRESS_SECONDS = 3.0  # wall-clock seconds between progress lines
 NO_TOLERATION_SECONDS = 300  # the DefaultTolerationSeconds admission plugin's not-ready / unreachable tolerations
@@ -159,23 +175,101 @@ def feasible_nodes_to_find(nodes: int) -> int:
     return max(MIN_FEASIBLE_NODES, nodes * percent // 100)
 
 
-def node_score(cpu: int, cpu_capacity: int, memory: int, memory_capacity: int) -> int:
+def balance(cpu: int, cpu_capacity: int, memory: int, memory_capacity: int) -> int:
+    """kube-scheduler's balancedResourceScore of a node whose pods request `cpu` and `memory`: each requested
+    fraction capped at 1, std = |f_cpu - f_memory| / 2 (the mean square formula for two resources; a resource the node
+    has none of is left out, and with one left std is 0), int((1 - std) * 100): 50 to 100."""
+    if cpu_capacity and memory_capacity:
+        std = abs((min(1.0, cpu / cpu_capacity) - min(1.0, memory / memory_capacity)) / 2)
+        return int((1 - std) * MAX_NODE_SCORE)
+    return MAX_NODE_SCORE
+
+
+def node_score(cpu: int, cpu_capacity: int, memory: int, memory_capacity: int, *, pod_cpu: int = 0,
+               pod_memory: int = 0, minor: int = KUBERNETES_MINOR, before: int | None = None) -> int:
     """NodeResourcesFit LeastAllocated plus NodeResourcesBalancedAllocation (plugin weight 1 each) of a node whose pods,
-    the one being scheduled with them, request `cpu` and `memory`, in kube-scheduler's arithmetic:
+    the one being scheduled with them, request `cpu` and `memory` (`pod_cpu` and `pod_memory` of them the pod's), in
+    the arithmetic of kube-scheduler 1.`minor`:
     - LeastAllocated per resource (capacity - requested) * 100 / capacity, integer division (0 when the node has none
       of it or the request passes it), then (cpu + memory) / 2 (weight 1 each), integer division;
-    - BalancedAllocation: each requested fraction capped at 1, std = |f_cpu - f_memory| / 2 (the mean square formula
-      for two resources; a resource the node has none of is left out, and with one left std is 0), int((1 - std) *
-      100)."""
+    - BalancedAllocation, from 1.36 (kubernetes#135573): the change the pod makes to the node's balance, 50 + (50 +
+      balance with the pod - balance without it) / 2, integer division (`balance`); before 1.36 the balance with the
+      pod alone. Told apart by the replay itself (placement_agreement): the 1.36 formula puts 97% of a bench-trace
+      run's GPU pods where 1.36's kube-scheduler put them, the older one 81% (docs/design/benchmarks.md).
+    `before`: the balance without the pod, when the caller keeps it (SchedNode.balance)."""
     least_cpu = (cpu_capacity - cpu) * MAX_NODE_SCORE // cpu_capacity if 0 < cpu_capacity and cpu <= cpu_capacity else 0
     least_memory = ((memory_capacity - memory) * MAX_NODE_SCORE // memory_capacity
                     if 0 < memory_capacity and memory <= memory_capacity else 0)
-    if cpu_capacity and memory_capacity:
-        std = abs((min(1.0, cpu / cpu_capacity) - min(1.0, memory / memory_capacity)) / 2)
-        balanced = int((1 - std) * MAX_NODE_SCORE)
-    else:
-        balanced = MAX_NODE_SCORE
+    balanced = balance(cpu, cpu_capacity, memory, memory_capacity)
+    if minor >= BALANCE_CHANGE_MINOR:
+        if before is None:
+            before = balance(cpu - pod_cpu, cpu_capacity, memory - pod_memory, memory_capacity)
+        balanced = MAX_NODE_SCORE // 2 + (MAX_NODE_SCORE // 2 + balanced - before) // 2
     return (least_cpu + least_memory) // 2 + balanced
+
+
+def placement_agreement(records: Iterable[report.PodRecord], pods: Mapping[str, trace.ReplayPod],
+                        nodes: Mapping[str, trace.NodeRow], *, minor: int = KUBERNETES_MINOR,
+                        max_pods: int = 110) -> dict[str, tuple[int, int]]:
+    """The scheduler model's scores held against the choices of a real kube-scheduler, one bind at a time: replaying
+    the binds and ends of `records` (a run of kube-scheduler alone: no taints, no preferences), for each bind the
+    nodes that could take the pod at that moment (GPUs, cpu, memory, `max_pods`, its GPU models) scored by node_score
+    as kube-scheduler 1.`minor` would; per class, (binds whose node scored highest, binds). Independent of the queue:
+    it asks only whether the model would have put the pod where the real scheduler did, given what ran where. The
+    search stops at `percentageOfNodesToScore` (100 of 152 nodes), so a pod that fits on more nodes than that may
+    rightly land below the top (CPU-only pods)."""
+    events: list[tuple[float, int, str, str]] = []
+    for r in records:
+        if r.bound is None or r.node not in nodes or r.name not in pods:
+            continue
+        events.append((r.bound, 1, r.name, r.node))
+        if r.ended is not None:
+            events.append((r.ended, 0, r.name, r.node))
+    events.sort()
+    used = {name: [0, 0, 0, 0] for name in nodes}  # cpu, memory MiB, GPUs, pods
+    counts: dict[str, list[int]] = {}
+    for _, bind, name, node in events:
+        pod = pods[name]
+        if bind:
+            best, chosen = -1, -1
+            for other, row in nodes.items():
+                u = used[other]
+                if (row.gpu - u[2] >= pod.gpus and row.cpu_milli - u[0] >= pod.cpu_milli
+                        and row.memory_mib - u[1] >= pod.memory_mib and u[3] < max_pods
+                        and (not pod.gpu_models or row.model in pod.gpu_models)):
+                    score = node_score(u[0] + pod.cpu_milli, row.cpu_milli, u[1] + pod.memory_mib, row.memory_mib,
+                                       pod_cpu=pod.cpu_milli, pod_memory=pod.memory_mib, minor=minor)
+                    best = max(best, score)
+                    if other == node:
+                        chosen = score
+            tally = counts.setdefault(pod.klass, [0, 0])
+            tally[0] += chosen >= 0 and chosen == best  # a node the model finds no room on never agrees
+            tally[1] += 1
+        sign = 1 if bind else -1
+        u = used[node]
+        u[0] += sign * pod.cpu_milli
+        u[1] += sign * pod.memory_mib
+        u[2] += sign * pod.gpus
+        u[3] += sign
+    return {klass: (top, total) for klass, (top, total) in counts.items()}
+
+
+def agreement_line(records: Iterable[report.PodRecord], pods: Mapping[str, trace.ReplayPod],
+                   nodes: Mapping[str, trace.NodeRow]) -> str:
+    """placement_agreement of kube-scheduler alone's binds, for the GPU pods (whose nodes the search does not cut
+    short), with the scores of the modelled kube-scheduler and of the one before NodeResourcesBalancedAllocation
+    changed (1.35)."""
+    kept = list(records)
+    shares = []
+    for minor in (KUBERNETES_MINOR, BALANCE_CHANGE_MINOR - 1):
+        tally = placement_agreement(kept, pods, nodes, minor=minor)
+        top = sum(t for k, (t, _) in tally.items() if k != "CPU only")
+        total = sum(n for k, (_, n) in tally.items() if k != "CPU only")
+        shares.append((minor, top, total))
+    (now, top, total), (before, top_before, _) = shares
+    return (f"placement agreement (kube-scheduler alone): the model's scores put the pod on the node kube-scheduler "
+            f"chose for {top} of {total} GPU pods' binds ({top / max(total, 1):.0%}) as 1.{now} scores; "
+            f"{top_before} ({top_before / max(total, 1):.0%}) as 1.{before} did")
 
 
 # --- the kube-scheduler model ------------------------------------------------------------------------------------
@@ -199,10 +293,21 @@ class SchedNode:
     static: dict[int, bool] = field(default_factory=dict)
     # its PreferNoSchedule taints, the ones TaintToleration scores
     prefer: tuple[Taint, ...] = ()
+    # balance() of what its pods request, and the free cpu and memory it was computed for
+    _balance: tuple[int, int, int] = (-1, -1, 0)
 
     def __post_init__(self) -> None:
         self.free_cpu, self.free_memory, self.free_gpus, self.free_pods = self.cpu, self.memory, self.gpus, self.pods
         self.set_view(self.view)
+
+    def balance(self) -> int:
+        """BalancedAllocation's balance of what the node's pods request now (node_score's `before`), computed again
+        only when that changes."""
+        free_cpu, free_memory, value = self._balance
+        if (free_cpu, free_memory) != (self.free_cpu, self.free_memory):
+            value = balance(self.cpu - self.free_cpu, self.cpu, self.memory - self.free_memory, self.memory)
+            self._balance = (self.free_cpu, self.free_memory, value)
+        return value
 
     def set_view(self, view: NodeView) -> None:
         self.view = view
@@ -248,7 +353,8 @@ def requests_of(spec: Mapping[str, Any]) -> Resources:
 class Scheduler:
     """kube-scheduler as the module docstring models it: one queue, one pod at a time, no latency."""
 
-    def __init__(self, views: Sequence[NodeView], rng: random.Random) -> None:
+    def __init__(self, views: Sequence[NodeView], rng: random.Random, minor: int = KUBERNETES_MINOR) -> None:
+        self.minor = minor  # the Kubernetes minor whose scores are modelled (node_score)
         self.nodes: list[SchedNode] = []
         for view in views:
             alloc = view.allocatable
@@ -362,7 +468,8 @@ class Scheduler:
         cpu, memory = pod.cpu, pod.memory
         for i, node in enumerate(feasible):
             total = node_score(node.cpu - node.free_cpu + cpu, node.cpu, node.memory - node.free_memory + memory,
-                               node.memory)
+                               node.memory, pod_cpu=cpu, pod_memory=memory, minor=self.minor,
+                               before=node.balance() if self.minor >= BALANCE_CHANGE_MINOR else None)
             if top:
                 total += NODE_AFFINITY_WEIGHT * (preference[i] * MAX_NODE_SCORE // top)
             if most:
@@ -430,6 +537,7 @@ class Scheduler:
 _ORDER = attrgetter("order")
 
 
+
 # --- the arm -----------------------------------------------------------------------------------------------------
 
 
@@ -465,7 +573,7 @@ class ArmRun:
     """One arm: the cluster's objects, kube-scheduler, and (with a config) the webhook and the agent."""
 
     def __init__(self, spec: ArmSpec, node_rows: Sequence[trace.NodeRow], replay: Sequence[trace.ReplayPod], *,
-                 seed: int, tail: float, progress: TextIO | None = None) -> None:
+                 seed: int, tail: float, progress: TextIO | None = None, minor: int = KUBERNETES_MINOR) -> None:
         from bench.trace.run import node_body
 
         self.spec = spec
@@ -494,7 +602,7 @@ class ArmRun:
             self.rows[name] = row
             self.node_objs[name] = body
             self.node_views[name] = NodeView.from_obj(body)
-        self.scheduler = Scheduler(list(self.node_views.values()), random.Random(seed))
+        self.scheduler = Scheduler(list(self.node_views.values()), random.Random(seed), minor)
         self.pods: dict[str, PodState] = {}
         self.lookup_cache: tuple[int, Lookup] | None = None
         # the sample's counters
@@ -1107,26 +1215,30 @@ class Outcome:
 
 
 def run_arm(spec: ArmSpec, node_rows: Sequence[trace.NodeRow], pods: Sequence[trace.ReplayPod], seed: int,
-            tail: float, progress: bool = False) -> Outcome:
-    """One arm, start to end (a process of its own when arms run side by side), its progress on standard error."""
+            tail: float, progress: bool = False, minor: int = KUBERNETES_MINOR) -> Outcome:
+    """One arm, start to end (a process of its own when arms run side by side), its progress on standard error;
+    kube-scheduler's scores as 1.`minor` computes them."""
     began = time.monotonic()
-    run = ArmRun(spec, node_rows, pods, seed=seed, tail=tail, progress=sys.stderr if progress else None)
+    run = ArmRun(spec, node_rows, pods, seed=seed, tail=tail, progress=sys.stderr if progress else None, minor=minor)
     arm = run.run()
     return Outcome(arm, run.line(), time.monotonic() - began)
 
 
 def simulate(arms: Iterable[ArmSpec], node_rows: Sequence[trace.NodeRow], pods: Sequence[trace.ReplayPod], *,
-             seed: int = 0, tail: float = 300.0, progress: bool = False, jobs: int = 1) -> list[Outcome]:
+             seed: int = 0, tail: float = 300.0, progress: bool = False, jobs: int = 1,
+             minor: int = KUBERNETES_MINOR) -> list[Outcome]:
     """Each arm on the same nodes and pods, kube-scheduler's ties drawn from random.Random(seed) afresh in each, in
     `jobs` processes at once (the arms share nothing: the outcomes are the same in any number of processes), in
-    the order given; `progress`: a line on standard error every few seconds of each arm."""
+    the order given; `progress`: a line on standard error every few seconds of each arm; kube-scheduler 1.`minor`'s
+    scores."""
     specs = list(arms)
     if jobs <= 1 or len(specs) <= 1:
-        return [run_arm(spec, node_rows, pods, seed, tail, progress) for spec in specs]
+        return [run_arm(spec, node_rows, pods, seed, tail, progress, minor) for spec in specs]
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(max_workers=min(jobs, len(specs))) as pool:
-        futures = [pool.submit(run_arm, spec, list(node_rows), list(pods), seed, tail, progress) for spec in specs]
+        futures = [pool.submit(run_arm, spec, list(node_rows), list(pods), seed, tail, progress, minor)
+                   for spec in specs]
         return [future.result() for future in futures]
 
 

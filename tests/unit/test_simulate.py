@@ -13,6 +13,7 @@ import pytest
 
 from agent.planner.model import lock_on
 from bench.trace import report, simulate
+from bench.trace.report import PodRecord
 from bench.trace.run import arm_config as run_config
 from bench.trace.trace import NodeRow, PodRow, ReplayPod, write_nodes, write_pods
 from reservoir import cli
@@ -21,6 +22,7 @@ from shared.keys import LockKind
 from shared.views import NodeView
 
 GIB = 1024  # MiB
+REPO = Path(__file__).resolve().parents[2]
 
 
 def small(name: str, arrival: float, runtime: float, *, models: tuple[str, ...] = ()) -> ReplayPod:
@@ -154,16 +156,74 @@ def test_a_run_is_the_same_for_the_same_seed() -> None:
 
 
 def test_kube_schedulers_scores_and_search_on_hand_values() -> None:
+    # kube-scheduler 1.35: BalancedAllocation is the balance with the pod, int((1 - std) * 100)
     # an empty 96-core, 384 GiB node taking a pod of 12 cores and 48 GiB: LeastAllocated (87 + 87) / 2 = 87;
     # fractions 0.125 and 0.125, BalancedAllocation 100
-    assert simulate.node_score(12_000, 96_000, 48 * GIB, 384 * GIB) == 87 + 100
+    assert simulate.node_score(12_000, 96_000, 48 * GIB, 384 * GIB, pod_cpu=12_000, pod_memory=48 * GIB,
+                               minor=35) == 87 + 100
     # 48 of 64 cores and 64 of 256 GiB requested: LeastAllocated (25 + 75) / 2 = 50; std |0.75 - 0.25| / 2 = 0.25,
     # BalancedAllocation 75
-    assert simulate.node_score(48_000, 64_000, 64 * GIB, 256 * GIB) == 50 + 75
+    assert simulate.node_score(48_000, 64_000, 64 * GIB, 256 * GIB, pod_cpu=16_000, minor=35) == 50 + 75
     # a node with no memory reported: LeastAllocated 0 for memory, BalancedAllocation over cpu alone (std 0)
-    assert simulate.node_score(32_000, 64_000, 1, 0) == 25 + 100
+    assert simulate.node_score(32_000, 64_000, 1, 0, minor=35) == 25 + 100
+    # 1.36 (kubernetes#135573): the change the pod makes to the balance, 50 + (50 + with - without) / 2
+    # the empty node: 100 with the pod and 100 without, 75
+    assert simulate.node_score(12_000, 96_000, 48 * GIB, 384 * GIB, pod_cpu=12_000, pod_memory=48 * GIB) == 87 + 75
+    # 16 cores onto 32 of 64 cores and 64 of 256 GiB: 75 with it, int(87.5) = 87 without, 50 + 38 / 2 = 69
+    assert simulate.node_score(48_000, 64_000, 64 * GIB, 256 * GIB, pod_cpu=16_000) == 50 + 69
+    # 128 GiB onto 48 of 64 cores and 64 GiB: the node balanced by it, 100 with and 75 without, 50 + 75 / 2 = 87
+    assert simulate.node_score(48_000, 64_000, 192 * GIB, 256 * GIB, pod_memory=128 * GIB) == (25 + 25) // 2 + 87
+    assert simulate.node_score(32_000, 64_000, 1, 0, pod_cpu=1_000) == 25 + 75
     # percentageOfNodesToScore, adaptive: every node under 100; else 50 - nodes/125 percent (at least 5), at least 100
     assert [simulate.feasible_nodes_to_find(n) for n in (50, 152, 1000, 5000, 10_000)] == [50, 100, 420, 500, 500]
+
+
+def test_the_scheduler_scores_as_the_kubernetes_version_it_is_given() -> None:
+    """A pod of 8 cores and 8 GiB, two 64-core, 256 GiB nodes: a holds 16 cores and 32 GiB, b 96 GiB and no core.
+    LeastAllocated is 73 on both; 1.35's BalancedAllocation (the balance with the pod: a 89, b 85) chooses a, 1.36's
+    (the change the pod makes: a 50 + (50 + 89 - 93) / 2 = 73, b 50 + (50 + 85 - 81) / 2 = 77) chooses b."""
+    def view(name: str) -> NodeView:
+        return NodeView.from_obj({"metadata": {"name": name},
+                                  "status": {"allocatable": {"cpu": "64", "memory": "256Gi", "pods": "110"}}})
+
+    def pod(name: str, cpu: str, memory: str) -> dict[str, object]:
+        return {"metadata": {"name": name}, "spec": {"containers": [
+            {"name": "c", "resources": {"requests": {"cpu": cpu, "memory": memory}}}]}}
+
+    chosen = {}
+    for minor in (35, 36):
+        scheduler = simulate.Scheduler([view("a"), view("b")], random.Random(0), minor)
+        a, b = scheduler.nodes
+        scheduler.take(a, scheduler.queued(pod("on-a", "16", "32Gi"), 0.0))
+        scheduler.take(b, scheduler.queued(pod("on-b", "0", "96Gi"), 0.0))
+        node = scheduler.attempt(scheduler.queued(pod("new", "8", "8Gi"), 0.0))
+        assert node is not None
+        chosen[minor] = node.name
+    assert chosen == {35: "a", 36: "b"}
+
+
+def test_the_kube_scheduler_modelled_is_the_one_bench_trace_runs() -> None:
+    versions = dict(line.split("=", 1) for line in (REPO / "localcluster" / "versions.env").read_text().splitlines()
+                    if line and not line.startswith("#"))
+    assert versions["KUBERNETES_VERSION"].startswith(f"v1.{simulate.KUBERNETES_MINOR}.")
+
+
+def test_placement_agreement_counts_the_binds_whose_node_the_model_scores_highest() -> None:
+    """Two empty nodes, one twice the other: LeastAllocated sends the first pod to the large one. A run that put it
+    on the small one disagrees; the second pod, on the large one (less allocated still), agrees."""
+    nodes = {"big": NodeRow("big", 64_000, 256 * 1024, 8, "G2"), "small": NodeRow("small", 32_000, 128 * 1024, 8, "G2")}
+    pods = {name: ReplayPod(name, "1 GPU", 0.0, 10.0, 8_000, 32 * 1024, 1, 1000, (), 10.0) for name in ("a", "b")}
+
+    def record(name: str, node: str, bound: float) -> PodRecord:
+        return PodRecord(name, "1 GPU", 1, bound, bound, bound + 10, node, False)
+    assert simulate.placement_agreement([record("a", "big", 1.0), record("b", "big", 2.0)], pods, nodes) == {
+        "1 GPU": (2, 2)}
+    assert simulate.placement_agreement([record("a", "small", 1.0), record("b", "big", 2.0)], pods, nodes) == {
+        "1 GPU": (1, 2)}
+    # a pod naming a model no node has is placed nowhere in the model: its bind counts as not agreeing
+    pods["b"] = ReplayPod("b", "1 GPU", 0.0, 10.0, 8_000, 32 * 1024, 1, 1000, ("T4",), 10.0)
+    assert simulate.placement_agreement([record("a", "big", 1.0), record("b", "big", 2.0)], pods, nodes) == {
+        "1 GPU": (1, 2)}
 
 
 def test_the_cadence_constants_are_the_agents() -> None:
@@ -197,6 +257,10 @@ def test_the_command_runs_a_trace_and_a_config_and_names_a_bad_one(tmp_path: Pat
     assert "bad.yaml: invalid: starvation.starvingJobTimeThreshold" in capsys.readouterr().err
     assert cli.main([*common, "--tail", "-1"]) == 1
     assert "--tail -1.0: expected seconds >= 0" in capsys.readouterr().err
+    assert cli.main([*common, "--kubernetes", "1.x"]) == 2
+    assert "--kubernetes '1.x': expected a version such as 1.35" in capsys.readouterr().err
+    assert cli.main([*common, "--kubernetes", "v1.35.2"]) == 0
+    capsys.readouterr()
     assert cli.main([*common, "--config", str(tmp_path / "locks.yaml"), "-o", "json"]) == 0
     body = json.loads(capsys.readouterr().out)
     assert [a["name"] for a in body["arms"]] == ["alone", "locks"]
