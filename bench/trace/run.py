@@ -351,7 +351,10 @@ async def run(args: argparse.Namespace) -> list[str]:
     command = "make bench-trace" + "".join(f" {k}={v}" for k, v in (("TRACE", args.pods), ("NODES", args.nodes),
                                                                      ("FRACTION", args.fraction
                                                                       if args.fraction != REPLAY_SETTING["fraction"]
-                                                                      else None), ("WINDOW", args.window))
+                                                                      else None),
+                                                                     ("WINDOW", args.window
+                                                                      if args.window != REPLAY_SETTING["window"]
+                                                                      else None))
                                            if v is not None)
     (out / "report.md").write_text(f"`{command}`\n\n{header}\n\n{table}\n\n" + "\n".join(lines[1:]) + "\n")
     lines += [table, *(f"picture: {p}" for p in pictures), f"records: {out / 'trace.json'}"]
