@@ -61,6 +61,7 @@ from typing import NamedTuple
 
 from agent.planner.capacity import FOREVER, NodeState, pod_end, schedulable, shape, shape_id, time_to_fit
 from agent.planner.model import (
+    MAX_NODE_GRANTS,
     NO_BACKFILL,
     Backfill,
     BackfillPlan,
@@ -237,6 +238,10 @@ def backfill_verdict(pod: PodView, *, runtime: timedelta | None, fits_unlocked: 
                                                          ignore_lock=True):
         return Verdict(False, f"kube-scheduler would not place it on {node} (cordoned, not Ready, control-plane, or "
                               f"its nodeSelector, affinity or tolerations, or the pod count)")
+    held = len(state.node.backfill_grants.keys() | {p.uid for p in backfilled})
+    if held >= MAX_NODE_GRANTS:  # a bound of this implementation, not a clause of the rule: the annotation's size
+        return Verdict(False, f"{node} holds {held} backfill grants, the most one node records (MAX_NODE_GRANTS): "
+                              f"no more until some of them end")
     left = room(slot, backfilled)
     if not left.covers(pod.requests):
         short = {name: amount - left[name] for name, amount in pod.requests.items() if left[name] < amount}

@@ -33,6 +33,10 @@ from shared.views import (
 # node's 256 KiB of annotations; a starvation lock reserves at most this many tasks on one node (reserve_tasks), a
 # Reservation's handover lock names at most this many of the owners it hands over
 MAX_LOCK_TASKS = 256
+# the most backfill grants one node holds (keys.BACKFILL_GRANTS: pods let onto it and not finished): an entry of the
+# longest pod key and owner id is about 760 bytes, so 128 are 95 KiB, beside a lock's 82 KiB; a node allowing more
+# pods than this takes no more backfills until some of its grants end (backfill.backfill_verdict)
+MAX_NODE_GRANTS = 128
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from agent.planner.model import Lock, Plan
+from agent.planner.model import MAX_NODE_GRANTS, Lock, Plan
 from agent.planner.plan import plan
 from agent.writer import deadline_patch, narrow_patch
 from shared import keys
@@ -18,6 +18,7 @@ from shared.backfill import Grant, Room, grants_text, hold_refusal, pinned_to, r
 from shared.config import BackfillConfig, load_config
 from shared.entitlement import Grounds, entitlement, unentitled
 from shared.resources import Resources
+from shared.timestamps import stamp
 from shared.tolerations import lock_toleration
 from shared.views import NodeView, PodView
 from tests.builders import NOW, node, pod, snap
@@ -130,6 +131,38 @@ def test_a_pod_granted_earlier_and_not_bound_yet_keeps_its_room() -> None:
     assert result.backfill.placed == ()
     assert "does not fit the room" in result.backfill.released[0].reason
     assert keys.BACKFILL_GRANTS not in result.node_marks.get("n1", {}), "the live grant stays as it is"
+
+
+def test_a_node_holds_at_most_max_node_grants_so_its_annotation_stays_writable() -> None:
+    """A node allowing 1,000 pods already holds 120 grants of running backfilled pods with the longest names a pod
+    can have; 20 more short pods wait on the gate and the room takes them all. Grants are never dropped while their
+    pods run, so without a bound they pile up past the 256 KiB the API server allows a node's annotations; the node
+    takes MAX_NODE_GRANTS and the others are told why."""
+    _, _, lock = seed_000([])
+    long_name = "x" * 248  # with "-0000": 253 characters
+    running = [PodView.from_obj({
+        "metadata": {"name": f"{long_name}-{i:04}", "namespace": "ns", "uid": f"uid-old-{i}",
+                     "annotations": {keys.MAXIMUM_RUNTIME: "10s", keys.BACKFILL: "true"},
+                     "creationTimestamp": stamp(NOW - 2 * S)},
+        "spec": {"nodeName": "n1", "containers": [{"name": "c", "resources": {"requests": {"cpu": "1m"}}}]},
+        "status": {"phase": "Running", "startTime": stamp(NOW - S)}}) for i in range(120)]
+    grants = {p.uid: Grant(p.uid, p.key, lock.owner, NOW + 14 * S) for p in running}
+    n1 = NodeView.from_obj({
+        "metadata": {"name": "n1", "creationTimestamp": "2026-11-21T12:00:00Z",
+                     "labels": {keys.LOCK: lock.owner, keys.LOCK_KIND: lock.kind.value},
+                     "annotations": {keys.LOCK_INFO: lock.info_json(), keys.BACKFILL_GRANTS: grants_text(
+                         grants.values())}},
+        "spec": {"taints": [{"key": keys.LOCK, "value": lock.owner, "effect": "NoSchedule"}]},
+        "status": {"allocatable": {"cpu": "3", "memory": "1000Gi", "pods": "1000"}}})
+    _, pods, _ = seed_000([])
+    waiting = [gated(f"{long_name[:-4]}new-{i:04}", cpu="1m") for i in range(20)]
+    result = plan(snap([n1], pods + running + waiting, spare=1), CONFIG, NOW)
+    assert len(result.backfill.placed) == MAX_NODE_GRANTS - 120 == 8
+    text = result.node_marks["n1"][keys.BACKFILL_GRANTS]
+    assert text is not None and len(read_grants(text)) == MAX_NODE_GRANTS
+    assert len(text) < 100 * 1024, "with the lock's 82 KiB at most, far below 256 KiB"
+    refused = [r for r in result.backfill.released if "new-" in r.name]
+    assert len(refused) == 12 and all("holds 128 backfill grants" in r.reason for r in refused)
 
 
 def test_grants_of_pods_gone_or_finished_are_dropped() -> None:
