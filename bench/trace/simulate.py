@@ -49,30 +49,31 @@ The kube-scheduler model:
 - `percentageOfNodesToScore` adaptive: all nodes under 100, else (50 - nodes/125)% (at least 5%) of them, at least
   100; the search starts where the last one stopped (nextStartNodeIndex);
 - the highest total wins, ties broken as selectHost does (reservoir sampling) with a seeded random.Random;
-- the queue: PrioritySort, priority then the pod's queue timestamp, which kube-scheduler refreshes at each failed
-  attempt (AddUnschedulableIfNotPresent): a pod that fits nowhere goes behind the pods already waiting. A pod is tried
-  when it is created (or ungated, or its spec changes); after a pod ends every waiting pod is tried again (the hint
-  of NodeResourcesFit for a deleted pod); after a node changes (a lock, a grant) the pods it now takes are tried.
-  A pod that fits nowhere waits for the next change. Scheduling takes no time.
+- the queue, as kube-scheduler 1.33 and later keep it (SchedulerPopFromBackoffQ, QueueingHints): a pod created (or
+  ungated, or its spec changed) goes to the active queue, ordered by PrioritySort (priority, then its queue
+  timestamp); one that fits nowhere is parked (unschedulablePods) with its failures counted, its timestamp refreshed
+  and its backoff set (1 s doubling to 10 s, the expiry aligned to 1-s windows); when a pod ends every parked pod
+  (NodeResourcesFit's hint for a deleted pod), and when a node changes (a lock, a grant) the parked pods it now takes,
+  go to the backoff queue while their backoff has not ended, else to the active queue; the backoff queue's pods whose
+  window has passed move to the active queue (its flush), and when the active queue is empty the scheduler pops the
+  backoff queue's head (earliest expiry, then PrioritySort). So the waiting pods that failed fewest times are tried
+  first and a pod just created before all of them.
+- each attempt takes ATTEMPT_SECONDS (0.46 ms, kube-scheduler's own attempt duration in a replay); the scheduler tries
+  one pod after another until the queues are empty, events (arrivals, ends, the agent's writes) coming in between.
 
 Departures, each to be measured against the real replay (bench-trace's own table):
-- no backoff: a pod failed is tried again at the next change, the waiting pods in the order they last failed (first
-  in, first out), and no periodic flush of unschedulable pods. kube-scheduler moves the pods a change concerns to its
-  backoff queue (1 s doubling to 10 s per failure, aligned to 1-s windows) and, its active queue empty
-  (SchedulerPopFromBackoffQ, on since 1.33), tries them by backoff expiry: a pod that failed fewer times first, and
-  pods just created before all of them. The replay shows it: in a default run's T4 pool a newcomer took a freed GPU
-  that an older waiting pod fitted 201 times (205 in a second run), never in this model; of the pods that fitted the
-  node a waiting T4 pod took, 73% (72%) were older than it. Ordering the retries that way here (tried, not kept) gave
-  228 such overtakes and kube-scheduler alone's 8-GPU p95 335 s (replays 319 and 329 s; 197 s first in, first out),
-  but 99% of those rivals older (pure last in, first out) and the GPU-share and 1-GPU p95 waits 3.5 and 5.9 s against
-  the replays' 25-28 and 35-41 s (23 and 24 s first in, first out). What is between is time: kube-scheduler spent 0.46
-  ms on each failed attempt (its metrics during a replay: up to 730 failed attempts a second, about 80 pods parked,
-  none held by its client's rate limit), so a sweep after each pod's end takes tens of milliseconds and pods created
-  meanwhile go first; the T4 pool's mean wait is 24.5 s in the replays and 13-17 s in the model. Not modelled;
-- queueing hints coarsely: every waiting pod is tried after any pod ends, only those a changed node now takes after a
-  node change;
-- no latency anywhere: the webhook, the planner, the writer, the watch caches, binding and kwok are instantaneous
-  (bench-trace measured 0.1 s of gate delay at p50, and the agent's `caught_up` waits are moot);
+- the queue was first in, first out before this model (the waiting pods in the order they last failed, tried at the
+  next change, in no time): on a default replay (bench-trace, kube-scheduler alone) a T4 pod was bound to a T4 node
+  while an older T4 pod of one GPU or less waited 560 times, 0 times in that model, 533 in this one; that model's
+  8-GPU and 4-GPU p95 were 197 and 299 s against the replay's 334 and 436 s, this one's 264 and 433 s. What is left:
+  pods that name no GPU model took a T4 GPU an older T4 pod waited for 39 times in that replay, twice here (the sweep
+  after an end reaches a fitting T4 pod sooner here than there: bind calls and event handling take time this model
+  does not have), so the T4 pool is less crowded here and its pods' p95 waits lower (1 GPU 29 s against 54 s);
+- queueing hints coarsely: every parked pod moves after any pod ends, only those a changed node now takes after a
+  node change; no event during an attempt sends the pod straight back to a queue (it is parked), no 5-minute flush;
+- no latency but the scheduler's attempts: the webhook, the planner, the writer, the watch caches, binding and kwok
+  are instantaneous (bench-trace measured 0.1 s of gate delay at p50, and the agent's `caught_up` waits are moot; from
+  bind to end a replayed pod held its node 0.04 s longer than its runtime on average);
 - the filter search is sequential from nextStartNodeIndex (kube-scheduler searches in parallel chunks and so finds
   a slightly different first set of feasible nodes when it stops early);
 - a single scheduling profile, no preemption (every trace pod has priority 0), no nominated nodes;
@@ -91,8 +92,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from operator import attrgetter
-from typing import Any, TextIO
+from typing import Any, NamedTuple, TextIO
 
 from agent.planner.model import BackfillPlan, Lock, Plan, Snapshot
 from agent.planner.plan import current_locks, plan, plan_gate
@@ -137,6 +137,14 @@ BALANCE_CHANGE_MINOR = 36  # NodeResourcesBalancedAllocation scores the change i
 MIN_FEASIBLE_PERCENT = 5  # minFeasibleNodesPercentageToFind
 PROGRESS_SECONDS = 3.0  # wall-clock seconds between progress lines
 NO_TOLERATION_SECONDS = 300  # the DefaultTolerationSeconds admission plugin's not-ready / unreachable tolerations
+# kube-scheduler's queue (Scheduler, "the queue" in the module docstring): podInitialBackoffSeconds and
+# podMaxBackoffSeconds (1 and 10 by default), the backoff queue's ordering window (1 s, SchedulerPopFromBackoffQ)
+INITIAL_BACKOFF = 1.0
+MAX_BACKOFF = 10.0
+BACKOFF_WINDOW = 1.0
+# what one scheduling attempt takes kube-scheduler: its scheduler_scheduling_attempt_duration_seconds during a
+# default bench-trace replay, 0.46 ms for an attempt that failed (the most of them)
+ATTEMPT_SECONDS = 0.00046
 
 
 class SimulationError(ValueError):
@@ -194,8 +202,8 @@ def node_score(cpu: int, cpu_capacity: int, memory: int, memory_capacity: int, *
       of it or the request passes it), then (cpu + memory) / 2 (weight 1 each), integer division;
     - BalancedAllocation, from 1.36 (kubernetes#135573): the change the pod makes to the node's balance, 50 + (50 +
       balance with the pod - balance without it) / 2, integer division (`balance`); before 1.36 the balance with the
-      pod alone. Told apart by the replay itself (placement_agreement): the 1.36 formula puts 97% of a bench-trace
-      run's GPU pods where 1.36's kube-scheduler put them, the older one 81% (docs/design/benchmarks.md).
+      pod alone. Told apart by the replay itself (placement_agreement): the 1.36 formula puts 94% of a bench-trace
+      run's binds where 1.36's kube-scheduler put them, the older one 78% (docs/design/benchmarks.md).
     `before`: the balance without the pod, when the caller keeps it (SchedNode.balance)."""
     least_cpu = (cpu_capacity - cpu) * MAX_NODE_SCORE // cpu_capacity if 0 < cpu_capacity and cpu <= cpu_capacity else 0
     least_memory = ((memory_capacity - memory) * MAX_NODE_SCORE // memory_capacity
@@ -208,68 +216,79 @@ def node_score(cpu: int, cpu_capacity: int, memory: int, memory_capacity: int, *
     return (least_cpu + least_memory) // 2 + balanced
 
 
+class Agreement(NamedTuple):
+    """placement_agreement's count for one class: binds whose node scored highest (`top`), of them those where no other
+    node scored as high (`alone`), and the binds counted (`binds`)."""
+
+    top: int
+    alone: int
+    binds: int
+
+
 def placement_agreement(records: Iterable[report.PodRecord], pods: Mapping[str, trace.ReplayPod],
                         nodes: Mapping[str, trace.NodeRow], *, minor: int = KUBERNETES_MINOR,
-                        max_pods: int = 110) -> dict[str, tuple[int, int]]:
+                        max_pods: int = 110) -> dict[str, Agreement]:
     """The scheduler model's scores held against the choices of a real kube-scheduler, one bind at a time: replaying
     the binds and ends of `records` (a run of kube-scheduler alone: no taints, no preferences), for each bind the
     nodes that could take the pod at that moment (GPUs, cpu, memory, `max_pods`, its GPU models) scored by node_score
-    as kube-scheduler 1.`minor` would; per class, (binds whose node scored highest, binds). Independent of the queue:
-    it asks only whether the model would have put the pod where the real scheduler did, given what ran where. The
-    search stops at `percentageOfNodesToScore` (100 of 152 nodes), so a pod that fits on more nodes than that may
-    rightly land below the top (CPU-only pods)."""
+    as kube-scheduler 1.`minor` would; per class, an Agreement. Independent of the queue: it asks only whether the
+    model would have put the pod where the real scheduler did, given what ran where. A bind with more such nodes
+    than kube-scheduler's search scores (`feasible_nodes_to_find`: 100 of 152 nodes) is left out: the node it chose
+    need not be the best of all. A node that scores highest beside others counts as agreeing (kube-scheduler breaks
+    such ties at random); `alone` counts the binds where it had no tie."""
     events: list[tuple[float, int, str, str]] = []
     for r in records:
         if r.bound is None or r.node not in nodes or r.name not in pods:
             continue
         events.append((r.bound, 1, r.name, r.node))
-        if r.ended is not None:
-            events.append((r.ended, 0, r.name, r.node))
+        if r.ended is not None:  # at one moment ends come before binds, but a pod's own end after its bind
+            events.append((r.ended, 2 if r.ended <= r.bound else 0, r.name, r.node))
     events.sort()
+    searched = feasible_nodes_to_find(len(nodes))
     used = {name: [0, 0, 0, 0] for name in nodes}  # cpu, memory MiB, GPUs, pods
     counts: dict[str, list[int]] = {}
-    for _, bind, name, node in events:
+    for _, kind, name, node in events:
         pod = pods[name]
+        bind = kind == 1
         if bind:
-            best, chosen = -1, -1
+            scores = {}
             for other, row in nodes.items():
                 u = used[other]
                 if (row.gpu - u[2] >= pod.gpus and row.cpu_milli - u[0] >= pod.cpu_milli
                         and row.memory_mib - u[1] >= pod.memory_mib and u[3] < max_pods
                         and (not pod.gpu_models or row.model in pod.gpu_models)):
-                    score = node_score(u[0] + pod.cpu_milli, row.cpu_milli, u[1] + pod.memory_mib, row.memory_mib,
-                                       pod_cpu=pod.cpu_milli, pod_memory=pod.memory_mib, minor=minor)
-                    best = max(best, score)
-                    if other == node:
-                        chosen = score
-            tally = counts.setdefault(pod.klass, [0, 0])
-            tally[0] += chosen >= 0 and chosen == best  # a node the model finds no room on never agrees
-            tally[1] += 1
+                    scores[other] = node_score(u[0] + pod.cpu_milli, row.cpu_milli, u[1] + pod.memory_mib,
+                                               row.memory_mib, pod_cpu=pod.cpu_milli, pod_memory=pod.memory_mib,
+                                               minor=minor)
+            if len(scores) <= searched:
+                tally = counts.setdefault(pod.klass, [0, 0, 0])
+                best = max(scores.values(), default=-1)
+                top = node in scores and scores[node] == best  # a node the model finds no room on never agrees
+                tally[0] += top
+                tally[1] += top and sum(score == best for score in scores.values()) == 1
+                tally[2] += 1
         sign = 1 if bind else -1
         u = used[node]
         u[0] += sign * pod.cpu_milli
         u[1] += sign * pod.memory_mib
         u[2] += sign * pod.gpus
         u[3] += sign
-    return {klass: (top, total) for klass, (top, total) in counts.items()}
+    return {klass: Agreement(*tally) for klass, tally in counts.items()}
 
 
 def agreement_line(records: Iterable[report.PodRecord], pods: Mapping[str, trace.ReplayPod],
                    nodes: Mapping[str, trace.NodeRow]) -> str:
-    """placement_agreement of kube-scheduler alone's binds, for the GPU pods (whose nodes the search does not cut
-    short), with the scores of the modelled kube-scheduler and of the one before NodeResourcesBalancedAllocation
-    changed (1.35)."""
+    """placement_agreement of kube-scheduler alone's binds, every class, with the scores of the modelled
+    kube-scheduler and of the one before NodeResourcesBalancedAllocation changed (1.35)."""
     kept = list(records)
     shares = []
     for minor in (KUBERNETES_MINOR, BALANCE_CHANGE_MINOR - 1):
-        tally = placement_agreement(kept, pods, nodes, minor=minor)
-        top = sum(t for k, (t, _) in tally.items() if k != "CPU only")
-        total = sum(n for k, (_, n) in tally.items() if k != "CPU only")
-        shares.append((minor, top, total))
-    (now, top, total), (before, top_before, _) = shares
+        tally = placement_agreement(kept, pods, nodes, minor=minor).values()
+        shares.append((minor, sum(a.top for a in tally), sum(a.alone for a in tally), sum(a.binds for a in tally)))
+    (now, top, alone, total), (before, top_before, _, _) = shares
     return (f"placement agreement (kube-scheduler alone): the model's scores put the pod on the node kube-scheduler "
-            f"chose for {top} of {total} GPU pods' binds ({top / max(total, 1):.0%}) as 1.{now} scores; "
-            f"{top_before} ({top_before / max(total, 1):.0%}) as 1.{before} did")
+            f"chose for {top} of {total} binds ({top / max(total, 1):.0%}; {alone} with no other node scoring as "
+            f"high) as 1.{now} scores; {top_before} ({top_before / max(total, 1):.0%}) as 1.{before} did")
 
 
 # --- the kube-scheduler model ------------------------------------------------------------------------------------
@@ -318,8 +337,8 @@ class SchedNode:
 @dataclass(eq=False)
 class Queued:
     """A pod in kube-scheduler's queue: its requests, its filters (`static_id` names its nodeSelector and required
-    node affinity), its preferred node affinity terms (with the label keys they read), and its place in the queue:
-    `order` = (-priority, queue timestamp, sequence of the attempts)."""
+    node affinity), its preferred node affinity terms (with the label keys they read), its priority and queue
+    timestamp (refreshed at each failed attempt), and its place in the queue (Scheduler.push, step)."""
 
     name: str
     cpu: int
@@ -331,9 +350,12 @@ class Queued:
     preferred_keys: frozenset[str]
     priority: int
     stamp: float
-    order: tuple[int, float, int]
     fresh: bool = True  # not tried since it entered the queue or its spec changed: tried on every node
     unschedulable: bool = False  # its PodScheduled=False condition is written
+    failures: int = 0  # UnschedulableCount: its backoff doubles with each
+    expiry: float = -math.inf  # when its backoff ends, aligned to the ordering window
+    seen: int = 0  # Scheduler.gains as far as its last attempt looked
+    entry: int = 0  # its current entry in the active or backoff heap (older entries are stale)
 
 
 _REQUESTS: dict[str, Resources] = {}  # pod_requests by the pod's resource fields (a quantity parses slowly)
@@ -353,15 +375,21 @@ def requests_of(spec: Mapping[str, Any]) -> Resources:
 class Scheduler:
     """kube-scheduler as the module docstring models it: one queue, one pod at a time, no latency."""
 
-    def __init__(self, views: Sequence[NodeView], rng: random.Random, minor: int = KUBERNETES_MINOR) -> None:
+    def __init__(self, views: Sequence[NodeView], rng: random.Random, minor: int = KUBERNETES_MINOR,
+                 attempt_seconds: float = ATTEMPT_SECONDS) -> None:
         self.minor = minor  # the Kubernetes minor whose scores are modelled (node_score)
+        self.attempt_seconds = attempt_seconds  # what each attempt takes (step)
+        self.clock = -math.inf  # when the attempt under way ends
+        self.active: list[tuple[Any, ...]] = []  # activeQ: (-priority, timestamp, seq, name)
+        self.backoff: list[tuple[Any, ...]] = []  # backoffQ: (expiry, -priority, timestamp, seq, name)
+        self.parked: dict[str, None] = {}  # unschedulablePods, in the order they were parked
+        self.gains: list[SchedNode] = []  # the nodes that gained room or changed, in order (Queued.seen indexes it)
         self.nodes: list[SchedNode] = []
         for view in views:
             alloc = view.allocatable
             self.nodes.append(SchedNode(view.name, view, alloc[CPU], alloc[MEMORY], alloc[GPU], alloc[PODS]))
         self.by_name = {n.name: n for n in self.nodes}
         self.queue: dict[str, Queued] = {}
-        self.fresh: set[str] = set()
         self.start = 0  # nextStartNodeIndex
         self.to_find = feasible_nodes_to_find(len(self.nodes))
         self.rng = rng
@@ -398,18 +426,19 @@ class Scheduler:
         priority = int(spec.get("priority") or 0)
         return Queued(name=meta["name"], cpu=requests[CPU], memory=requests[MEMORY], gpus=requests[GPU],
                       placement=placement, static_id=static_id, preferred=tuple(preferred),
-                      preferred_keys=frozenset(label_keys), priority=priority, stamp=stamp_at,
-                      order=(-priority, stamp_at, self.next_seq()))
+                      preferred_keys=frozenset(label_keys), priority=priority, stamp=stamp_at)
 
-    def enqueue(self, pod: Queued) -> None:
-        """A pod enters the queue (created, ungated) or its spec changed (tried afresh, its timestamp kept)."""
+    def enqueue(self, pod: Queued, now: float) -> None:
+        """A pod enters the queue (created, ungated) or its spec changed (tried afresh, its timestamp and failures
+        kept: into the backoff queue while backing off)."""
         pod.fresh = True
         self.queue[pod.name] = pod
-        self.fresh.add(pod.name)
+        self.parked.pop(pod.name, None)
+        self.push(pod, now)
 
     def forget(self, name: str) -> None:
         self.queue.pop(name, None)
-        self.fresh.discard(name)
+        self.parked.pop(name, None)
 
     @staticmethod
     def take(node: SchedNode, pod: Queued) -> None:
@@ -500,48 +529,104 @@ class Scheduler:
         self.start = (start + looked) % count if count else 0
         return self.score(pod, feasible) if feasible else None
 
-    def run(self, now: float, gained: Sequence[SchedNode], requeue_all: bool,
-            on_bind: Callable[[Queued, SchedNode], None], on_fail: Callable[[Queued], None]) -> None:
-        """One pass at `now`, in queue order: each fresh pod tried on every node; the others, which fit no node at
-        their last try, where a `gained` node (one that freed room or changed) now takes them (only those nodes
-        changed since). A pod that fits nowhere goes behind the others (its timestamp refreshed) when it was tried:
-        fresh, taken by a gained node, or every pod after a pod ended (`requeue_all`)."""
-        if not self.queue or (not gained and not self.fresh):
+    # --- kube-scheduler's queue ---
+
+    def push(self, pod: Queued, now: float) -> None:
+        """requeuePodWithQueueingStrategy: into the backoff queue while its backoff has not ended (its window not
+        passed), else into the active queue."""
+        seq = pod.entry = self.next_seq()
+        if pod.expiry >= math.floor(now / BACKOFF_WINDOW) * BACKOFF_WINDOW:
+            heapq.heappush(self.backoff, (pod.expiry, -pod.priority, pod.stamp, seq, pod.name))
+        else:
+            heapq.heappush(self.active, (-pod.priority, pod.stamp, seq, pod.name))
+
+    def wake(self, now: float, gained: Sequence[SchedNode], requeue_all: bool) -> None:
+        """MoveAllToActiveOrBackoffQueue: after a pod ended (`requeue_all`: NodeResourcesFit's hint for a deleted
+        pod) every parked pod, after a node changed only those a `gained` node now takes (the hints of a node
+        update), each into the backoff or the active queue (push)."""
+        self.gains.extend(gained)
+        if not self.parked:
             return
-        waiting = self.queue.values() if gained else [self.queue[name] for name in self.fresh]
-        for pod in sorted(waiting, key=_ORDER):
-            node: SchedNode | None = None
-            tried = requeue_all
-            if pod.fresh:
-                node, tried = self.attempt(pod), True
-                pod.fresh = False
-                self.fresh.discard(pod.name)
+        queue = self.queue
+        if requeue_all:
+            moved = [queue[name] for name in self.parked]
+            self.parked.clear()
+        else:
+            moved = [pod for name in self.parked if any(
+                n.free_gpus >= (pod := queue[name]).gpus and n.free_cpu >= pod.cpu and n.free_memory >= pod.memory
+                and n.free_pods > 0 and self.passes(pod, n) for n in gained)]
+            for pod in moved:
+                del self.parked[pod.name]
+        for pod in moved:  # in the order they were parked: deterministic
+            self.push(pod, now)
+
+    def ready(self) -> bool:
+        return bool(self.active or self.backoff)
+
+    def pop(self, now: float) -> Queued | None:
+        """The next pod to try: the backoff queue's pods whose window has passed go to the active queue first (its
+        flush, every window); the active queue's head, else (SchedulerPopFromBackoffQ) the backoff queue's."""
+        window = math.floor(now / BACKOFF_WINDOW) * BACKOFF_WINDOW
+        backoff = self.backoff
+        while backoff and backoff[0][0] < window:
+            expiry, priority, stamp_at, seq, name = heapq.heappop(backoff)
+            pod = self.queue.get(name)
+            if pod is not None and pod.entry == seq:
+                heapq.heappush(self.active, (priority, stamp_at, seq, name))
+        for heap in (self.active, self.backoff):
+            while heap:
+                entry = heapq.heappop(heap)
+                pod = self.queue.get(entry[-1])
+                if pod is not None and pod.entry == entry[-2]:
+                    return pod
+        return None
+
+    def step(self, now: float, on_bind: Callable[[Queued, SchedNode], None],
+             on_fail: Callable[[Queued], None]) -> bool:
+        """One scheduling cycle at `now`, taking attempt_seconds: the next pod (pop) tried on every node when fresh,
+        else on the nodes that gained room since its last attempt (no other node can take it now); bound, or parked
+        with its failures counted, its timestamp refreshed and its backoff set. False when nothing was queued."""
+        pod = self.pop(now)
+        if pod is None:
+            return False
+        self.clock = now + self.attempt_seconds
+        node: SchedNode | None = None
+        if pod.fresh:
+            node = self.attempt(pod)
+            pod.fresh = False
+        else:
+            cpu, memory, gpus = pod.cpu, pod.memory, pod.gpus
+            gained = self.gains[pod.seen:]
+            taking = [n for n in (dict.fromkeys(gained) if len(gained) > 1 else gained)
+                      if n.free_gpus >= gpus and n.free_cpu >= cpu and n.free_memory >= memory and n.free_pods > 0
+                      and self.passes(pod, n)]
+            if len(taking) >= self.to_find:  # the search would stop early: the real one decides
+                node = self.attempt(pod)
+            elif taking:
+                self.attempts += 1
+                node = self.score(pod, taking)
             else:
-                cpu, memory, gpus = pod.cpu, pod.memory, pod.gpus
-                taking = [n for n in gained if n.free_gpus >= gpus and n.free_cpu >= cpu and n.free_memory >= memory
-                          and n.free_pods > 0 and self.passes(pod, n)]
-                if len(taking) >= self.to_find:  # the search would stop early: the real one decides
-                    node, tried = self.attempt(pod), True
-                elif taking:
-                    self.attempts += 1
-                    node, tried = self.score(pod, taking), True
-            if node is not None:
-                self.forget(pod.name)
-                self.take(node, pod)
-                on_bind(pod, node)
-            elif tried:
-                pod.stamp, pod.order = now, (-pod.priority, now, self.next_seq())
-                on_fail(pod)
-
-
-_ORDER = attrgetter("order")
+                self.attempts += 1
+        pod.seen = len(self.gains)
+        if node is not None:
+            self.forget(pod.name)
+            self.take(node, pod)
+            on_bind(pod, node)
+            return True
+        pod.failures += 1
+        pod.stamp = now
+        backoff = min(MAX_BACKOFF, INITIAL_BACKOFF * 2 ** min(pod.failures - 1, 16))
+        pod.expiry = math.floor((now + backoff) / BACKOFF_WINDOW) * BACKOFF_WINDOW
+        self.parked[pod.name] = None
+        on_fail(pod)
+        return True
 
 
 
 # --- the arm -----------------------------------------------------------------------------------------------------
 
 
-ARRIVE, END, AGENT_DUE, AGENT_PLAN, GATE_PASS, SAMPLE, CHECK = range(7)
+ARRIVE, END, AGENT_DUE, AGENT_PLAN, GATE_PASS, SAMPLE, CHECK, SCHED = range(8)
 
 
 @dataclass
@@ -602,7 +687,7 @@ class ArmRun:
             self.rows[name] = row
             self.node_objs[name] = body
             self.node_views[name] = NodeView.from_obj(body)
-        self.scheduler = Scheduler(list(self.node_views.values()), random.Random(seed), minor)
+        self.scheduler = Scheduler(list(self.node_views.values()), random.Random(seed), minor, ATTEMPT_SECONDS)
         self.pods: dict[str, PodState] = {}
         self.lookup_cache: tuple[int, Lookup] | None = None
         # the sample's counters
@@ -613,6 +698,7 @@ class ArmRun:
         self.samples: list[report.Sample] = []
         self.unbound = 0
         self.done_at: float | None = None
+        self.drain_due = False  # a SCHED event is queued: kube-scheduler's loop goes on then
         self.gated: dict[str, float] = {}  # pods created on the backfill gate, and when
         self.ungated: dict[str, float] = {}  # ... and when their gate was lifted
         self.agent = AgentModel(self) if self.agent_on else None
@@ -647,6 +733,9 @@ class ArmRun:
             elif kind == SAMPLE:
                 self.sample()
                 self.at(moment + SAMPLE_SECONDS, SAMPLE)
+            elif kind == SCHED:
+                self.drain_due = False
+                self.drain()
             elif kind == CHECK:
                 if self.unbound == 0 or moment >= limit:
                     self.done_at = moment
@@ -709,11 +798,30 @@ class ArmRun:
         if written, stands)."""
         before = state.queued
         state.queued = self.scheduler.queued(state.obj, stamp_at)
-        state.queued.unschedulable = before is not None and before.unschedulable
-        self.scheduler.enqueue(state.queued)
+        if before is not None:
+            state.queued.unschedulable, state.queued.failures = before.unschedulable, before.failures
+            state.queued.expiry, state.queued.seen = before.expiry, before.seen
+        self.scheduler.enqueue(state.queued, self.now)
 
     def schedule(self, gained: Sequence[SchedNode], requeue_all: bool) -> None:
-        self.scheduler.run(self.now, gained, requeue_all, self.bound, self.unschedulable)
+        self.scheduler.wake(self.now, gained, requeue_all)
+        self.drain()
+
+    def drain(self) -> None:
+        """kube-scheduler's loop from now until the next event: one attempt after another, each taking
+        attempt_seconds; what is still queued then goes on in a SCHED event at the moment it is due."""
+        scheduler = self.scheduler
+        if self.drain_due:
+            return
+        while scheduler.ready():
+            t = max(scheduler.clock, self.now)
+            if self.heap and t >= self.heap[0][0]:
+                self.drain_due = True
+                self.at(t, SCHED)
+                return
+            self.now = t
+            if not scheduler.step(t, self.bound, self.unschedulable):
+                return
 
     def bound(self, pod: Queued, node: SchedNode) -> None:
         """The binding (spec.nodeName, PodScheduled) and kwok's start (Running, startTime); the end is due after the

@@ -78,9 +78,10 @@ def test_kube_scheduler_alone_starves_the_big_pod_and_a_starvation_lock_places_i
     assert record(alone, "p8").bound == 73.0
     # starvation (threshold 30 s): p8, created at t=1, starves from t=31; the change at t=31 (s08 ends) is planned
     # for at 31.1 and locks the GPU node for it. From then no 1-GPU pod lands there (s16, arriving at t=32, waits);
-    # the seven running, s09..s15, end at 33, 35, ..., 45, and p8 binds at t=45 when s15 (30 + 15) ends
-    assert record(starvation, "p8").bound == 45.0
-    assert wait(starvation, "p8") == 44.0
+    # the seven running, s09..s15, end at 33, 35, ..., 45, and p8 binds at t=45 when s15 (30 + 15) ends (its attempt
+    # after the other pods' tried first: ATTEMPT_SECONDS each)
+    assert record(starvation, "p8").bound == pytest.approx(45.0, abs=0.01)
+    assert wait(starvation, "p8") == pytest.approx(44.0, abs=0.01)
     assert wait(alone, "p8") == 72.0
     [lock] = [span for span in starvation.locks if span.owner_class == "8 GPU"]
     assert lock.node == node_of("starvation", GPU_NODE)
@@ -95,8 +96,12 @@ def test_a_locked_node_takes_only_its_owners_pods() -> None:
     on_it = [r.name for r in starvation.records
              if r.node == lock.node and r.bound is not None and lock.since <= r.bound < until]
     assert on_it == ["p8"]
-    # s16 arrived at t=32 with a GPU free on the locked node, and waited: it binds when p8 (45 + 10) has ended
-    assert record(starvation, "s16").bound == 55.0
+    # s16 arrived at t=32 with a GPU free on the locked node, and waited. p8 (45 + 10) frees the eight GPUs at 55,
+    # and kube-scheduler tries the waiting pods that failed fewest times first (its backoff queue): s19..s26, which
+    # came later; s16, s17 and s18, which failed most, bind at 70 when the first of those end
+    assert sorted(r.name for r in starvation.records if r.bound is not None and 55 <= r.bound < 56) == [
+        f"s{k}" for k in range(19, 27)]
+    assert record(starvation, "s16").bound == pytest.approx(70.0, abs=0.01)
 
 
 def test_the_lock_on_the_node_is_the_one_the_writer_writes() -> None:
@@ -124,7 +129,7 @@ def test_a_pod_naming_a_gpu_model_lands_only_on_that_models_nodes() -> None:
     for spec in arms("alone", "starvation"):
         arm = run(spec, pods, [t4, g2])
         assert {r.name: r.node for r in arm.records if r.models} == {n: node_of(spec.name, t4) for n in "abc"}
-        assert sorted(wait(arm, n) for n in "abc") == [0.0, 0.0, 10.0]
+        assert sorted(wait(arm, n) for n in "abc") == pytest.approx([0.0, 0.0, 10.0], abs=0.01)
         assert record(arm, "d").node == node_of(spec.name, g2)
 
 
@@ -138,7 +143,7 @@ def test_backfill_uses_the_locked_nodes_room_and_the_owner_binds_as_without_it()
     short = record(backfill, "short")
     assert short.backfilled and short.node == node_of("backfill", GPU_NODE)
     assert short.bound == pytest.approx(33.1)
-    assert record(backfill, "p8").bound == 45.0
+    assert record(backfill, "p8").bound == pytest.approx(45.0, abs=0.01)
     assert backfill.owner_delays == [0.0]
     # the other pods were let in ungated (none would end before the room's end) or let go: none backfilled
     assert [r.name for r in backfill.records if r.backfilled] == ["short"]
@@ -202,6 +207,50 @@ def test_the_scheduler_scores_as_the_kubernetes_version_it_is_given() -> None:
     assert chosen == {35: "a", 36: "b"}
 
 
+def test_the_queue_tries_newcomers_then_the_pods_that_failed_fewest_times_until_their_backoff_ends() -> None:
+    """kube-scheduler's queue: a pod that failed waits out its backoff (1 s doubling to 10 s, aligned to 1-s windows)
+    in the backoff queue, from which the scheduler pops by backoff expiry when its active queue is empty; a pod never
+    tried, or one whose backoff has ended, is in the active queue, by priority then its last attempt. One node takes
+    one 40-cpu pod at a time: `old` fails at 0, 1, 2 and 3 s (backoff 8 s: until 11), `new` at 3.5 s (until 4)."""
+    def setup() -> tuple[simulate.Scheduler, simulate.SchedNode, list[str]]:
+        node_view = NodeView.from_obj({"metadata": {"name": "n"},
+                                       "status": {"allocatable": {"cpu": "64", "memory": "256Gi", "pods": "110"}}})
+        scheduler = simulate.Scheduler([node_view], random.Random(0))
+        (node,) = scheduler.nodes
+        resident = scheduler.queued(body("resident"), 0.0)
+        scheduler.take(node, resident)
+        bound: list[str] = []
+        old = scheduler.queued(body("old"), 0.0)
+        scheduler.enqueue(old, 0.0)
+        for t in (0.0, 1.0, 2.0, 3.0):
+            scheduler.wake(t, [node], True)
+            assert scheduler.step(t, lambda p, n: bound.append(p.name), lambda p: None)
+        scheduler.enqueue(scheduler.queued(body("new"), 3.5), 3.5)
+        assert scheduler.step(3.5, lambda p, n: bound.append(p.name), lambda p: None)
+        assert (old.failures, old.expiry, bound) == (4, 11.0, [])
+        scheduler.give_back(node, resident)
+        return scheduler, node, bound
+
+    def body(name: str) -> dict[str, object]:
+        return {"metadata": {"name": name}, "spec": {"containers": [
+            {"name": "c", "resources": {"requests": {"cpu": "40", "memory": "1Gi"}}}]}}
+
+    def first_bound(scheduler: simulate.Scheduler, node: simulate.SchedNode, bound: list[str], now: float) -> str:
+        scheduler.wake(now, [node], True)
+        while not bound and scheduler.step(now, lambda p, n: bound.append(p.name), lambda p: None):
+            pass
+        return bound[0]
+
+    # at 4.2 s both are backing off: the one that failed fewer times first
+    assert first_bound(*setup(), 4.2) == "new"
+    # at 12 s both backoffs have ended: the active queue's order, the older last attempt first
+    assert first_bound(*setup(), 12.0) == "old"
+    # a pod created meanwhile, never tried, goes before both
+    scheduler, node, bound = setup()
+    scheduler.enqueue(scheduler.queued(body("newest"), 4.1), 4.1)
+    assert first_bound(scheduler, node, bound, 4.2) == "newest"
+
+
 def test_the_kube_scheduler_modelled_is_the_one_bench_trace_runs() -> None:
     versions = dict(line.split("=", 1) for line in (REPO / "localcluster" / "versions.env").read_text().splitlines()
                     if line and not line.startswith("#"))
@@ -209,21 +258,34 @@ def test_the_kube_scheduler_modelled_is_the_one_bench_trace_runs() -> None:
 
 
 def test_placement_agreement_counts_the_binds_whose_node_the_model_scores_highest() -> None:
-    """Two empty nodes, one twice the other: LeastAllocated sends the first pod to the large one. A run that put it
-    on the small one disagrees; the second pod, on the large one (less allocated still), agrees."""
+    """Two empty nodes, one twice the other: LeastAllocated sends the first pod to the large one, alone on top. A run
+    that put it on the small one disagrees; the second pod, on the large one, ties with the small one (each a quarter
+    allocated then): it agrees, not alone."""
     nodes = {"big": NodeRow("big", 64_000, 256 * 1024, 8, "G2"), "small": NodeRow("small", 32_000, 128 * 1024, 8, "G2")}
     pods = {name: ReplayPod(name, "1 GPU", 0.0, 10.0, 8_000, 32 * 1024, 1, 1000, (), 10.0) for name in ("a", "b")}
 
     def record(name: str, node: str, bound: float) -> PodRecord:
         return PodRecord(name, "1 GPU", 1, bound, bound, bound + 10, node, False)
     assert simulate.placement_agreement([record("a", "big", 1.0), record("b", "big", 2.0)], pods, nodes) == {
-        "1 GPU": (2, 2)}
+        "1 GPU": simulate.Agreement(top=2, alone=1, binds=2)}
     assert simulate.placement_agreement([record("a", "small", 1.0), record("b", "big", 2.0)], pods, nodes) == {
-        "1 GPU": (1, 2)}
+        "1 GPU": simulate.Agreement(top=1, alone=1, binds=2)}
     # a pod naming a model no node has is placed nowhere in the model: its bind counts as not agreeing
     pods["b"] = ReplayPod("b", "1 GPU", 0.0, 10.0, 8_000, 32 * 1024, 1, 1000, ("T4",), 10.0)
     assert simulate.placement_agreement([record("a", "big", 1.0), record("b", "big", 2.0)], pods, nodes) == {
-        "1 GPU": (1, 2)}
+        "1 GPU": simulate.Agreement(top=1, alone=1, binds=2)}
+
+
+def test_placement_agreement_leaves_out_binds_kube_schedulers_search_cuts_short() -> None:
+    """On 150 nodes kube-scheduler scores the first 100 that fit: a pod fitting 150 may rightly land below the top, a
+    pod fitting 100 may not."""
+    nodes = {f"n{i:03}": NodeRow(f"n{i:03}", 32_000, 128 * 1024, 8 if i < 100 else 0, "G2") for i in range(150)}
+    pods = {"cpu": ReplayPod("cpu", "CPU only", 0.0, 10.0, 1_000, 1024, 0, 0, (), 10.0),
+            "gpu": ReplayPod("gpu", "1 GPU", 0.0, 10.0, 1_000, 1024, 1, 1000, (), 10.0)}
+    records = [PodRecord("cpu", "CPU only", 0, 1.0, 1.0, 5.0, "n120", False),
+               PodRecord("gpu", "1 GPU", 1, 2.0, 2.0, 6.0, "n050", False)]
+    assert simulate.feasible_nodes_to_find(150) == 100
+    assert simulate.placement_agreement(records, pods, nodes) == {"1 GPU": simulate.Agreement(1, 0, 1)}
 
 
 def test_the_cadence_constants_are_the_agents() -> None:
