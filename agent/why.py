@@ -31,9 +31,10 @@ from shared.duration import format_duration
 from shared.entitlement import Grounds, entitlement
 from shared.logs import printable
 from shared.ownership import JobRef, pod_queue
+from shared.predicates import DEFAULT_SCHEDULER
 from shared.timestamps import parse_time, stamp
 from shared.tolerations import tolerates_exclusive, tolerates_lock
-from shared.views import DEFAULT_SCHEDULER, PodGroupView, PodView, QueueView, ReservationView, WorkloadView
+from shared.views import PodGroupView, PodView, QueueView, ReservationView, WorkloadView
 
 
 def _gates(pod: Mapping[str, Any]) -> list[str]:

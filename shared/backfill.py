@@ -35,7 +35,7 @@ from typing import Any
 from shared import keys
 from shared.config import BackfillConfig
 from shared.duration import DurationError, parse_duration
-from shared.predicates import NODE_NAME_FIELD
+from shared.predicates import DEFAULT_SCHEDULER, NODE_NAME_FIELD
 from shared.resources import Resources
 from shared.timestamps import in_range, parse_time, stamp
 
@@ -172,11 +172,16 @@ def declared_runtime(annotations: Mapping[str, str], podgroup_annotations: Mappi
 
 
 def hold_refusal(annotations: Mapping[str, str], podgroup_annotations: Mapping[str, str], *, namespace: str,
-                 queue: str | None, config: BackfillConfig) -> str | None:
+                 queue: str | None, config: BackfillConfig, scheduler: str = DEFAULT_SCHEDULER) -> str | None:
     """Why the pod is not one backfill may hold (module docstring); "" when it does not opt in (nothing to say),
-    None when it is."""
+    None when it is. `scheduler`: its spec.schedulerName. A pod another scheduler places is not held: the room is
+    reckoned by kube-scheduler's filters, and a pod that names a scheduler nobody runs would never bind and would
+    keep its grant, and the room it holds, while it exists."""
     if "true" not in (annotations.get(keys.BACKFILL), podgroup_annotations.get(keys.BACKFILL)):
         return ""
+    if scheduler != DEFAULT_SCHEDULER:
+        return (f"{keys.BACKFILL} is ignored: the pod is scheduled by {scheduler[:63]!r}, not {DEFAULT_SCHEDULER}, "
+                "and backfill lets onto locked nodes only pods kube-scheduler places")
     if not config.covers(namespace, queue):
         return (f"{keys.BACKFILL} is ignored: the config's backfill.namespaces and backfill.queues cover neither "
                 f"namespace {namespace} nor " + (f"queue {queue}" if queue is not None else

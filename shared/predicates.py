@@ -46,6 +46,8 @@ BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
 MAX_REQUIREMENTS = 128  # matchExpressions + matchFields over all terms of one required node affinity
 MAX_TOLERATIONS = 128
 NODE_NAME_FIELD = "metadata.name"  # the one node field kube-scheduler's matchFields reads
+# kube-scheduler's own name, a pod's spec.schedulerName when it names none: the only scheduler Reservoir plans for
+DEFAULT_SCHEDULER = "default-scheduler"
 
 _IN, _NOT_IN, _EXISTS, _DOES_NOT_EXIST, _GT, _LT = "In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"
 _INT64 = re.compile(r"[+-]?[0-9]{1,19}")

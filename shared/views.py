@@ -30,15 +30,13 @@ from shared import keys
 from shared.backfill import Grant, Room, read_grants, read_room, runtime_of
 from shared.duration import parse_duration
 from shared.ownership import KUEUE_POD_GROUP, daemonset_node, is_daemonset_pod, job_identity
-from shared.predicates import NodeAffinity, Placement, required_node_affinity
+from shared.predicates import DEFAULT_SCHEDULER, NodeAffinity, Placement, required_node_affinity
 from shared.resources import EMPTY, Resources, is_best_effort, pod_requests
 from shared.timestamps import FIRST_YEAR, LAST_YEAR, in_range, parse_time
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 TERMINAL = frozenset(("Succeeded", "Failed"))  # pod phases that hold nothing
 RESERVOIR_GATES = (keys.BACKFILL_GATE, keys.HANDOVER_GATE)  # the scheduling gates Reservoir's webhook adds
-# kube-scheduler's own name, a pod's spec.schedulerName when it names none: the only scheduler Reservoir plans for
-DEFAULT_SCHEDULER = "default-scheduler"
 _NO_GRANTS: Mapping[str, Grant] = MappingProxyType({})  # shared by every node without backfill grants
 
 

@@ -23,6 +23,7 @@ from shared.ownership import (
     queue_of,
     reservation_owner_id,
 )
+from shared.predicates import DEFAULT_SCHEDULER
 from shared.priority import job_class
 from shared.reservation_affinity import affinity_text, ignores_reservations, parse_reservation_affinity
 from shared.resources import pod_requests
@@ -258,7 +259,7 @@ def backfill_gate(spec: Mapping[str, Any], annotations: Mapping[str, str], podgr
     group_annotations = podgroup.annotations if podgroup is not None else {}
     why = hold_refusal(annotations, group_annotations, namespace=namespace,
                        queue=cluster_queue or honoured_queue(queue, lookup.grounds.queues, namespace),
-                       config=config.backfill)
+                       config=config.backfill, scheduler=str(spec.get("schedulerName") or DEFAULT_SCHEDULER))
     if why is not None:
         if why:
             warnings.append(why)

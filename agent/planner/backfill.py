@@ -162,16 +162,16 @@ def needed_by(kind: LockKind, state: NodeState, *, now: datetime, waiting: Seque
 
 
 def backfill_slot(lock: Lock, state: NodeState, *, now: datetime, tasks: Sequence[Resources] = (),
-                  start: datetime | None = None, backfilled: int = 0, task_keys: tuple[str, ...] = ()
+                  start: datetime | None = None, granted: Set[str] = frozenset(), task_keys: tuple[str, ...] = ()
                   ) -> BackfillSlot:
     """The slot of one locked node: `tasks` are the requests of the owner's pending tasks on the node (a starvation
     lock: the tasks it reserved there, Lock.tasks; a Waiting Reservation: its requests; a window: its pending reserve
     pods the node would take now), `start` a window's start. Splits them (`fits_now`) and computes `needed_by`.
-    `backfilled` and `task_keys` are reported with it (BackfillSlot)."""
+    `granted` (the uids of the grants the node keeps: grant_lives) and `task_keys` go with it (BackfillSlot)."""
     taken, waiting = fits_now(state, tasks)
     return BackfillSlot(state=state, owner=lock.owner, kind=lock.kind, taken_now=taken,
                         needed_by=needed_by(lock.kind, state, now=now, waiting=waiting, taken_now=taken, start=start),
-                        waiting=len(tasks), backfilled=backfilled, tasks=task_keys)
+                        waiting=len(tasks), backfilled=len(granted), tasks=task_keys, granted=frozenset(granted))
 
 
 class Verdict(NamedTuple):
@@ -238,7 +238,9 @@ def backfill_verdict(pod: PodView, *, runtime: timedelta | None, fits_unlocked: 
                                                          ignore_lock=True):
         return Verdict(False, f"kube-scheduler would not place it on {node} (cordoned, not Ready, control-plane, or "
                               f"its nodeSelector, affinity or tolerations, or the pod count)")
-    held = len(state.node.backfill_grants.keys() | {p.uid for p in backfilled})
+    # the grants the node keeps after this plan besides the pod's own (a pod granted before and let go gated is a
+    # candidate again: its grant is replaced, not added)
+    held = len((slot.granted - {pod.uid}) | {p.uid for p in backfilled})
     if held >= MAX_NODE_GRANTS:  # a bound of this implementation, not a clause of the rule: the annotation's size
         return Verdict(False, f"{node} holds {held} backfill grants, the most one node records (MAX_NODE_GRANTS): "
                               f"no more until some of them end")
@@ -420,8 +422,7 @@ def plan_backfill(*, pods: PodIndex | Sequence[PodView], nodes: Mapping[str, Nod
     for pod in gated:
         group = pod_group(pod, podgroups)
         why = hold_refusal(pod.annotations, group.annotations if group is not None else {}, namespace=pod.namespace,
-                           queue=backfill_queue(pod, grounds),
-                           config=settings)
+                           queue=backfill_queue(pod, grounds), config=settings, scheduler=pod.scheduler_name)
         if why is not None:
             release(pod, why or f"it does not opt in ({keys.BACKFILL} is not \"true\" on it or its PodGroup)")
         elif config.dry_run:
@@ -622,9 +623,10 @@ def backfill_slots(*, pods: PodIndex | Sequence[PodView], states: Mapping[str, N
             tasks = [lock.reserved]
         else:
             continue
-        live = [p for uid in state.node.backfill_grants if (p := by_uid.get(uid)) is not None and not p.is_terminal]
-        slots.append(backfill_slot(lock, state, now=now, tasks=tasks, start=start, backfilled=len(live),
-                                   task_keys=task_keys))
+        live = [p for uid, grant in state.node.backfill_grants.items()
+                if grant_lives(p := by_uid.get(uid), grant, now) and p is not None]
+        slots.append(backfill_slot(lock, state, now=now, tasks=tasks, start=start,
+                                   granted={p.uid for p in live}, task_keys=task_keys))
         # granted in an earlier plan, narrowed and let go, not bound yet (one still gated is a candidate again)
         pending = [p for p in live if waiting_task(p) and not p.backfill_gated]
         if pending:
@@ -814,6 +816,12 @@ def waiting_task(pod: PodView) -> bool:
     return not pod.node_name and not pod.is_terminal and not pod.deleting
 
 
+def grant_lives(pod: PodView | None, grant: Grant, now: datetime) -> bool:
+    """Whether a node keeps `grant` (grant_marks): while its pod (by uid) exists and has not finished, and, while the
+    pod still carries its gate, only until the grant's `until`."""
+    return pod is not None and not pod.is_terminal and (not pod.backfill_gated or now <= grant.until)
+
+
 def grant_marks(nodes: Mapping[str, NodeView], by_uid: Mapping[str, PodView], placed: Sequence[Backfill],
                 now: datetime) -> dict[str, dict[str, str | None]]:
     """node -> {keys.BACKFILL_GRANTS: text or None} where the node's grants must change: a grant is kept while its
@@ -829,9 +837,7 @@ def grant_marks(nodes: Mapping[str, NodeView], by_uid: Mapping[str, PodView], pl
     for name in sorted(set(new) | {n for n, v in nodes.items() if v.backfill_grants}):
         node = nodes.get(name)
         have = node.backfill_grants if node is not None else {}
-        keep = [g for uid, g in have.items()
-                if uid not in again and (p := by_uid.get(uid)) is not None and not p.is_terminal
-                and (not p.backfill_gated or now <= g.until)]
+        keep = [g for uid, g in have.items() if uid not in again and grant_lives(by_uid.get(uid), g, now)]
         want = {g.uid: g for g in keep + new.get(name, [])}
         if want.keys() != have.keys() or any(have[u] != g for u, g in want.items()):
             marks[name] = {keys.BACKFILL_GRANTS: grants_text(want.values())}
@@ -843,10 +849,12 @@ def room_marks(nodes: Mapping[str, NodeView], slots: Sequence[BackfillSlot], alr
     """node -> {keys.BACKFILL_ROOM: text or None} where the node's room note must change (shared.backfill, "Room"):
     on each slot whose needed-by time is known, its room (clause 7's, after the pods granted there and not bound
     yet: `already`) where some resource is left, until the needed-by time less the margin, while that is later than
-    `now`; removed from every other node that carries one (and from all when backfill is off or a dry run)."""
+    `now` and the node holds fewer than MAX_NODE_GRANTS grants (a pod gated for room no grant can give waits on the
+    gate for nothing); removed from every other node that carries one (and from all when backfill is off or a dry
+    run)."""
     want: dict[str, Room] = {}
     for slot in slots if enabled else ():
-        if slot.needed_by is None or slot.needed_by - margin <= now:
+        if slot.needed_by is None or slot.needed_by - margin <= now or len(slot.granted) >= MAX_NODE_GRANTS:
             continue
         left = Resources({name: amount for name, amount in room(slot, already.get(slot.node, ())).items()
                           if amount > 0 and name != "pods"})

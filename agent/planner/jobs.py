@@ -12,9 +12,10 @@ from agent.planner.model import Snapshot
 from shared.config import KueueConfig
 from shared.entitlement import pods_queue
 from shared.ownership import NATIVE_PODGROUP, JobRef
+from shared.predicates import DEFAULT_SCHEDULER
 from shared.priority import job_class, job_priority
 from shared.resources import Resources
-from shared.views import DEFAULT_SCHEDULER, PodGroupView, PodView, QueueView, WorkloadView
+from shared.views import PodGroupView, PodView, QueueView, WorkloadView
 
 # the queue of a pod that names none Reservoir honours (a Queue that does not admit its namespace): ranks after every
 # queue in queue order, and no Queue's usage, guarantee or priority class is its

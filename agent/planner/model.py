@@ -34,8 +34,9 @@ from shared.views import (
 # Reservation's handover lock names at most this many of the owners it hands over
 MAX_LOCK_TASKS = 256
 # the most backfill grants one node holds (keys.BACKFILL_GRANTS: pods let onto it and not finished): an entry of the
-# longest pod key and owner id is about 760 bytes, so 128 are 95 KiB, beside a lock's 82 KiB; a node allowing more
-# pods than this takes no more backfills until some of its grants end (backfill.backfill_verdict)
+# longest pod key and owner id is at most 760 bytes (472 measured), so 128 are under 95 KiB, beside a lock's 82 KiB; a
+# node allowing more pods than this takes no more backfills, and notes no room, until some of its grants end
+# (backfill.backfill_verdict, backfill.room_marks)
 MAX_NODE_GRANTS = 128
 
 
@@ -443,6 +444,8 @@ class BackfillSlot:
     # the pods granted this node (shared.backfill grants) that live: bound or about to be
     backfilled: int = 0
     tasks: tuple[str, ...] = ()  # the keys of the owner's pending pods among them (none for a Reservation)
+    # the uids of the node's grants this plan keeps (backfill.grant_lives): what MAX_NODE_GRANTS counts
+    granted: frozenset[str] = frozenset()
 
     @property
     def node(self) -> str:

@@ -91,12 +91,12 @@ from agent.planner.policy import PlanContext, Policy, PolicyResult, Statuses, ea
 from shared import keys
 from shared.keys import LockKind
 from shared.ownership import NATIVE_PODGROUP, reservation_owner_id
-from shared.predicates import Placement, schedulable_on
+from shared.predicates import DEFAULT_SCHEDULER, Placement, schedulable_on
 from shared.reservation_affinity import may_use
 from shared.resources import PODS, Resources
 from shared.timestamps import parse_time, stamp
 from shared.tolerations import lock_toleration
-from shared.views import DEFAULT_SCHEDULER, NodeView, PodView, ReservationView, Taint
+from shared.views import NodeView, PodView, ReservationView, Taint
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 HELD_PHASES = ("Available", "Waiting")

@@ -34,7 +34,7 @@ backfill: {namespaces: [ns], margin: 5s}
 
 
 def gated(name: str, cpu: str = "1", *, runtime: str | None = "10s", opt_in: bool = True, age: timedelta = 2 * S,
-          grace: int = 0, ns: str = "ns", deadline: int | None = None) -> PodView:
+          grace: int = 0, ns: str = "ns", deadline: int | None = None, scheduler: str | None = None) -> PodView:
     """A pod the webhook held on the backfill gate (or, with opt_in False, one that wrote the gate itself)."""
     annotations = {}
     if runtime:
@@ -45,6 +45,8 @@ def gated(name: str, cpu: str = "1", *, runtime: str | None = "10s", opt_in: boo
                             "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}]}
     if deadline is not None:
         spec["activeDeadlineSeconds"] = deadline
+    if scheduler is not None:
+        spec["schedulerName"] = scheduler
     return PodView.from_obj({
         "metadata": {"name": name, "namespace": ns, "uid": f"uid-{name}", "annotations": annotations,
                      "creationTimestamp": (NOW - age).strftime("%Y-%m-%dT%H:%M:%SZ")},
@@ -88,7 +90,8 @@ def test_a_short_pod_backfills_the_draining_node_with_its_deadline_and_grant() -
 
 def test_every_gated_pod_is_decided_now_and_the_others_let_go_with_the_reason() -> None:
     result, _ = run([gated("long", runtime="60s"), gated("forever", runtime=None), gated("no-opt-in", opt_in=False),
-                     gated("other-ns", ns="elsewhere"), gated("stale", age=3 * 60 * S)])
+                     gated("other-ns", ns="elsewhere"), gated("stale", age=3 * 60 * S),
+                     gated("nobodys", scheduler="no-such-scheduler")])
     assert result.backfill.placed == ()
     why = {r.key: r.reason for r in result.backfill.released}
     assert "after n1 is needed" in why["ns/long"]
@@ -96,6 +99,8 @@ def test_every_gated_pod_is_decided_now_and_the_others_let_go_with_the_reason() 
     assert "does not opt in" in why["ns/no-opt-in"]
     assert "cover neither namespace elsewhere" in why["elsewhere/other-ns"]
     assert "maxGateWait" in why["ns/stale"]
+    # a pod no running scheduler binds would keep its grant, and the room it takes, as long as it exists
+    assert "scheduled by 'no-such-scheduler', not default-scheduler" in why["ns/nobodys"]
 
 
 def test_the_pods_termination_grace_counts_in_its_margin() -> None:
@@ -133,36 +138,71 @@ def test_a_pod_granted_earlier_and_not_bound_yet_keeps_its_room() -> None:
     assert keys.BACKFILL_GRANTS not in result.node_marks.get("n1", {}), "the live grant stays as it is"
 
 
+LONG_NAME = "x" * 248  # with "-0000": 253 characters, the longest a pod's name may be
+
+
+def crowded(running: int, *, gone: int = 0, waiting: list[PodView] | None = None, granted: int = 0) -> Plan:
+    """Seed 000 on a node allowing 1,000 pods that holds the grants of `running` running backfilled pods of the
+    longest names, of `gone` pods deleted since and of the first `granted` of `waiting` (default: 20 short pods of 1m
+    cpu), which wait on the gate; the room takes them all."""
+    _, seed, lock = seed_000([])
+    pods = [PodView.from_obj({
+        "metadata": {"name": f"{LONG_NAME}-{i:04}", "namespace": "ns", "uid": f"uid-old-{i}",
+                     "annotations": {keys.MAXIMUM_RUNTIME: "10s", keys.BACKFILL: "true"},
+                     "creationTimestamp": stamp(NOW - 2 * S)},
+        "spec": {"nodeName": "n1", "containers": [{"name": "c", "resources": {"requests": {"cpu": "1m"}}}]},
+        "status": {"phase": "Running", "startTime": stamp(NOW - S)}}) for i in range(running)]
+    grants = [Grant(p.uid, p.key, lock.owner, NOW + 14 * S) for p in pods]
+    grants += [Grant(f"uid-gone-{i}", f"ns/gone-{i}", lock.owner, NOW + 14 * S) for i in range(gone)]
+    if waiting is None:
+        waiting = [gated(f"{LONG_NAME[:-4]}new-{i:04}", cpu="1m") for i in range(20)]
+    grants += [Grant(p.uid, p.key, lock.owner, NOW + 14 * S) for p in waiting[:granted]]
+    n1 = NodeView.from_obj({
+        "metadata": {"name": "n1", "creationTimestamp": "2026-11-21T12:00:00Z",
+                     "labels": {keys.LOCK: lock.owner, keys.LOCK_KIND: lock.kind.value},
+                     "annotations": {keys.LOCK_INFO: lock.info_json(), keys.BACKFILL_GRANTS: grants_text(grants)}},
+        "spec": {"taints": [{"key": keys.LOCK, "value": lock.owner, "effect": "NoSchedule"}]},
+        "status": {"allocatable": {"cpu": "3", "memory": "1000Gi", "pods": "1000"}}})
+    return plan(snap([n1], seed + pods + waiting, spare=1), CONFIG, NOW)
+
+
 def test_a_node_holds_at_most_max_node_grants_so_its_annotation_stays_writable() -> None:
     """A node allowing 1,000 pods already holds 120 grants of running backfilled pods with the longest names a pod
     can have; 20 more short pods wait on the gate and the room takes them all. Grants are never dropped while their
     pods run, so without a bound they pile up past the 256 KiB the API server allows a node's annotations; the node
     takes MAX_NODE_GRANTS and the others are told why."""
-    _, _, lock = seed_000([])
-    long_name = "x" * 248  # with "-0000": 253 characters
-    running = [PodView.from_obj({
-        "metadata": {"name": f"{long_name}-{i:04}", "namespace": "ns", "uid": f"uid-old-{i}",
-                     "annotations": {keys.MAXIMUM_RUNTIME: "10s", keys.BACKFILL: "true"},
-                     "creationTimestamp": stamp(NOW - 2 * S)},
-        "spec": {"nodeName": "n1", "containers": [{"name": "c", "resources": {"requests": {"cpu": "1m"}}}]},
-        "status": {"phase": "Running", "startTime": stamp(NOW - S)}}) for i in range(120)]
-    grants = {p.uid: Grant(p.uid, p.key, lock.owner, NOW + 14 * S) for p in running}
-    n1 = NodeView.from_obj({
-        "metadata": {"name": "n1", "creationTimestamp": "2026-11-21T12:00:00Z",
-                     "labels": {keys.LOCK: lock.owner, keys.LOCK_KIND: lock.kind.value},
-                     "annotations": {keys.LOCK_INFO: lock.info_json(), keys.BACKFILL_GRANTS: grants_text(
-                         grants.values())}},
-        "spec": {"taints": [{"key": keys.LOCK, "value": lock.owner, "effect": "NoSchedule"}]},
-        "status": {"allocatable": {"cpu": "3", "memory": "1000Gi", "pods": "1000"}}})
-    _, pods, _ = seed_000([])
-    waiting = [gated(f"{long_name[:-4]}new-{i:04}", cpu="1m") for i in range(20)]
-    result = plan(snap([n1], pods + running + waiting, spare=1), CONFIG, NOW)
+    result = crowded(120)
     assert len(result.backfill.placed) == MAX_NODE_GRANTS - 120 == 8
     text = result.node_marks["n1"][keys.BACKFILL_GRANTS]
     assert text is not None and len(read_grants(text)) == MAX_NODE_GRANTS
     assert len(text) < 100 * 1024, "with the lock's 82 KiB at most, far below 256 KiB"
     refused = [r for r in result.backfill.released if "new-" in r.name]
     assert len(refused) == 12 and all("holds 128 backfill grants" in r.reason for r in refused)
+
+
+def test_the_bound_counts_only_the_grants_the_plan_keeps() -> None:
+    """The node holds 128 grants, 10 of them of pods deleted since: this plan drops those 10 (grant_marks), so 10 of
+    the 20 waiting pods take their places and the node ends with 128 again."""
+    result = crowded(118, gone=10)
+    assert len(result.backfill.placed) == 10
+    assert len(read_grants(result.node_marks["n1"][keys.BACKFILL_GRANTS])) == MAX_NODE_GRANTS
+
+
+def test_a_pod_holding_a_grant_is_granted_again_at_the_bound() -> None:
+    """A pod let onto the node in an earlier plan and still gated (the narrowing not finished) is a candidate again:
+    with 127 other grants on the node its own is replaced, not counted as a 129th."""
+    again = gated(f"{LONG_NAME[:-4]}new-0000", cpu="1m")
+    result = crowded(127, waiting=[again], granted=1)
+    assert [b.pod.uid for b in result.backfill.placed] == [again.uid]
+    assert len(read_grants(result.node_marks["n1"][keys.BACKFILL_GRANTS])) == MAX_NODE_GRANTS
+
+
+def test_a_node_at_the_bound_notes_no_room() -> None:
+    """The webhook gates a pod with a runtime only where some node notes room (shared.backfill "Room"); a node whose
+    grants are at MAX_NODE_GRANTS can grant nothing, so it notes none and pods are not held on the gate for it."""
+    full, below = crowded(MAX_NODE_GRANTS, waiting=[]), crowded(MAX_NODE_GRANTS - 1, waiting=[])
+    assert full.node_marks.get("n1", {}).get(keys.BACKFILL_ROOM) is None
+    assert read_room(below.node_marks["n1"][keys.BACKFILL_ROOM]) is not None
 
 
 def test_grants_of_pods_gone_or_finished_are_dropped() -> None:
@@ -338,6 +378,11 @@ def test_the_webhook_gates_a_pod_that_opts_in_and_says_why_it_does_not() -> None
         assert (warned is None and not mutation.warnings) or any(warned in w for w in mutation.warnings)
     assert not any("schedulingGates" in op["path"] for op in mutate_pod(new_pod(wants, nodeName="n1"), "ns",
                                                                         lookup).patch)
+    other = mutate_pod(new_pod(wants, schedulerName="volcano"), "ns", lookup)
+    assert not any("schedulingGates" in op["path"] for op in other.patch)
+    assert any("scheduled by 'volcano', not default-scheduler" in w for w in other.warnings), other.warnings
+    assert any("schedulingGates" in op["path"] for op in mutate_pod(
+        new_pod(wants, schedulerName="default-scheduler"), "ns", lookup).patch)
     dry = Lookup(config=CONFIG.model_copy(update={"dry_run": True}), nodes=lookup.nodes)
     assert not any("schedulingGates" in op["path"] for op in mutate_pod(new_pod(wants), "ns", dry).patch)
 
