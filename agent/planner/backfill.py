@@ -623,12 +623,14 @@ def backfill_slots(*, pods: PodIndex | Sequence[PodView], states: Mapping[str, N
             tasks = [lock.reserved]
         else:
             continue
-        live = [p for uid, grant in state.node.backfill_grants.items()
+        live = [(p, grant) for uid, grant in state.node.backfill_grants.items()
                 if grant_lives(p := by_uid.get(uid), grant, now) and p is not None]
         slots.append(backfill_slot(lock, state, now=now, tasks=tasks, start=start,
-                                   granted={p.uid for p in live}, task_keys=task_keys))
-        # granted in an earlier plan, narrowed and let go, not bound yet (one still gated is a candidate again)
-        pending = [p for p in live if waiting_task(p) and not p.backfill_gated]
+                                   granted={p.uid for p, _ in live}, task_keys=task_keys))
+        # granted in an earlier plan, narrowed and let go, not bound yet (one still gated is a candidate again), until
+        # its grant's end: one that binds later is cut to end at once (deadline_cuts), and one kube-scheduler never
+        # binds (a filter Reservoir does not model: a host port taken, pod anti-affinity) holds no room for ever
+        pending = [p for p, grant in live if waiting_task(p) and not p.backfill_gated and now <= grant.until]
         if pending:
             already[name] = pending
     return slots, already

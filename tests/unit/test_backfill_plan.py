@@ -121,9 +121,9 @@ def test_two_candidates_do_not_share_the_one_idle_cpu() -> None:
     assert "does not fit the room" in result.backfill.released[0].reason
 
 
-def test_a_pod_granted_earlier_and_not_bound_yet_keeps_its_room() -> None:
-    """`first` was let go onto n1 in an earlier plan (its grant on the node, its gate lifted, not bound yet): the node's
-    state does not count it, the grant does."""
+def granted_unbound(until: datetime) -> tuple[Plan, Lock]:
+    """`first` was let go onto n1 in an earlier plan (its grant, ending at `until`, on the node, its gate lifted, not
+    bound yet); `second`, as large, waits on the gate for the node's one idle cpu."""
     first = gated("first")
     let_go = PodView.from_obj({"metadata": {"name": "first", "namespace": "ns", "uid": "uid-first",
                                             "annotations": dict(first.annotations),
@@ -131,11 +131,24 @@ def test_a_pod_granted_earlier_and_not_bound_yet_keeps_its_room() -> None:
                                "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
                                "status": {"phase": "Pending"}})
     _, _, lock = seed_000([])
-    grant = Grant("uid-first", "ns/first", lock.owner, NOW + 15 * S)
-    result, _ = run([let_go, gated("second")], grants={"uid-first": grant})
+    return run([let_go, gated("second")], grants={"uid-first": Grant("uid-first", "ns/first", lock.owner, until)})
+
+
+def test_a_pod_granted_earlier_and_not_bound_yet_keeps_its_room() -> None:
+    """The node's state does not count `first`, its grant does."""
+    result, _ = granted_unbound(NOW + 15 * S)
     assert result.backfill.placed == ()
     assert "does not fit the room" in result.backfill.released[0].reason
     assert keys.BACKFILL_GRANTS not in result.node_marks.get("n1", {}), "the live grant stays as it is"
+
+
+def test_a_granted_pod_still_unbound_when_its_grant_ends_holds_no_room() -> None:
+    """A pod kube-scheduler never binds (a host port taken, pod anti-affinity: filters Reservoir does not model) would
+    hold the room for as long as it exists; past its grant's `until` it holds none, and `second` takes it. Its grant
+    stays while the pod lives: should it bind now, the deadline cut ends it at once."""
+    result, _ = granted_unbound(NOW - S)
+    assert [b.pod.key for b in result.backfill.placed] == ["ns/second"]
+    assert {"uid-first", "uid-second"} == read_grants(result.node_marks["n1"][keys.BACKFILL_GRANTS]).keys()
 
 
 LONG_NAME = "x" * 248  # with "-0000": 253 characters, the longest a pod's name may be
