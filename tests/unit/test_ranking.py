@@ -12,7 +12,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 import agent.planner.podindex as podindex
-from agent.planner.capacity import NodeStates, ShapeRanking, kept_ranking, node_states
+from agent.planner.capacity import MAX_RANKINGS, NodeStates, ShapeRanking, kept_ranking, node_states
 from agent.planner.jobs import build_jobs
 from agent.planner.podindex import PodIndex
 from agent.planner.starvation import Blockers, higher_priority_blocker, placeable_now
@@ -175,3 +175,15 @@ def test_blockers_asked_job_by_job_equal_the_whole_placeable_list(steps: list, t
                 blocked += lazy.blocker(job) is not None
         previous = states
     event(f"jobs blocked: {min(blocked, 2)}")
+
+
+def test_plans_asking_for_more_shapes_than_max_rankings_keep_them_all_on_a_small_cluster() -> None:
+    """A plan weighs every starving job's shape; on 10 nodes, 3 x MAX_RANKINGS shapes asked in turn at each plan are
+    each ranked once, not again at every plan (an LRU of MAX_RANKINGS made each anew: a cyclic order defeats it)."""
+    nodes = {f"n{i}": node(f"n{i}", cpu="64") for i in range(10)}
+    states = node_states(nodes, [])
+    tasks = [pod(f"t{k}", f"{k + 1}m") for k in range(3 * MAX_RANKINGS)]
+    rankings: dict[str, ShapeRanking] = {}
+    first = [kept_ranking(rankings, states, task, NOW) for task in tasks]
+    again = [kept_ranking(rankings, states, task, NOW + timedelta(seconds=1)) for task in tasks]
+    assert all(a is b for a, b in zip(first, again, strict=True))
