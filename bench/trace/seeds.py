@@ -1,7 +1,7 @@
 """`make bench-seeds`: bench-trace's goals over many draws of the synthetic trace, in the model (`reservoir simulate`).
 
 One replay on the control plane takes 23 minutes, and its verdicts move from run to run (kube-scheduler alone's 8-GPU
-p95 was 217.8-332.4 s over six runs of one trace): one run cannot say how often a goal holds. The model runs a draw in
+p95 was 217.8-333.9 s over ten runs of one trace): one run cannot say how often a goal holds. The model runs a draw in
 seconds. For each seed (the synthetic trace's draws and kube-scheduler's tie-breaks) this runs bench-trace's three
 arms and, beside them, the backfill arm with `softDrain: false` (the same config but the soft drain: what it changes,
 measured side by side), and prints a line per seed and the count of seeds on which each goal holds, with the 8-GPU

@@ -373,7 +373,8 @@ def requests_of(spec: Mapping[str, Any]) -> Resources:
 
 
 class Scheduler:
-    """kube-scheduler as the module docstring models it: one queue, one pod at a time, no latency."""
+    """kube-scheduler as the module docstring models it: its queue (active, backoff, unschedulable), one pod at a
+    time, each attempt taking attempt_seconds; no bind or event latency."""
 
     def __init__(self, views: Sequence[NodeView], rng: random.Random, minor: int = KUBERNETES_MINOR,
                  attempt_seconds: float = ATTEMPT_SECONDS) -> None:
@@ -455,6 +456,12 @@ class Scheduler:
         node.free_pods += 1
 
     @staticmethod
+    def fits(pod: Queued, node: SchedNode) -> bool:
+        """The filters: NodeResourcesFit on the modelled resources and the pod count, then `passes`."""
+        return (node.free_gpus >= pod.gpus and node.free_cpu >= pod.cpu and node.free_memory >= pod.memory
+                and node.free_pods > 0 and Scheduler.passes(pod, node))
+
+    @staticmethod
     def passes(pod: Queued, node: SchedNode) -> bool:
         """The filters but NodeResourcesFit: NodeUnschedulable and the one predicate (shared.predicates.schedulable_on:
         nodeSelector, required node affinity, taints), its answer kept per placement while the node has no taints."""
@@ -516,13 +523,11 @@ class Scheduler:
         the start moves on by the nodes looked at."""
         self.attempts += 1
         nodes, count, start = self.nodes, len(self.nodes), self.start
-        cpu, memory, gpus = pod.cpu, pod.memory, pod.gpus
         feasible: list[SchedNode] = []
         looked = 0
         for node in (nodes[start:] + nodes[:start]) if start else nodes:
             looked += 1
-            if (node.free_gpus >= gpus and node.free_cpu >= cpu and node.free_memory >= memory and node.free_pods > 0
-                    and self.passes(pod, node)):
+            if self.fits(pod, node):
                 feasible.append(node)
                 if len(feasible) >= self.to_find:
                     break
@@ -545,16 +550,14 @@ class Scheduler:
         pod) every parked pod, after a node changed only those a `gained` node now takes (the hints of a node
         update), each into the backoff or the active queue (push)."""
         self.gains.extend(gained)
-        if not self.parked:
+        if not self.parked or not (gained or requeue_all):
             return
         queue = self.queue
         if requeue_all:
             moved = [queue[name] for name in self.parked]
             self.parked.clear()
         else:
-            moved = [pod for name in self.parked if any(
-                n.free_gpus >= (pod := queue[name]).gpus and n.free_cpu >= pod.cpu and n.free_memory >= pod.memory
-                and n.free_pods > 0 and self.passes(pod, n) for n in gained)]
+            moved = [pod for name in self.parked if any(self.fits(pod := queue[name], n) for n in gained)]
             for pod in moved:
                 del self.parked[pod.name]
         for pod in moved:  # in the order they were parked: deterministic
@@ -595,11 +598,8 @@ class Scheduler:
             node = self.attempt(pod)
             pod.fresh = False
         else:
-            cpu, memory, gpus = pod.cpu, pod.memory, pod.gpus
             gained = self.gains[pod.seen:]
-            taking = [n for n in (dict.fromkeys(gained) if len(gained) > 1 else gained)
-                      if n.free_gpus >= gpus and n.free_cpu >= cpu and n.free_memory >= memory and n.free_pods > 0
-                      and self.passes(pod, n)]
+            taking = [n for n in (dict.fromkeys(gained) if len(gained) > 1 else gained) if self.fits(pod, n)]
             if len(taking) >= self.to_find:  # the search would stop early: the real one decides
                 node = self.attempt(pod)
             elif taking:
