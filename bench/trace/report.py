@@ -10,6 +10,7 @@ value holds until the next sample).
 from __future__ import annotations
 
 import heapq
+import itertools
 import json
 import math
 import statistics
@@ -199,11 +200,13 @@ SMALL = ("GPU share", "1 GPU")  # the classes whose cost pool_rows breaks down
 
 def pool_rows(arms: Sequence[Arm]) -> list[dict[str, Any]]:
     """Where the small GPU pods' waits go: per GPU model named (`models`, "any" for none), the GPU-share and 1-GPU
-    pods' count and per arm their mean and p95 wait (None when none was placed), and `larger_gpu_seconds`: the
+    pods' count and per arm their mean and p95 wait (None when none was placed), `larger_gpu_seconds`: the
     GPU-seconds that pods of 2 GPUs or more naming the same models ran within the arrival window (first to last
-    creation). A pod that names a model competes only on that model's nodes, so a lock there costs that pool alone:
-    the rows say which; and in a pool the small pods keep full, every GPU-second a larger pod runs within the window
-    (where kube-scheduler alone left it waiting until after) is one the small pods wait for."""
+    creation), `jumps` (queue_jumps) and, for a pool naming models, `taken` (taken_from_pool). A pod that names a
+    model competes only on that model's nodes, so a lock there costs that pool alone: the rows say which; and in a
+    pool the small pods keep full, every GPU-second a larger pod runs within the window (where kube-scheduler alone
+    left it waiting until after) is one the small pods wait for; jumps and taken say how far kube-scheduler's queue
+    order decides their waits (the model's own weak point: docs/design/benchmarks.md)."""
     rows: dict[str, dict[str, Any]] = {}
     for a in arms:
         pools: dict[str, list[PodRecord]] = {}
@@ -222,8 +225,33 @@ def pool_rows(arms: Sequence[Arm]) -> list[dict[str, Any]]:
             placed = waits(records)
             row[a.name] = {"mean": statistics.mean(placed) if placed else None,
                            "p95": percentile(placed, 95) if placed else None,
-                           "larger_gpu_seconds": larger.get(pool, 0.0)}
+                           "larger_gpu_seconds": larger.get(pool, 0.0), "jumps": queue_jumps(records),
+                           "taken": taken_from_pool(a, pool) if pool != "any" else None}
     return sorted(rows.values(), key=lambda row: (-row["pods"], row["models"]))
+
+
+def queue_jumps(records: Iterable[PodRecord]) -> int:
+    """Of `records` (one pool's small pods), how many were bound while an older one (created before it) still
+    waited: kube-scheduler's queue retries by backoff, so a newcomer takes room an older pod waits for. A pod never
+    bound waits to the end."""
+    jumps, latest = 0, -math.inf  # the latest bind (inf: never) among the pods created before, so far
+    for created, group in itertools.groupby(sorted(records, key=lambda r: r.created), key=lambda r: r.created):
+        pods = list(group)
+        jumps += sum(1 for r in pods if r.bound is not None and latest > r.bound)
+        latest = max(latest, *(math.inf if r.bound is None else r.bound for r in pods))
+    return jumps
+
+
+def taken_from_pool(arm: Arm, pool: str) -> int:
+    """How many small pods naming no GPU model were bound onto a node that a small pod naming `pool`'s models, older
+    than them and still waiting then, was later bound to: room on that pool's nodes the pod waiting for it lost to a
+    pod that could have gone anywhere."""
+    waiting: dict[str, list[PodRecord]] = {}
+    for r in arm.records:
+        if r.klass in SMALL and r.models == pool and r.bound is not None:
+            waiting.setdefault(r.node, []).append(r)
+    return sum(1 for x in arm.records if x.klass in SMALL and not x.models and x.bound is not None and any(
+        w.created < x.created and x.bound < w.bound for w in waiting.get(x.node, ())))
 
 
 def _lock_end(arm: Arm) -> float:
@@ -502,8 +530,10 @@ def table(arms: Sequence[Arm]) -> str:
             lines.append(line)
     pools = pool_rows(arms)
     if len(pools) > 1:
-        lines += ["", "GPU-share and 1-GPU pods by the GPU models they name, wait mean / p95 (s), and the GPU-seconds "
-                  "pods of 2+ GPUs naming the same models ran within the arrival window:", "",
+        lines += ["", "GPU-share and 1-GPU pods by the GPU models they name, wait mean / p95 (s), the GPU-seconds "
+                  "pods of 2+ GPUs naming the same models ran within the arrival window, the pods bound while an older "
+                  "one of the pool waited, and those naming no model bound on a node such an older one later took:",
+                  "",
                   "| models named | pods | " + " | ".join(a.name for a in arms) + " |",
                   "|" + "---|" * (len(arms) + 2)]
         for row in pools:
@@ -511,7 +541,9 @@ def table(arms: Sequence[Arm]) -> str:
             for a in arms:
                 cell = row.get(a.name, {})
                 larger = "-" if "larger_gpu_seconds" not in cell else _count(round(cell["larger_gpu_seconds"]))
-                cells.append(" / ".join(_seconds(cell.get(k)) for k in ("mean", "p95")) + f" / {larger} GPU-s")
+                order = "" if "jumps" not in cell else f" / {cell['jumps']} jumps" + (
+                    "" if cell["taken"] is None else f", {cell['taken']} taken")
+                cells.append(" / ".join(_seconds(cell.get(k)) for k in ("mean", "p95")) + f" / {larger} GPU-s{order}")
             lines.append(f"| {row['models']} | {row['pods']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -303,13 +303,31 @@ def test_pool_rows_split_the_small_pods_by_the_models_they_name() -> None:
     rows = report.pool_rows([alone, locked])
     assert [(r["models"], r["pods"]) for r in rows] == [("T4", 2), ("any", 2)]
     # the pod never placed has no wait; the 4-GPU pod never ran alone, and ran 27 -> 30 (the last creation) locked
-    assert rows[0]["alone"] == {"mean": 2.0, "p95": 2.0, "larger_gpu_seconds": 0.0}
+    assert rows[0]["alone"] == {"mean": 2.0, "p95": 2.0, "larger_gpu_seconds": 0.0, "jumps": 0, "taken": 0}
     assert rows[0]["backfill"]["mean"] == 21.0 and rows[0]["backfill"]["p95"] == pytest.approx(12 + 0.95 * 18)
     assert rows[0]["backfill"]["larger_gpu_seconds"] == pytest.approx(4 * 3)
     assert rows[1]["alone"]["mean"] == 2.0 and rows[1]["backfill"]["mean"] == 1.0
     # the 8-GPU pod names no model: it ran 5 -> 10 locked, 50 -> 55 alone (after the window)
     assert rows[1]["alone"]["larger_gpu_seconds"] == 0.0 and rows[1]["backfill"]["larger_gpu_seconds"] == 8 * 5
-    assert "| T4 | 2 | 2.0 / 2.0 / 0 GPU-s | 21.0 / 29.1 / 12 GPU-s |" in report.table([alone, locked])
+    assert "| T4 | 2 | 2.0 / 2.0 / 0 GPU-s / 0 jumps, 0 taken | 21.0 / 29.1 / 12 GPU-s / 0 jumps, 0 taken |" in \
+        report.table([alone, locked])
+
+
+def test_queue_jumps_and_room_taken_from_a_pool() -> None:
+    """A jump: a pod bound while an older one of its pool waited (one never bound waits to the end; pods created
+    together do not jump each other). Taken: a pod naming no model bound on the node where an older pod naming the
+    pool's model, waiting then, was later bound."""
+    pool = [rec("old", "1 GPU", 0, 10, models="T4"), rec("new", "1 GPU", 1, 5, models="T4"),
+            rec("twin", "1 GPU", 1, 2, models="T4"), rec("newer", "1 GPU", 2, 20, models="T4"),
+            rec("never", "GPU share", 3, None, models="T4"), rec("last", "1 GPU", 4, 30, models="T4")]
+    assert report.queue_jumps(pool) == 3  # new and twin (old waits to 10), last (never waits for ever)
+    anywhere = [rec("thief", "GPU share", 0.5, 6), rec("early", "1 GPU", -1, 3), rec("after", "1 GPU", 5, 40),
+                rec("big", "8 GPU", 0.5, 6, gpus=8)]
+    # thief (created after old, bound at 6 while old waited to 10); early is older than every pool pod; after binds
+    # once every older pool pod had bound; big is not a small pod
+    assert report.taken_from_pool(arm("x", pool + anywhere), "T4") == 1
+    elsewhere = [dataclasses.replace(r, node="m") for r in anywhere]
+    assert report.taken_from_pool(arm("x", pool + elsewhere), "T4") == 0
 
 
 def test_class_rows() -> None:
