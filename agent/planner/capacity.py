@@ -236,6 +236,7 @@ RankKey = tuple[bool, datetime, float, str]
 # (reservoir simulate's default run: 12,967 of 18,548 rankings made anew with 16 kept, 419 with this; 18% less CPU)
 MAX_RANKINGS = 16
 MAX_RANKED_NODES = 100_000
+MOST_RANKINGS = 1024  # and never more shapes than this (on a cluster of three nodes, a ranking's own objects count)
 
 
 @dataclass
@@ -333,7 +334,7 @@ def kept_ranking(rankings: dict[str, ShapeRanking], states: Mapping[str, NodeSta
     kept = shape_id(shape(task))
     ranking = rankings.get(kept)
     if ranking is None:
-        if len(rankings) >= max(MAX_RANKINGS, MAX_RANKED_NODES // max(len(states), 1)):
+        if len(rankings) >= min(MOST_RANKINGS, max(MAX_RANKINGS, MAX_RANKED_NODES // max(len(states), 1))):
             del rankings[min(rankings, key=lambda k: (rankings[k].used, k))]
         ranking = rankings[kept] = ShapeRanking()
     ranking.used = now

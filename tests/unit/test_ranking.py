@@ -12,7 +12,14 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 import agent.planner.podindex as podindex
-from agent.planner.capacity import MAX_RANKINGS, NodeStates, ShapeRanking, kept_ranking, node_states
+from agent.planner.capacity import (
+    MAX_RANKINGS,
+    MOST_RANKINGS,
+    NodeStates,
+    ShapeRanking,
+    kept_ranking,
+    node_states,
+)
 from agent.planner.jobs import build_jobs
 from agent.planner.podindex import PodIndex
 from agent.planner.starvation import Blockers, higher_priority_blocker, placeable_now
@@ -187,3 +194,13 @@ def test_plans_asking_for_more_shapes_than_max_rankings_keep_them_all_on_a_small
     first = [kept_ranking(rankings, states, task, NOW) for task in tasks]
     again = [kept_ranking(rankings, states, task, NOW + timedelta(seconds=1)) for task in tasks]
     assert all(a is b for a, b in zip(first, again, strict=True))
+
+
+def test_a_tenants_thousands_of_shapes_on_a_small_cluster_keep_at_most_most_rankings() -> None:
+    """Anyone may make pods of any number of shapes: on three nodes, 100,000 node entries would be 33,333 rankings;
+    no more than MOST_RANKINGS are kept, the least recently used going first."""
+    states = node_states({f"n{i}": node(f"n{i}", cpu="64") for i in range(3)}, [])
+    rankings: dict[str, ShapeRanking] = {}
+    for k in range(MOST_RANKINGS + 10):
+        kept_ranking(rankings, states, pod(f"t{k}", f"{k + 1}m"), NOW + timedelta(seconds=k))
+    assert len(rankings) == MOST_RANKINGS
