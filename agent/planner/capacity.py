@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import math
+import weakref
 from bisect import bisect_left, bisect_right, insort
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -231,7 +232,7 @@ FITS_NOW = datetime.min.replace(tzinfo=UTC)  # fit_at of a request the idle cove
 RankKey = tuple[bool, datetime, float, str]
 # task shapes whose ShapeRanking plans keep (the least recently used goes): at least MAX_RANKINGS, and as many more
 # as keep MAX_RANKED_NODES node entries in all (250 bytes each measured, so 25 MB; 65 shapes on 1,523 nodes, 20 on
-# 5,000). A plan asks for the shape of every starving job it weighs, up to 60 in a plan of the synthetic trace's
+# 5,000); a ranking holds the node states it saw weakly (ShapeRanking.entries), so a kept one pins no past plan. A plan asks for the shape of every starving job it weighs, up to 60 in a plan of the synthetic trace's
 # replay, and an LRU smaller than what one plan asks for ranks every node again for each shape at each plan
 # (reservoir simulate's default run: 12,967 of 18,548 rankings made anew with 16 kept, 419 with this; 18% less CPU)
 MAX_RANKINGS = 16
@@ -249,7 +250,10 @@ class ShapeRanking:
     by (time_to_fit, -idle_fraction, name) at any `now` follows from it (starvation.NodeChooser): the nodes whose
     fit_at is past tie at 0 and go by (-idle_fraction, name), the others keep this order."""
 
-    entries: dict[str, tuple[NodeState, RankKey | None]] = field(default_factory=dict)  # None: never usable
+    # node -> (the state it was ranked from, held weakly, and its key; None: never usable). Weakly: a ranking no plan
+    # uses again must not keep the states it last saw, and their pods, alive (each kept ranking would hold a past
+    # plan's node states); a state gone since is one that changed, ranked again in full when next synced
+    entries: dict[str, tuple[weakref.ref[NodeState], RankKey | None]] = field(default_factory=dict)
     order: list[RankKey] = field(default_factory=list)
     used: datetime = FITS_NOW  # the `now` of the last plan that used it
     synced: int | None = None  # the NodeStates.generation it was last brought up to date with
@@ -272,18 +276,19 @@ class ShapeRanking:
         for name in (states if changes is None else changes):
             state = states.get(name)
             entry = entries.get(name)
-            if entry is not None and entry[0] is state:
+            seen = entry[0]() if entry is not None else None
+            if seen is state:
                 continue
             if entry is not None and entry[1] is not None:
                 self._drop(entry[1])
             if state is None:  # the node is gone
                 entries.pop(name, None)
                 continue
-            if entry is not None and entry[0].node is state.node:  # only its pods changed: usable_ever stands
-                key = None if entry[1] is None else fit_key(name, state, requests)
+            if entry is not None and seen is not None and seen.node is state.node:  # only its pods changed:
+                key = None if entry[1] is None else fit_key(name, state, requests)  # usable_ever stands
             else:
                 key = rank_key(name, state, requests, placement)
-            entries[name] = (state, key)
+            entries[name] = (weakref.ref(state), key)
             if key is not None:
                 if fresh:
                     self.order.append(key)

@@ -227,7 +227,7 @@ def test_node_chooser_with_rankings_kept_from_an_earlier_plan_matches_a_brute_fo
         assert expected is not None
         expected.setdefault(best, []).append(task)
     assert chosen == expected
-    assert all(entry[0] is states[name] for ranking in rankings.values() for name, entry in ranking.entries.items())
+    assert all(entry[0]() is states[name] for ranking in rankings.values() for name, entry in ranking.entries.items())
 
 
 def test_a_partly_pending_replicaset_is_not_starving_but_a_lone_big_pod_is() -> None:

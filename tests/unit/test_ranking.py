@@ -5,6 +5,8 @@ pod index's Layered mappings."""
 
 from __future__ import annotations
 
+import gc
+import weakref
 from datetime import timedelta
 from typing import Any
 
@@ -204,3 +206,18 @@ def test_a_tenants_thousands_of_shapes_on_a_small_cluster_keep_at_most_most_rank
     for k in range(MOST_RANKINGS + 10):
         kept_ranking(rankings, states, pod(f"t{k}", f"{k + 1}m"), NOW + timedelta(seconds=k))
     assert len(rankings) == MOST_RANKINGS
+
+
+def test_a_ranking_no_plan_uses_again_keeps_no_node_state_alive() -> None:
+    """A kept ranking holds the node states it was ranked from weakly: one a tenant's shape made, never asked for
+    again, must not keep a past plan's states and their pods alive (with up to MOST_RANKINGS kept, 1,024 past plans'
+    states: 111.6 MiB of a tenant's 20 KB pods in a 5-node review script, 2.2 MiB held weakly)."""
+    states = node_states({f"n{i}": node(f"n{i}", cpu="64") for i in range(3)},
+                         [pod("running", "1", node_name="n0")])
+    rankings: dict[str, ShapeRanking] = {}
+    kept_ranking(rankings, states, pod("t", "1"), NOW)
+    probe = weakref.ref(states["n0"])
+    del states
+    gc.collect()
+    assert probe() is None
+    assert rankings, "the ranking itself is kept"
