@@ -232,9 +232,10 @@ FITS_NOW = datetime.min.replace(tzinfo=UTC)  # fit_at of a request the idle cove
 RankKey = tuple[bool, datetime, float, str]
 # task shapes whose ShapeRanking plans keep (the least recently used goes): at least MAX_RANKINGS, and as many more
 # as keep MAX_RANKED_NODES node entries in all (250 bytes each measured, so 25 MB; 65 shapes on 1,523 nodes, 20 on
-# 5,000); a ranking holds the node states it saw weakly (ShapeRanking.entries), so a kept one pins no past plan. A plan asks for the shape of every starving job it weighs, up to 60 in a plan of the synthetic trace's
-# replay, and an LRU smaller than what one plan asks for ranks every node again for each shape at each plan
-# (reservoir simulate's default run: 12,967 of 18,548 rankings made anew with 16 kept, 419 with this; 18% less CPU)
+# 5,000); a ranking holds the node states it saw weakly (ShapeRanking.entries), so a kept one pins no past plan. A
+# plan asks for the shape of every starving job it weighs, up to 60 in a plan of the synthetic trace's replay, and an
+# LRU smaller than what one plan asks for ranks every node again for each shape at each plan (reservoir simulate's
+# default run: 12,967 of 18,548 rankings made anew with 16 kept, 419 with this; 18% less CPU)
 MAX_RANKINGS = 16
 MAX_RANKED_NODES = 100_000
 MOST_RANKINGS = 1024  # and never more shapes than this (on a cluster of three nodes, a ranking's own objects count)
