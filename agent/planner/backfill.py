@@ -61,6 +61,7 @@ from typing import NamedTuple
 
 from agent.planner.capacity import FOREVER, NodeState, pod_end, schedulable, shape, shape_id, time_to_fit
 from agent.planner.model import (
+    MAX_NAMESPACE_UNBOUND_GRANTS,
     MAX_NODE_GRANTS,
     NO_BACKFILL,
     Backfill,
@@ -162,16 +163,18 @@ def needed_by(kind: LockKind, state: NodeState, *, now: datetime, waiting: Seque
 
 
 def backfill_slot(lock: Lock, state: NodeState, *, now: datetime, tasks: Sequence[Resources] = (),
-                  start: datetime | None = None, granted: Set[str] = frozenset(), task_keys: tuple[str, ...] = ()
-                  ) -> BackfillSlot:
+                  start: datetime | None = None, granted: Set[str] = frozenset(), task_keys: tuple[str, ...] = (),
+                  unbound: Set[tuple[str, str]] = frozenset()) -> BackfillSlot:
     """The slot of one locked node: `tasks` are the requests of the owner's pending tasks on the node (a starvation
     lock: the tasks it reserved there, Lock.tasks; a Waiting Reservation: its requests; a window: its pending reserve
     pods the node would take now), `start` a window's start. Splits them (`fits_now`) and computes `needed_by`.
-    `granted` (the uids of the grants the node keeps: grant_lives) and `task_keys` go with it (BackfillSlot)."""
+    `granted` (the uids of the grants the node keeps: grant_lives), `unbound` (uid and namespace of those whose pods
+    are not bound yet) and `task_keys` go with it (BackfillSlot)."""
     taken, waiting = fits_now(state, tasks)
     return BackfillSlot(state=state, owner=lock.owner, kind=lock.kind, taken_now=taken,
                         needed_by=needed_by(lock.kind, state, now=now, waiting=waiting, taken_now=taken, start=start),
-                        waiting=len(tasks), backfilled=len(granted), tasks=task_keys, granted=frozenset(granted))
+                        waiting=len(tasks), backfilled=len(granted), tasks=task_keys, granted=frozenset(granted),
+                        unbound=frozenset(unbound))
 
 
 class Verdict(NamedTuple):
@@ -244,6 +247,13 @@ def backfill_verdict(pod: PodView, *, runtime: timedelta | None, fits_unlocked: 
     if held >= MAX_NODE_GRANTS:  # a bound of this implementation, not a clause of the rule: the annotation's size
         return Verdict(False, f"{node} holds {held} backfill grants, the most one node records (MAX_NODE_GRANTS): "
                               f"no more until some of them end")
+    # pods granted and not bound yet, of the pod's namespace: those of earlier plans and this plan's
+    mine = ({uid for uid, namespace in slot.unbound if namespace == pod.namespace}
+            | {p.uid for p in backfilled if p.namespace == pod.namespace}) - {pod.uid}
+    if len(mine) >= MAX_NAMESPACE_UNBOUND_GRANTS:
+        return Verdict(False, f"{node} holds {len(mine)} backfill grants of namespace {pod.namespace}'s pods not bound "
+                              f"yet, the most one namespace holds on a node (MAX_NAMESPACE_UNBOUND_GRANTS): no more "
+                              f"until some of them bind")
     left = room(slot, backfilled)
     if not left.covers(pod.requests):
         short = {name: amount - left[name] for name, amount in pod.requests.items() if left[name] < amount}
@@ -389,7 +399,7 @@ def plan_backfill(*, pods: PodIndex | Sequence[PodView], nodes: Mapping[str, Nod
     by_uid = index.by_uid
     rooms = room_marks(nodes, slots, already or {}, margin=config.backfill.margin, now=now,
                        enabled=config.backfill.enabled and not config.dry_run)
-    marks = merged_marks(grant_marks(nodes, by_uid, (), now), rooms)
+    marks = merged_marks(grant_marks(nodes, by_uid, (), now, locks), rooms)
     cuts = deadline_cuts(nodes, by_uid, locks)
     if not gated:
         return (BackfillPlan(marks=marks, slots=tuple(slots), estimates=estimates, estimate_marks=marks_of_estimates,
@@ -451,8 +461,8 @@ def plan_backfill(*, pods: PodIndex | Sequence[PodView], nodes: Mapping[str, Nod
         notes.append(f"pod={b.pod.key} decision=backfill node={b.node} owner={b.owner} deadline={b.deadline}s "
                      f"reason={b.reason}")
     return BackfillPlan(placed=chosen.placed, released=tuple(released),
-                        marks=merged_marks(grant_marks(nodes, by_uid, chosen.placed, now), rooms), slots=tuple(slots),
-                        notes=tuple(notes),
+                        marks=merged_marks(grant_marks(nodes, by_uid, chosen.placed, now, locks), rooms),
+                        slots=tuple(slots), notes=tuple(notes),
                         estimates=estimates, estimate_marks=marks_of_estimates, cuts=cuts)
 
 
@@ -624,9 +634,10 @@ def backfill_slots(*, pods: PodIndex | Sequence[PodView], states: Mapping[str, N
         else:
             continue
         live = [(p, grant) for uid, grant in state.node.backfill_grants.items()
-                if grant_lives(p := by_uid.get(uid), grant, now) and p is not None]
+                if grant_lives(p := by_uid.get(uid), grant, now, node=name, owner=lock.owner) and p is not None]
         slots.append(backfill_slot(lock, state, now=now, tasks=tasks, start=start,
-                                   granted={p.uid for p, _ in live}, task_keys=task_keys))
+                                   granted={p.uid for p, _ in live}, task_keys=task_keys,
+                                   unbound={(p.uid, p.namespace) for p, _ in live if not p.node_name}))
         # granted in an earlier plan, narrowed and let go, not bound yet (one still gated is a candidate again), until
         # its grant's end: one that binds later is cut to end at once (deadline_cuts), and one kube-scheduler never
         # binds (a filter Reservoir does not model: a host port taken, pod anti-affinity) holds no room for ever
@@ -818,19 +829,22 @@ def waiting_task(pod: PodView) -> bool:
     return not pod.node_name and not pod.is_terminal and not pod.deleting
 
 
-def grant_lives(pod: PodView | None, grant: Grant, now: datetime) -> bool:
-    """Whether a node keeps `grant` (grant_marks): while its pod (by uid) exists and has not finished, and, while the
-    pod still carries its gate, only until the grant's `until`."""
-    return pod is not None and not pod.is_terminal and (not pod.backfill_gated or now <= grant.until)
+def grant_lives(pod: PodView | None, grant: Grant, now: datetime, *, node: str, owner: str | None) -> bool:
+    """Whether `node` keeps `grant` (grant_marks), `owner` being the owner of the lock this plan keeps on it (None:
+    none): while its pod (by uid) exists and has not finished; while the pod still carries its gate, only until the
+    grant's `until`; and while the pod is not bound to the node, only while the node stays locked for the grant's
+    owner (deadline_cuts needs the grant only then, and a pod granted, narrowed and let go that never binds, pinned
+    there and kept off by a filter Reservoir does not model, would keep it for as long as it exists)."""
+    return (pod is not None and not pod.is_terminal and (not pod.backfill_gated or now <= grant.until)
+            and (pod.node_name == node or grant.owner == owner))
 
 
 def grant_marks(nodes: Mapping[str, NodeView], by_uid: Mapping[str, PodView], placed: Sequence[Backfill],
-                now: datetime) -> dict[str, dict[str, str | None]]:
-    """node -> {keys.BACKFILL_GRANTS: text or None} where the node's grants must change: a grant is kept while its
-    pod (by uid) exists and has not finished, and, while the pod still carries its gate (its narrowing not finished,
-    or not seen yet), only until the grant's `until` (the pod-locks check accepts the toleration only with an
-    activeDeadlineSeconds ending by then: a tenant adding it to a pod let go unchanged gains no more than the slot);
-    one is replaced for each pod placed anew and added for each pod `placed`."""
+                now: datetime, locks: Mapping[str, Lock]) -> dict[str, dict[str, str | None]]:
+    """node -> {keys.BACKFILL_GRANTS: text or None} where the node's grants must change: a grant is kept while
+    grant_lives says so (`locks`: the plan's) (the pod-locks check accepts the toleration only with an
+    activeDeadlineSeconds ending by the grant's `until`: a tenant adding it to a pod let go unchanged gains no more
+    than the slot); one is replaced for each pod placed anew and added for each pod `placed`."""
     new: dict[str, list[Grant]] = {}
     for b in placed:
         new.setdefault(b.node, []).append(Grant(b.pod.uid, b.pod.key, b.owner, b.ends))
@@ -839,7 +853,10 @@ def grant_marks(nodes: Mapping[str, NodeView], by_uid: Mapping[str, PodView], pl
     for name in sorted(set(new) | {n for n, v in nodes.items() if v.backfill_grants}):
         node = nodes.get(name)
         have = node.backfill_grants if node is not None else {}
-        keep = [g for uid, g in have.items() if uid not in again and grant_lives(by_uid.get(uid), g, now)]
+        lock = locks.get(name)
+        owner = lock.owner if lock is not None else None
+        keep = [g for uid, g in have.items()
+                if uid not in again and grant_lives(by_uid.get(uid), g, now, node=name, owner=owner)]
         want = {g.uid: g for g in keep + new.get(name, [])}
         if want.keys() != have.keys() or any(have[u] != g for u, g in want.items()):
             marks[name] = {keys.BACKFILL_GRANTS: grants_text(want.values())}

