@@ -90,9 +90,11 @@ import random
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple, TextIO
+
+import numpy as np
 
 from agent.planner.model import BackfillPlan, Lock, Plan, Snapshot
 from agent.planner.plan import current_locks, plan, plan_gate
@@ -183,35 +185,41 @@ def feasible_nodes_to_find(nodes: int) -> int:
     return max(MIN_FEASIBLE_NODES, nodes * percent // 100)
 
 
-def balance(cpu: int, cpu_capacity: int, memory: int, memory_capacity: int) -> int:
+def balance(cpu: Any, cpu_capacity: Any, memory: Any, memory_capacity: Any) -> Any:
     """kube-scheduler's balancedResourceScore of a node whose pods request `cpu` and `memory`: each requested
     fraction capped at 1, std = |f_cpu - f_memory| / 2 (the mean square formula for two resources; a resource the node
-    has none of is left out, and with one left std is 0), int((1 - std) * 100): 50 to 100."""
-    if cpu_capacity and memory_capacity:
-        std = abs((min(1.0, cpu / cpu_capacity) - min(1.0, memory / memory_capacity)) / 2)
-        return int((1 - std) * MAX_NODE_SCORE)
-    return MAX_NODE_SCORE
+    has none of is left out, and with one left std is 0), int((1 - std) * 100): 50 to 100. Over numbers or numpy
+    arrays of them, element by element, in float64 as Go computes it (quantities are far below 2**53: exact)."""
+    cpu_capacity, memory_capacity = np.asarray(cpu_capacity), np.asarray(memory_capacity)
+    both = (cpu_capacity > 0) & (memory_capacity > 0)
+    cpu_part = np.minimum(1.0, np.asarray(cpu) / np.where(both, cpu_capacity, 1))
+    memory_part = np.minimum(1.0, np.asarray(memory) / np.where(both, memory_capacity, 1))
+    std = np.abs((cpu_part - memory_part) / 2)
+    return np.where(both, ((1 - std) * MAX_NODE_SCORE).astype(np.int64), MAX_NODE_SCORE)
 
 
-def node_score(cpu: int, cpu_capacity: int, memory: int, memory_capacity: int, *, pod_cpu: int = 0,
-               pod_memory: int = 0, minor: int = KUBERNETES_MINOR, before: int | None = None) -> int:
+def node_score(cpu: Any, cpu_capacity: Any, memory: Any, memory_capacity: Any, *, pod_cpu: Any = 0,
+               pod_memory: Any = 0, minor: int = KUBERNETES_MINOR) -> Any:
     """NodeResourcesFit LeastAllocated plus NodeResourcesBalancedAllocation (plugin weight 1 each) of a node whose pods,
     the one being scheduled with them, request `cpu` and `memory` (`pod_cpu` and `pod_memory` of them the pod's), in
-    the arithmetic of kube-scheduler 1.`minor`:
+    the arithmetic of kube-scheduler 1.`minor`; over numbers or numpy arrays of them (one node each), element by
+    element:
     - LeastAllocated per resource (capacity - requested) * 100 / capacity, integer division (0 when the node has none
       of it or the request passes it), then (cpu + memory) / 2 (weight 1 each), integer division;
     - BalancedAllocation, from 1.36 (kubernetes#135573): the change the pod makes to the node's balance, 50 + (50 +
       balance with the pod - balance without it) / 2, integer division (`balance`); before 1.36 the balance with the
       pod alone. Told apart by the replay itself (placement_agreement): the 1.36 formula puts 94% of a bench-trace
-      run's binds where 1.36's kube-scheduler put them, the older one 78% (docs/design/benchmarks.md).
-    `before`: the balance without the pod, when the caller keeps it (SchedNode.balance)."""
-    least_cpu = (cpu_capacity - cpu) * MAX_NODE_SCORE // cpu_capacity if 0 < cpu_capacity and cpu <= cpu_capacity else 0
-    least_memory = ((memory_capacity - memory) * MAX_NODE_SCORE // memory_capacity
-                    if 0 < memory_capacity and memory <= memory_capacity else 0)
+      run's binds where 1.36's kube-scheduler put them, the older one 78% (docs/design/benchmarks.md)."""
+    cpu, memory = np.asarray(cpu, dtype=np.int64), np.asarray(memory, dtype=np.int64)
+    cpu_capacity = np.asarray(cpu_capacity, dtype=np.int64)
+    memory_capacity = np.asarray(memory_capacity, dtype=np.int64)
+    least_cpu = np.where((cpu_capacity > 0) & (cpu <= cpu_capacity),
+                         (cpu_capacity - cpu) * MAX_NODE_SCORE // np.maximum(cpu_capacity, 1), 0)
+    least_memory = np.where((memory_capacity > 0) & (memory <= memory_capacity),
+                            (memory_capacity - memory) * MAX_NODE_SCORE // np.maximum(memory_capacity, 1), 0)
     balanced = balance(cpu, cpu_capacity, memory, memory_capacity)
     if minor >= BALANCE_CHANGE_MINOR:
-        if before is None:
-            before = balance(cpu - pod_cpu, cpu_capacity, memory - pod_memory, memory_capacity)
+        before = balance(cpu - pod_cpu, cpu_capacity, memory - pod_memory, memory_capacity)
         balanced = MAX_NODE_SCORE // 2 + (MAX_NODE_SCORE // 2 + balanced - before) // 2
     return (least_cpu + least_memory) // 2 + balanced
 
@@ -245,34 +253,41 @@ def placement_agreement(records: Iterable[report.PodRecord], pods: Mapping[str, 
             events.append((r.ended, 2 if r.ended <= r.bound else 0, r.name, r.node))
     events.sort()
     searched = feasible_nodes_to_find(len(nodes))
-    used = {name: [0, 0, 0, 0] for name in nodes}  # cpu, memory MiB, GPUs, pods
+    names = list(nodes)
+    at = {name: i for i, name in enumerate(names)}
+    rows = list(nodes.values())
+    cpu = np.array([r.cpu_milli for r in rows], dtype=np.int64)
+    memory = np.array([r.memory_mib for r in rows], dtype=np.int64)
+    gpus = np.array([r.gpu for r in rows], dtype=np.int64)
+    models = np.array([r.model for r in rows], dtype=object)
+    used = np.zeros((4, len(rows)), dtype=np.int64)  # cpu, memory MiB, GPUs, pods
     counts: dict[str, list[int]] = {}
     for _, kind, name, node in events:
         pod = pods[name]
         bind = kind == 1
         if bind:
-            scores = {}
-            for other, row in nodes.items():
-                u = used[other]
-                if (row.gpu - u[2] >= pod.gpus and row.cpu_milli - u[0] >= pod.cpu_milli
-                        and row.memory_mib - u[1] >= pod.memory_mib and u[3] < max_pods
-                        and (not pod.gpu_models or row.model in pod.gpu_models)):
-                    scores[other] = node_score(u[0] + pod.cpu_milli, row.cpu_milli, u[1] + pod.memory_mib,
-                                               row.memory_mib, pod_cpu=pod.cpu_milli, pod_memory=pod.memory_mib,
-                                               minor=minor)
-            if len(scores) <= searched:
+            room = ((gpus - used[2] >= pod.gpus) & (cpu - used[0] >= pod.cpu_milli)
+                    & (memory - used[1] >= pod.memory_mib) & (used[3] < max_pods))
+            if pod.gpu_models:
+                room &= np.isin(models, list(pod.gpu_models))
+            could = np.flatnonzero(room)
+            if len(could) <= searched:
+                scores = node_score(used[0, could] + pod.cpu_milli, cpu[could], used[1, could] + pod.memory_mib,
+                                    memory[could], pod_cpu=pod.cpu_milli, pod_memory=pod.memory_mib, minor=minor)
                 tally = counts.setdefault(pod.klass, [0, 0, 0])
-                best = max(scores.values(), default=-1)
-                top = node in scores and scores[node] == best  # a node the model finds no room on never agrees
+                best = scores.max(initial=-1)
+                mine = np.flatnonzero(could == at[node])
+                # a node the model finds no room on never agrees
+                top = bool(len(mine)) and bool(scores[mine[0]] == best)
                 tally[0] += top
-                tally[1] += top and sum(score == best for score in scores.values()) == 1
+                tally[1] += top and int((scores == best).sum()) == 1
                 tally[2] += 1
         sign = 1 if bind else -1
-        u = used[node]
-        u[0] += sign * pod.cpu_milli
-        u[1] += sign * pod.memory_mib
-        u[2] += sign * pod.gpus
-        u[3] += sign
+        i = at[node]
+        used[0, i] += sign * pod.cpu_milli
+        used[1, i] += sign * pod.memory_mib
+        used[2, i] += sign * pod.gpus
+        used[3, i] += sign
     return {klass: Agreement(*tally) for klass, tally in counts.items()}
 
 
@@ -296,8 +311,10 @@ def agreement_line(records: Iterable[report.PodRecord], pods: Mapping[str, trace
 
 @dataclass(eq=False)
 class SchedNode:
-    """A node as the scheduler's cache holds it: its view (labels, taints), allocatable and what is free of it."""
+    """A node as the scheduler's cache holds it: its place in Scheduler.nodes, its view (labels, taints), allocatable
+    and what is free of it (Scheduler keeps the same figures in arrays over every node: take, give_back, set_view)."""
 
+    index: int
     name: str
     view: NodeView
     cpu: int
@@ -308,30 +325,12 @@ class SchedNode:
     free_memory: int = 0
     free_gpus: int = 0
     free_pods: int = 0
-    # the static filters' answer (nodeSelector, required node affinity) by placement id, while the node has no taints
-    static: dict[int, bool] = field(default_factory=dict)
     # its PreferNoSchedule taints, the ones TaintToleration scores
     prefer: tuple[Taint, ...] = ()
-    # balance() of what its pods request, and the free cpu and memory it was computed for
-    _balance: tuple[int, int, int] = (-1, -1, 0)
 
     def __post_init__(self) -> None:
         self.free_cpu, self.free_memory, self.free_gpus, self.free_pods = self.cpu, self.memory, self.gpus, self.pods
-        self.set_view(self.view)
-
-    def balance(self) -> int:
-        """BalancedAllocation's balance of what the node's pods request now (node_score's `before`), computed again
-        only when that changes."""
-        free_cpu, free_memory, value = self._balance
-        if (free_cpu, free_memory) != (self.free_cpu, self.free_memory):
-            value = balance(self.cpu - self.free_cpu, self.cpu, self.memory - self.free_memory, self.memory)
-            self._balance = (self.free_cpu, self.free_memory, value)
-        return value
-
-    def set_view(self, view: NodeView) -> None:
-        self.view = view
-        self.static = {}
-        self.prefer = tuple(t for t in view.taints if t.effect == PREFER_NO_SCHEDULE)
+        self.prefer = tuple(t for t in self.view.taints if t.effect == PREFER_NO_SCHEDULE)
 
 
 @dataclass(eq=False)
@@ -386,10 +385,22 @@ class Scheduler:
         self.parked: dict[str, None] = {}  # unschedulablePods, in the order they were parked
         self.gains: list[SchedNode] = []  # the nodes that gained room or changed, in order (Queued.seen indexes it)
         self.nodes: list[SchedNode] = []
-        for view in views:
+        for i, view in enumerate(views):
             alloc = view.allocatable
-            self.nodes.append(SchedNode(view.name, view, alloc[CPU], alloc[MEMORY], alloc[GPU], alloc[PODS]))
+            self.nodes.append(SchedNode(i, view.name, view, alloc[CPU], alloc[MEMORY], alloc[GPU], alloc[PODS]))
         self.by_name = {n.name: n for n in self.nodes}
+        # the same figures over every node, in Scheduler.nodes' order, for the search and the scores (attempt, score)
+        self.cpu = np.array([n.cpu for n in self.nodes], dtype=np.int64)
+        self.memory = np.array([n.memory for n in self.nodes], dtype=np.int64)
+        self.free = np.array([[n.free_cpu for n in self.nodes], [n.free_memory for n in self.nodes],
+                              [n.free_gpus for n in self.nodes], [n.free_pods for n in self.nodes]],
+                             dtype=np.int64).reshape(4, len(self.nodes))
+        self.tainted = np.zeros(len(self.nodes), dtype=bool)  # with taints, schedulable: the predicate at each try
+        self.plain = np.zeros(len(self.nodes), dtype=bool)  # neither tainted nor cordoned: the static answer holds
+        self.preferring = np.zeros(len(self.nodes), dtype=bool)  # with PreferNoSchedule taints (TaintToleration)
+        # per placement id, the static filters' answer (nodeSelector, required node affinity) on each plain node: 1
+        # or 0, -1 not asked yet; 0 on the others
+        self.static: dict[int, np.ndarray] = {}
         self.queue: dict[str, Queued] = {}
         self.start = 0  # nextStartNodeIndex
         self.to_find = feasible_nodes_to_find(len(self.nodes))
@@ -397,6 +408,20 @@ class Scheduler:
         self.seq = 0
         self.attempts = 0
         self.static_ids: dict[tuple[Any, ...], int] = {}
+        for node in self.nodes:
+            self.set_view(node.name, node.view)
+
+    def set_view(self, name: str, view: NodeView) -> None:
+        """The node's object changed (a lock, a label, a cordon): its filters are asked again."""
+        node = self.by_name[name]
+        node.view = view
+        node.prefer = tuple(t for t in view.taints if t.effect == PREFER_NO_SCHEDULE)
+        i = node.index
+        self.tainted[i] = bool(view.taints) and not view.unschedulable
+        self.plain[i] = not view.taints and not view.unschedulable
+        self.preferring[i] = bool(node.prefer)
+        for answers in self.static.values():
+            answers[i] = -1 if self.plain[i] else 0
 
     def next_seq(self) -> int:
         self.seq += 1
@@ -441,28 +466,33 @@ class Scheduler:
         self.queue.pop(name, None)
         self.parked.pop(name, None)
 
-    @staticmethod
-    def take(node: SchedNode, pod: Queued) -> None:
-        node.free_cpu -= pod.cpu
-        node.free_memory -= pod.memory
-        node.free_gpus -= pod.gpus
-        node.free_pods -= 1
+    def take(self, node: SchedNode, pod: Queued) -> None:
+        self.move(node, pod, -1)
 
-    @staticmethod
-    def give_back(node: SchedNode, pod: Queued) -> None:
-        node.free_cpu += pod.cpu
-        node.free_memory += pod.memory
-        node.free_gpus += pod.gpus
-        node.free_pods += 1
+    def give_back(self, node: SchedNode, pod: Queued) -> None:
+        self.move(node, pod, 1)
 
-    @staticmethod
-    def fits(pod: Queued, node: SchedNode) -> bool:
+    def move(self, node: SchedNode, pod: Queued, sign: int) -> None:
+        node.free_cpu += sign * pod.cpu
+        node.free_memory += sign * pod.memory
+        node.free_gpus += sign * pod.gpus
+        node.free_pods += sign
+        free, i = self.free, node.index
+        free[0, i], free[1, i], free[2, i], free[3, i] = node.free_cpu, node.free_memory, node.free_gpus, node.free_pods
+
+    def fits(self, pod: Queued, node: SchedNode) -> bool:
         """The filters: NodeResourcesFit on the modelled resources and the pod count, then `passes`."""
         return (node.free_gpus >= pod.gpus and node.free_cpu >= pod.cpu and node.free_memory >= pod.memory
-                and node.free_pods > 0 and Scheduler.passes(pod, node))
+                and node.free_pods > 0 and self.passes(pod, node))
 
-    @staticmethod
-    def passes(pod: Queued, node: SchedNode) -> bool:
+    def answers(self, pod: Queued) -> np.ndarray:
+        """The static filters' answers for the pod's placement id (Scheduler.static), made when first asked."""
+        found = self.static.get(pod.static_id)
+        if found is None:
+            found = self.static[pod.static_id] = np.where(self.plain, -1, 0).astype(np.int8)
+        return found
+
+    def passes(self, pod: Queued, node: SchedNode) -> bool:
         """The filters but NodeResourcesFit: NodeUnschedulable and the one predicate (shared.predicates.schedulable_on:
         nodeSelector, required node affinity, taints), its answer kept per placement while the node has no taints."""
         view = node.view
@@ -470,69 +500,94 @@ class Scheduler:
             return False
         if view.taints:
             return schedulable_on(pod.placement, view, pods_on_node=node.pods - node.free_pods)
-        ok = node.static.get(pod.static_id)
-        if ok is None:
-            ok = node.static[pod.static_id] = schedulable_on(pod.placement, view, pods_on_node=0)
-        return ok
+        answers = self.answers(pod)
+        ok = answers[node.index]
+        if ok < 0:
+            ok = answers[node.index] = schedulable_on(pod.placement, view, pods_on_node=0)
+        return bool(ok)
 
-    def score(self, pod: Queued, feasible: Sequence[SchedNode]) -> SchedNode:
-        """The best node of `feasible` by LeastAllocated + BalancedAllocation (node_score) + 2 x NodeAffinity (its
-        preferred terms' weights, normalised to 100 by the highest), ties broken as selectHost does: reservoir
-        sampling over the top score."""
-        preference = [0] * len(feasible)
+    def score(self, pod: Queued, feasible: np.ndarray) -> SchedNode:
+        """The best node of `feasible` (indices into Scheduler.nodes, in the order searched) by LeastAllocated +
+        BalancedAllocation (node_score) + 2 x NodeAffinity (its preferred terms' weights, normalised to 100 by the
+        highest) + 3 x TaintToleration, ties broken as selectHost does: reservoir sampling over the top score, in
+        the order searched (the random draws those of a walk over every node)."""
+        nodes = self.nodes
+        cpu, memory = self.cpu[feasible], self.memory[feasible]
+        total = node_score(cpu - self.free[0, feasible] + pod.cpu, cpu, memory - self.free[1, feasible] + pod.memory,
+                           memory, pod_cpu=pod.cpu, pod_memory=pod.memory, minor=self.minor)
         if pod.preferred:
+            preference = np.zeros(len(feasible), dtype=np.int64)
             keys_read = pod.preferred_keys
-            for i, node in enumerate(feasible):
-                if not keys_read.isdisjoint(node.view.labels):
-                    preference[i] = sum(w for w, term in pod.preferred if term.matches(node.view))
-        top = max(preference)
+            for k, i in enumerate(feasible.tolist()):
+                view = nodes[i].view
+                if not keys_read.isdisjoint(view.labels):
+                    preference[k] = sum(w for w, term in pod.preferred if term.matches(view))
+            top = int(preference.max())
+            if top:
+                total += NODE_AFFINITY_WEIGHT * (preference * MAX_NODE_SCORE // top)
         # TaintToleration: per node, the PreferNoSchedule taints the pod does not tolerate, reversed and normalised to
         # 100 by the highest count (DefaultNormalizeScore): 0 on every node when none has one
-        avoided = [0] * len(feasible)
-        tolerated: dict[Taint, bool] = {}  # the pod's answer per taint: the same taints recur on many nodes
-        for i, node in enumerate(feasible):
-            for taint in node.prefer:
-                ok = tolerated.get(taint)
-                if ok is None:
-                    ok = tolerated[taint] = any(tolerates_taint(tol, taint.key, taint.value, taint.effect)
-                                                for tol in pod.placement.tolerations)
-                if not ok:
-                    avoided[i] += 1
-        most = max(avoided)
-        best = feasible[0]
-        best_score, tied = -1, 0
-        cpu, memory = pod.cpu, pod.memory
-        for i, node in enumerate(feasible):
-            total = node_score(node.cpu - node.free_cpu + cpu, node.cpu, node.memory - node.free_memory + memory,
-                               node.memory, pod_cpu=cpu, pod_memory=memory, minor=self.minor,
-                               before=node.balance() if self.minor >= BALANCE_CHANGE_MINOR else None)
-            if top:
-                total += NODE_AFFINITY_WEIGHT * (preference[i] * MAX_NODE_SCORE // top)
+        preferring = np.flatnonzero(self.preferring[feasible])
+        if len(preferring):
+            avoided = np.zeros(len(feasible), dtype=np.int64)
+            tolerated: dict[Taint, bool] = {}  # the pod's answer per taint: the same taints recur on many nodes
+            for k in preferring.tolist():
+                for taint in nodes[int(feasible[k])].prefer:
+                    ok = tolerated.get(taint)
+                    if ok is None:
+                        ok = tolerated[taint] = any(tolerates_taint(tol, taint.key, taint.value, taint.effect)
+                                                    for tol in pod.placement.tolerations)
+                    if not ok:
+                        avoided[k] += 1
+            most = int(avoided.max())
             if most:
-                total += TAINT_TOLERATION_WEIGHT * (MAX_NODE_SCORE - avoided[i] * MAX_NODE_SCORE // most)
-            if total > best_score:
-                best, best_score, tied = node, total, 1
-            elif total == best_score:
+                total += TAINT_TOLERATION_WEIGHT * (MAX_NODE_SCORE - avoided * MAX_NODE_SCORE // most)
+        # selectHost's reservoir sampling, drawing where a walk in order meets a score equal to the best so far
+        on_top = np.flatnonzero(total == np.maximum.accumulate(total)).tolist()
+        scores = total[on_top].tolist()
+        best, best_score, tied = on_top[0], scores[0], 1
+        for k, value in zip(on_top[1:], scores[1:], strict=True):
+            if value > best_score:
+                best, best_score, tied = k, value, 1
+            else:
                 tied += 1
                 if self.rng.randrange(tied) == 0:
-                    best = node
-        return best
+                    best = k
+        return nodes[int(feasible[best])]
 
     def attempt(self, pod: Queued) -> SchedNode | None:
         """One scheduling cycle over every node, from nextStartNodeIndex until `to_find` feasible nodes are found;
-        the start moves on by the nodes looked at."""
+        the start moves on by the nodes looked at. The filters over every node at once (`free`, `answers`), but
+        a tainted node's predicate is asked in the order searched and only until the search would stop."""
         self.attempts += 1
-        nodes, count, start = self.nodes, len(self.nodes), self.start
-        feasible: list[SchedNode] = []
-        looked = 0
-        for node in (nodes[start:] + nodes[:start]) if start else nodes:
-            looked += 1
-            if self.fits(pod, node):
-                feasible.append(node)
-                if len(feasible) >= self.to_find:
-                    break
+        count, start, to_find = len(self.nodes), self.start, self.to_find
+        free = self.free
+        room = (free[2] >= pod.gpus) & (free[0] >= pod.cpu) & (free[1] >= pod.memory) & (free[3] > 0)
+        answers = self.answers(pod)
+        unknown = np.flatnonzero(room & (answers < 0))
+        for i in unknown.tolist():
+            answers[i] = schedulable_on(pod.placement, self.nodes[i].view, pods_on_node=0)
+        sure = np.flatnonzero(room & (answers > 0))
+        maybe = np.flatnonzero(room & self.tainted)
+        if start:  # the order searched: from `start` round to it
+            sure = np.concatenate((sure[sure >= start], sure[sure < start]))
+            maybe = np.concatenate((maybe[maybe >= start], maybe[maybe < start]))
+        if len(maybe):
+            rank = (sure - start) % count
+            taken: list[int] = []
+            for i in maybe.tolist():
+                if int(np.searchsorted(rank, (i - start) % count)) + len(taken) >= to_find:
+                    break  # the search stopped before this node
+                node = self.nodes[i]
+                if schedulable_on(pod.placement, node.view, pods_on_node=node.pods - node.free_pods):
+                    taken.append(i)
+            if taken:
+                sure = np.concatenate((sure, np.array(taken, dtype=np.int64)))
+                sure = sure[np.argsort((sure - start) % count, kind="stable")]
+        feasible = sure[:to_find]
+        looked = int((feasible[-1] - start) % count) + 1 if len(feasible) >= to_find else count
         self.start = (start + looked) % count if count else 0
-        return self.score(pod, feasible) if feasible else None
+        return self.score(pod, feasible) if len(feasible) else None
 
     # --- kube-scheduler's queue ---
 
@@ -604,7 +659,7 @@ class Scheduler:
                 node = self.attempt(pod)
             elif taking:
                 self.attempts += 1
-                node = self.score(pod, taking)
+                node = self.score(pod, np.array([n.index for n in taking], dtype=np.int64))
             else:
                 self.attempts += 1
         pod.seen = len(self.gains)
@@ -878,7 +933,7 @@ class ArmRun:
         self.node_objs[name] = obj
         view = NodeView.from_obj(obj)
         self.node_views[name] = view
-        self.scheduler.by_name[name].set_view(view)
+        self.scheduler.set_view(name, view)
         self.counts.node_writes += 1
         owner = (obj["metadata"].get("labels") or {}).get(keys.LOCK) or ""
         before = self.locks.get(name, "")
