@@ -196,7 +196,12 @@ def _simulate(args: argparse.Namespace) -> int:
         simulate = importlib.import_module("bench.trace.simulate")
         report = importlib.import_module("bench.trace.report")
         trace = importlib.import_module("bench.trace.trace")
-    except ImportError:
+    except ImportError as error:
+        missing = getattr(error, "name", None) or ""
+        if missing and missing.split(".")[0] != "bench":  # the engine found, a library it needs not
+            print(f"reservoir simulate: needs {missing}, of the bench extra: `make` installs it "
+                  f"(requirements-test.lock), or pip install '.[bench]' in the checkout", file=sys.stderr)
+            return 2
         print("reservoir simulate: needs Reservoir's source tree (bench/trace/), which the installed package does not "
               "ship: run it from a checkout", file=sys.stderr)
         return 2

@@ -404,3 +404,15 @@ def test_kubectl_plugin_name_shows_in_errors(monkeypatch: pytest.MonkeyPatch, tm
     monkeypatch.setattr("sys.argv", ["/usr/local/bin/kubectl-reservoir"])
     assert cli.main(["status", "--kubeconfig", str(tmp_path / "none")]) == 1
     assert capsys.readouterr().err == f"kubectl reservoir: error: --kubeconfig {tmp_path / 'none'}: no such file\n"
+
+
+def test_simulate_names_a_library_of_the_bench_extra_it_lacks(monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """The engine is found but numpy is not installed: the message names numpy and how to get it, not the source
+    tree (which is there)."""
+    def without_numpy(name: str) -> Any:
+        raise ModuleNotFoundError("No module named 'numpy'", name="numpy")
+    monkeypatch.setattr(cli.importlib, "import_module", without_numpy)
+    assert cli.main(["simulate"]) == 2
+    err = capsys.readouterr().err
+    assert "needs numpy, of the bench extra" in err and "source tree" not in err
