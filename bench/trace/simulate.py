@@ -561,6 +561,8 @@ class Scheduler:
         a tainted node's predicate is asked in the order searched and only until the search would stop."""
         self.attempts += 1
         count, start, to_find = len(self.nodes), self.start, self.to_find
+        if not count:
+            return None
         free = self.free
         room = (free[2] >= pod.gpus) & (free[0] >= pod.cpu) & (free[1] >= pod.memory) & (free[3] > 0)
         answers = self.answers(pod)
