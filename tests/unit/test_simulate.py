@@ -364,3 +364,73 @@ def test_bench_seeds_runs_bench_traces_arms_and_the_backfill_arm_without_the_sof
     assert nosoft.starvation.model_dump(exclude={"soft_drain"}) == backfill.starvation.model_dump(
         exclude={"soft_drain"})
     assert nosoft.backfill.namespaces == ["trace-nosoft"]
+
+
+def walked(scheduler: simulate.Scheduler, pod: simulate.Queued) -> tuple[str | None, int]:
+    """kube-scheduler's cycle as a walk over the nodes one by one (the model before its arrays): from the start
+    index until `to_find` nodes pass the filters, then the best of them by the same scores and the same draws; the
+    node chosen and the next start."""
+    nodes, count, start = scheduler.nodes, len(scheduler.nodes), scheduler.start
+    feasible = []
+    looked = 0
+    for node in nodes[start:] + nodes[:start]:
+        looked += 1
+        if scheduler.fits(pod, node):
+            feasible.append(node)
+            if len(feasible) >= scheduler.to_find:
+                break
+    best, best_score, tied = None, -1, 0
+    for node in feasible:
+        total = int(simulate.node_score(node.cpu - node.free_cpu + pod.cpu, node.cpu,
+                                        node.memory - node.free_memory + pod.memory, node.memory,
+                                        pod_cpu=pod.cpu, pod_memory=pod.memory))
+        avoided = sum(1 for t in node.prefer)  # the pods below tolerate no PreferNoSchedule taint
+        most = max((len(n.prefer) for n in feasible), default=0)
+        if most:
+            total += simulate.TAINT_TOLERATION_WEIGHT * (100 - avoided * 100 // most)
+        if total > best_score:
+            best, best_score, tied = node, total, 1
+        elif total == best_score:
+            tied += 1
+            if scheduler.rng.randrange(tied) == 0:
+                best = node
+    scheduler.start = (start + looked) % count
+    return (best.name if best is not None else None), scheduler.start
+
+
+def test_the_search_over_every_node_at_once_is_the_walk_node_by_node() -> None:
+    """The arrays (Scheduler.attempt, score) choose the node, and move the start index, as a walk over the nodes in
+    order does, with the same random draws: on 120 nodes of mixed shapes, some locked (a taint only the lock's owner
+    tolerates), some soft-drained (PreferNoSchedule), some cordoned, some labelled for a nodeSelector, pods of random
+    sizes bound one after another."""
+    rng = random.Random(7)
+    views = []
+    for i in range(120):
+        taints = []
+        if i % 7 == 0:
+            taints.append({"key": keys.LOCK, "value": "job:a", "effect": "NoSchedule"})
+        if i % 5 == 0:
+            taints.append({"key": "soft", "value": "x", "effect": "PreferNoSchedule"})
+        views.append(NodeView.from_obj({
+            "metadata": {"name": f"n{i:03}", "labels": {"pool": "a" if i % 3 else "b"}},
+            "spec": {"taints": taints, "unschedulable": i % 23 == 0},
+            "status": {"allocatable": {"cpu": str(rng.choice([8, 16, 64])), "memory": f"{rng.choice([32, 256])}Gi",
+                                       keys.GPU_RESOURCE: str(rng.choice([0, 4, 8])), "pods": "110"}}}))
+    twins = [simulate.Scheduler(views, random.Random(3)) for _ in range(2)]
+    for k in range(400):
+        spec: dict[str, object] = {"containers": [{"name": "c", "resources": {"requests": {
+            "cpu": f"{rng.randint(1, 6000)}m", "memory": f"{rng.randint(1, 20)}Gi",
+            keys.GPU_RESOURCE: str(rng.choice([0, 0, 1, 2, 8]))}}}]}
+        if k % 4 == 0:
+            spec["nodeSelector"] = {"pool": "b"}
+        if k % 6 == 0:
+            spec["tolerations"] = [{"key": keys.LOCK, "operator": "Equal", "value": "job:a", "effect": "NoSchedule"}]
+        body = {"metadata": {"name": f"p{k}"}, "spec": spec}
+        arrays, walk = twins
+        pod = arrays.queued(body, 0.0)
+        want, start = walked(walk, walk.queued(body, 0.0))
+        got = arrays.attempt(pod)
+        assert (got.name if got is not None else None, arrays.start) == (want, start), k
+        if got is not None:
+            for twin in twins:
+                twin.take(twin.by_name[got.name], pod)
