@@ -197,7 +197,7 @@ def _simulate(args: argparse.Namespace) -> int:
         report = importlib.import_module("bench.trace.report")
         trace = importlib.import_module("bench.trace.trace")
     except ImportError as error:
-        missing = getattr(error, "name", None) or ""
+        missing = error.name or ""
         if missing and missing.split(".")[0] != "bench":  # the engine found, a library it needs not
             print(f"reservoir simulate: needs {missing}, of the bench extra: `make` installs it "
                   f"(requirements-test.lock), or pip install '.[bench]' in the checkout", file=sys.stderr)

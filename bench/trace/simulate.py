@@ -572,8 +572,7 @@ class Scheduler:
         sure = np.flatnonzero(room & (answers > 0))
         maybe = np.flatnonzero(room & self.tainted)
         if start:  # the order searched: from `start` round to it
-            sure = np.concatenate((sure[sure >= start], sure[sure < start]))
-            maybe = np.concatenate((maybe[maybe >= start], maybe[maybe < start]))
+            sure, maybe = (np.concatenate((found[found >= start], found[found < start])) for found in (sure, maybe))
         if len(maybe):
             rank = (sure - start) % count
             taken: list[int] = []
@@ -588,7 +587,7 @@ class Scheduler:
                 sure = sure[np.argsort((sure - start) % count, kind="stable")]
         feasible = sure[:to_find]
         looked = int((feasible[-1] - start) % count) + 1 if len(feasible) >= to_find else count
-        self.start = (start + looked) % count if count else 0
+        self.start = (start + looked) % count
         return self.score(pod, feasible) if len(feasible) else None
 
     # --- kube-scheduler's queue ---

@@ -380,14 +380,13 @@ def walked(scheduler: simulate.Scheduler, pod: simulate.Queued) -> tuple[str | N
             if len(feasible) >= scheduler.to_find:
                 break
     best, best_score, tied = None, -1, 0
+    most = max((len(n.prefer) for n in feasible), default=0)  # the pods below tolerate no PreferNoSchedule taint
     for node in feasible:
         total = int(simulate.node_score(node.cpu - node.free_cpu + pod.cpu, node.cpu,
                                         node.memory - node.free_memory + pod.memory, node.memory,
                                         pod_cpu=pod.cpu, pod_memory=pod.memory))
-        avoided = sum(1 for t in node.prefer)  # the pods below tolerate no PreferNoSchedule taint
-        most = max((len(n.prefer) for n in feasible), default=0)
         if most:
-            total += simulate.TAINT_TOLERATION_WEIGHT * (100 - avoided * 100 // most)
+            total += simulate.TAINT_TOLERATION_WEIGHT * (100 - len(node.prefer) * 100 // most)
         if total > best_score:
             best, best_score, tied = node, total, 1
         elif total == best_score:
