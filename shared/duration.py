@@ -9,6 +9,7 @@ far inside `datetime.timedelta` (999999999 days). `999999999999h` is a DurationE
 
 from __future__ import annotations
 
+import functools
 import re
 from datetime import timedelta
 from fractions import Fraction
@@ -34,8 +35,25 @@ class DurationError(ValueError):
     """A duration string Go's time.ParseDuration would refuse; the message quotes it."""
 
 
+# duration texts whose values are kept (parse_duration): a cluster's pods repeat a few (`maximum-runtime` values);
+# the agent reads every pod's at each change and `reservoir simulate` at each of its events. Bounded, so a tenant
+# writing new ones pushes out only the oldest; texts over MAX_LENGTH are never kept
+DURATIONS_KEPT = 4096
+
+
 def parse_duration(text: str) -> timedelta:
     """Parse a Go duration. `0` alone is accepted; every other number needs a unit."""
+    if type(text) is str and len(text) <= MAX_LENGTH:
+        return _parse_kept(text)
+    return _parse(text)
+
+
+@functools.lru_cache(maxsize=DURATIONS_KEPT)
+def _parse_kept(text: str) -> timedelta:
+    return _parse(text)
+
+
+def _parse(text: str) -> timedelta:
     if not isinstance(text, str):
         raise DurationError(f"duration of type {type(text).__name__} is not valid: expected {ACCEPTED}")
     body = text.strip()

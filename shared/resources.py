@@ -129,13 +129,25 @@ class Resources(Mapping[str, int]):
 EMPTY = Resources()
 
 
-def _container_requests(container: Mapping[str, Any]) -> Resources:
+def _container_requests(container: Mapping[str, Any]) -> dict[str, int]:
     """A container's requests, with a limit standing in for a missing request, as apiserver defaulting does."""
     resources = container.get("resources") or {}
     limits = resources.get("limits") or {}
     requests = dict(limits)
     requests.update(resources.get("requests") or {})
-    return Resources.parse(requests)
+    return {name: to_int(name, value) for name, value in requests.items()}
+
+
+def _add_into(out: dict[str, int], amounts: Mapping[str, int]) -> None:
+    for name, value in amounts.items():
+        out[name] = out.get(name, 0) + value
+
+
+def _max_into(out: dict[str, int], amounts: Mapping[str, int]) -> None:
+    """Resources.maximum in place: a zero in `amounts` counts as missing (a negative amount in `out` stays)."""
+    for name, value in amounts.items():
+        if value:
+            out[name] = max(out.get(name, 0), value)
 
 
 def pod_requests(spec: Mapping[str, Any]) -> Resources:
@@ -146,26 +158,35 @@ def pod_requests(spec: Mapping[str, Any]) -> Resources:
                (for a restartable one, the running sum including itself)
     result    = max(requests, init peak), then pod-level `spec.resources.requests` replaces cpu/memory when set,
                 plus `spec.overhead`, plus one `pods`.
+
+    Summed in plain dicts and made a Resources once (a missing name and a zero count alike): the agent computes it for
+    every pod it sees change, and `reservoir simulate` for every pod at each write.
     """
-    total = EMPTY
+    total: dict[str, int] = {}
     for container in spec.get("containers") or ():
-        total = total + _container_requests(container)
-    sidecars = EMPTY
-    init_peak = EMPTY
-    for container in spec.get("initContainers") or ():
-        request = _container_requests(container)
-        if container.get("restartPolicy") == "Always":
-            total = total + request
-            sidecars = sidecars + request
-            init_peak = init_peak.maximum(sidecars)
-        else:
-            init_peak = init_peak.maximum(request + sidecars)
-    total = total.maximum(init_peak)
+        _add_into(total, _container_requests(container))
+    init_containers = spec.get("initContainers") or ()
+    if init_containers:
+        sidecars: dict[str, int] = {}
+        init_peak: dict[str, int] = {}
+        for container in init_containers:
+            request = _container_requests(container)
+            if container.get("restartPolicy") == "Always":
+                _add_into(total, request)
+                _add_into(sidecars, request)
+                _max_into(init_peak, sidecars)
+            else:
+                _add_into(request, sidecars)
+                _max_into(init_peak, request)
+        _max_into(total, init_peak)
     pod_level = Resources.parse(((spec.get("resources") or {}).get("requests")) or {})
     if pod_level:
-        total = Resources({**dict(total), **{n: pod_level[n] for n in _POD_LEVEL_RESOURCES if n in pod_level}})
-    total = total + Resources.parse(spec.get("overhead") or {})
-    return total + {PODS: 1}
+        total.update((n, pod_level[n]) for n in _POD_LEVEL_RESOURCES if n in pod_level)
+    overhead = spec.get("overhead")
+    if overhead:
+        _add_into(total, Resources.parse(overhead))
+    _add_into(total, {PODS: 1})
+    return Resources(total)
 
 
 def qos_class(spec: Mapping[str, Any]) -> str:

@@ -83,10 +83,30 @@ def test_a_long_text_fails_before_any_arithmetic(monkeypatch: pytest.MonkeyPatch
 
     monkeypatch.setattr(duration, "Fraction", fraction)
     monkeypatch.setattr(duration, "_PART", SimpleNamespace(match=part))
+    duration._parse_kept.cache_clear()  # "1h" parsed anew, not read from what earlier tests kept
     with pytest.raises(DurationError) as err:
         parse_duration("1" * 1_000_000 + "h")
     assert work == [] and "at most 64 characters" in str(err.value)
     assert parse_duration("1h") == timedelta(hours=1) and "match" in work and "Fraction" in work, "the spies see work"
+
+
+def test_texts_kept_are_bounded_and_give_the_same_durations() -> None:
+    """parse_duration keeps the values of the texts it saw (a cluster's pods repeat a few), at most DURATIONS_KEPT:
+    a tenant writing ever new ones pushes out only the oldest, and a text over MAX_LENGTH is never kept. Kept or
+    not, the answer is the parse's, and a text refused is refused again."""
+    from shared import duration
+
+    duration._parse_kept.cache_clear()
+    assert parse_duration("90m") == parse_duration("90m") == timedelta(minutes=90)
+    for i in range(duration.DURATIONS_KEPT + 100):
+        assert parse_duration(f"{i}s") == timedelta(seconds=i)
+    assert duration._parse_kept.cache_info().currsize == duration.DURATIONS_KEPT
+    padded = " " * duration.MAX_LENGTH + "1h"
+    assert parse_duration(padded) == timedelta(hours=1)
+    for _ in range(2):
+        with pytest.raises(DurationError):
+            parse_duration("1x")
+    assert duration._parse_kept.cache_info().currsize == duration.DURATIONS_KEPT
 
 
 @pytest.mark.parametrize("value", [5, None, ["1h"], 1.5])

@@ -1,4 +1,6 @@
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shared.resources import Resources, is_best_effort, pod_requests, qos_class
 
@@ -96,3 +98,44 @@ def test_qos_class(spec: dict, qos: str) -> None:
 ])
 def test_best_effort_means_no_request_or_limit_of_any_resource(spec: dict, best_effort: bool) -> None:
     assert is_best_effort(spec) is best_effort
+
+
+def by_vectors(spec: dict) -> Resources:
+    """pod_requests' formula in Resources arithmetic, one vector per step (what it computed before it summed in
+    dicts): the oracle of the property test below."""
+    def container(one: dict) -> Resources:
+        resources = one.get("resources") or {}
+        return Resources.parse({**(resources.get("limits") or {}), **(resources.get("requests") or {})})
+
+    total = sidecars = peak = Resources()
+    for one in spec.get("containers") or ():
+        total = total + container(one)
+    for one in spec.get("initContainers") or ():
+        request = container(one)
+        if one.get("restartPolicy") == "Always":
+            total, sidecars = total + request, sidecars + request
+            peak = peak.maximum(sidecars)
+        else:
+            peak = peak.maximum(request + sidecars)
+    total = total.maximum(peak)
+    pod_level = Resources.parse((spec.get("resources") or {}).get("requests") or {})
+    if pod_level:
+        total = Resources({**dict(total), **{n: pod_level[n] for n in ("cpu", "memory") if n in pod_level}})
+    return total + Resources.parse(spec.get("overhead") or {}) + {"pods": 1}
+
+
+amounts = st.dictionaries(st.sampled_from(["cpu", "memory", "nvidia.com/gpu"]),
+                          st.sampled_from(["0", "1", "250m", "2", "-1", "1Gi", "3"]), max_size=3)
+containers = st.builds(c, st.just("x"), st.none() | amounts, st.none() | amounts,
+                       st.sampled_from([None, "Always", "OnFailure"]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(spec=st.fixed_dictionaries({"containers": st.lists(containers, max_size=3)},
+                                  optional={"initContainers": st.lists(containers, max_size=4),
+                                            "resources": st.fixed_dictionaries({"requests": amounts}),
+                                            "overhead": amounts}))
+def test_any_pod_requests_what_the_formula_in_vectors_gives(spec: dict) -> None:
+    """Containers, sidecars, init containers, pod-level requests and overhead in any mix, zero and negative amounts
+    among them: the sum in dicts is the formula's, step by step in vectors."""
+    assert pod_requests(spec) == by_vectors(spec)
