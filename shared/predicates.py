@@ -30,6 +30,7 @@ Label key and value syntax is not checked (the API server checks a pod's; a bad 
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -229,6 +230,7 @@ class Placement:
     affinity: NodeAffinity | None = None
     tolerations: tuple[Mapping[str, Any], ...] = ()
     _key: tuple[Any, ...] | None = field(default=None, init=False, repr=False)  # `key`, made at the first ask
+    _digest: str = field(default="", init=False, repr=False)  # `digest`, made at the first ask
 
     @classmethod
     def of(cls, *, node_name: str = "", node_selector: Mapping[str, str] | None = None,
@@ -249,6 +251,14 @@ class Placement:
             key = (self.node_name, tuple(sorted(self.node_selector.items())), self.affinity, tolerations)
             object.__setattr__(self, "_key", key)
         return key
+
+    @property
+    def digest(self) -> str:
+        """`key` as 32 characters (BLAKE2b, 128 bits), made once per placement: what a planner keeps per shape of pod
+        (agent.planner.capacity.shape_id) costs that, however large the nodeSelector or tolerations."""
+        if not self._digest:
+            object.__setattr__(self, "_digest", hashlib.blake2b(repr(self.key).encode(), digest_size=16).hexdigest())
+        return self._digest
 
 
 ANYWHERE = Placement()

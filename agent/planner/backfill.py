@@ -59,7 +59,7 @@ from fractions import Fraction
 from functools import partial
 from typing import NamedTuple
 
-from agent.planner.capacity import FOREVER, NodeState, pod_end, schedulable, shape, shape_id, time_to_fit
+from agent.planner.capacity import FOREVER, NodeState, pod_end, schedulable, shape_id, time_to_fit
 from agent.planner.model import (
     MAX_NAMESPACE_UNBOUND_GRANTS,
     MAX_NODE_GRANTS,
@@ -565,7 +565,7 @@ def open_fits(candidates: Sequence[Candidate], states: Mapping[str, NodeState],
     for candidate in sorted(candidates, key=lambda c: (c.pod.created, c.pod.key)):
         pod = candidate.pod
         placement = pod.placement
-        kept = "open" + shape_id(shape(pod))
+        kept = "open" + shape_id(pod)
         names = fitting.get(kept)
         if names is None:
             names = fitting[kept] = ShapeFits(open_nodes.covering(pod.requests),

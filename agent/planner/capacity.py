@@ -213,13 +213,13 @@ def shape(task: PodView) -> Shape:
     return (task.requests, task.placement.key)
 
 
-def shape_id(key: Shape) -> str:
-    """A shape as a short string, the key of NodeState.ranks and of Plan.rankings: a digest (BLAKE2b, 128 bits) of
-    its requests and placement, so a pod with a nodeSelector or tolerations of hundreds of kilobytes costs every node
-    state that remembers its shape 32 characters, not a copy of them; and a string's hash is computed once, a
-    tuple's on every lookup."""
-    requests, placement = key
-    return hashlib.blake2b(f"{sorted(requests.items())!r}{placement!r}".encode(), digest_size=16).hexdigest()
+def shape_id(task: PodView) -> str:
+    """The task's shape (`shape`) as a short string, the key of NodeState.ranks and of Plan.rankings: a digest
+    (BLAKE2b, 128 bits) of its requests and its placement's digest (Placement.digest, made once per view), so a pod
+    with a nodeSelector or tolerations of hundreds of kilobytes costs every node state that remembers its shape 32
+    characters, not a copy of them; and a string's hash is computed once, a tuple's on every lookup."""
+    return hashlib.blake2b(f"{sorted(task.requests.items())!r}{task.placement.digest}".encode(),
+                           digest_size=16).hexdigest()
 
 
 # answers per shape a node state keeps (NodeState.ranks): a tenant can make pods of any number of shapes, and each
@@ -337,7 +337,7 @@ def kept_ranking(rankings: dict[str, ShapeRanking], states: Mapping[str, NodeSta
     """The task shape's ShapeRanking from `rankings` (kept from plan to plan: PlanContext.rankings, Plan.rankings),
     made when missing (the least recently used one goes past MAX_RANKINGS, or as many as MAX_RANKED_NODES allows),
     brought up to date with `states`."""
-    kept = shape_id(shape(task))
+    kept = shape_id(task)
     ranking = rankings.get(kept)
     if ranking is None:
         if len(rankings) >= min(MOST_RANKINGS, max(MAX_RANKINGS, MAX_RANKED_NODES // max(len(states), 1))):

@@ -142,7 +142,7 @@ def shape_fits_now(pod: PodView, states: Mapping[str, NodeState], rankings: Mapp
     key = shape(pod)
     answer = fits.get(key)
     if answer is None:
-        named = shape_id(key)
+        named = shape_id(pod)
         kept = "now" + named
         ranking = rankings.get(named) if rankings else None
         if ranking is None:

@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from agent.planner.model import MAX_NAMESPACE_UNBOUND_GRANTS
 from localcluster import binaries
 from localcluster.agent_process import AgentProcess
 from localcluster.cluster import COMPLETE_AFTER, PARKED_RETRY_SECONDS, free_port, parks_pods
@@ -475,3 +476,35 @@ async def test_seed_004_with_backfill_off_and_on_short_pods_use_the_lead_and_the
           f"reserve pod bound {off.reserve_delay:+.1f}s -> {on.reserve_delay:+.1f}s after the window opened, "
           f"backfilled {len(on.backfilled)} pods")
     # the idle rates and the reserve pod's delay, off against on, are what `make bench-backfill` measures side by side
+
+
+async def test_a_tenant_holds_at_most_its_share_of_a_locked_nodes_grants_with_pods_that_never_bind(
+        kit: Kit, running: AgentProcess) -> None:
+    """Session 24's finding, on the real control plane: pods that opt in and that kube-scheduler will never bind (a
+    PersistentVolumeClaim that does not exist: a filter Reservoir does not model) were each granted the locked node,
+    and kept the grant while they existed, up to the node's MAX_NODE_GRANTS, so no other tenant's pod could backfill
+    there. One namespace's grants of pods not yet bound are now at most MAX_NAMESPACE_UNBOUND_GRANTS on a node: the
+    pods past it are let go unchanged (no lock toleration, not narrowed), and the node carries no more grants of
+    theirs."""
+    owner = await seed_000_locked(kit, running=60)
+    count = MAX_NAMESPACE_UNBOUND_GRANTS + 3
+    never = {"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "never-made"}}],
+             "nodeSelector": {"kubernetes.io/hostname": NODE}}  # not the spare node, which has room for them
+    for i in range(count):
+        await kit.create_pod(f"never-{i}", {"cpu": "1m"}, annotations=opting_in("20s", None), extra_spec=never)
+
+    async def decided() -> list[dict] | None:
+        pods = [await kit.read_pod(f"never-{i}") for i in range(count)]
+        return pods if all(not p["spec"].get("schedulingGates") for p in pods) else None
+    pods = await kit.wait_for(decided, what="every pod that never binds decided at the gate", timeout=30)
+    narrowed = [p["metadata"]["name"] for p in pods if pinned_to(p["spec"], NODE)]
+    let_go = [p for p in pods if not pinned_to(p["spec"], NODE)]
+    assert len(narrowed) == MAX_NAMESPACE_UNBOUND_GRANTS, (narrowed, running.log_text()[-3000:])
+    for pod in let_go:
+        assert not any(t.get("value") == owner for t in pod["spec"].get("tolerations") or []), pod["spec"]
+        assert "activeDeadlineSeconds" not in pod["spec"], pod["spec"]
+    assert not any(p["spec"].get("nodeName") for p in pods), "a pod whose claim does not exist was bound"
+    node = await kit.read_node(NODE)
+    grants = read_grants(node["metadata"]["annotations"].get(keys.BACKFILL_GRANTS))
+    ours = sorted(g.pod for g in grants.values() if g.pod.startswith(f"{kit.namespace}/never-"))
+    assert ours == sorted(f"{kit.namespace}/{name}" for name in narrowed), (ours, narrowed)
