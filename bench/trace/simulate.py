@@ -309,7 +309,7 @@ def agreement_line(records: Iterable[report.PodRecord], pods: Mapping[str, trace
 # --- the kube-scheduler model ------------------------------------------------------------------------------------
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class SchedNode:
     """A node as the scheduler's cache holds it: its place in Scheduler.nodes, its view (labels, taints), allocatable
     and what is free of it (Scheduler keeps the same figures in arrays over every node: take, give_back, set_view)."""
@@ -333,7 +333,7 @@ class SchedNode:
         self.prefer = tuple(t for t in self.view.taints if t.effect == PREFER_NO_SCHEDULE)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Queued:
     """A pod in kube-scheduler's queue: its requests, its filters (`static_id` names its nodeSelector and required
     node affinity), its preferred node affinity terms (with the label keys they read), its priority and queue
@@ -654,8 +654,11 @@ class Scheduler:
             node = self.attempt(pod)
             pod.fresh = False
         else:
-            gained = self.gains[pod.seen:]
-            taking = [n for n in (dict.fromkeys(gained) if len(gained) > 1 else gained) if self.fits(pod, n)]
+            gains, seen = self.gains, pod.seen
+            if len(gains) - seen == 1:  # most often: the one node a pod's end freed
+                taking = [gains[seen]] if self.fits(pod, gains[seen]) else []
+            else:
+                taking = [n for n in dict.fromkeys(gains[seen:]) if self.fits(pod, n)]
             if len(taking) >= self.to_find:  # the search would stop early: the real one decides
                 node = self.attempt(pod)
             elif taking:
@@ -869,14 +872,15 @@ class ArmRun:
         scheduler = self.scheduler
         if self.drain_due:
             return
+        heap, bound, unschedulable = self.heap, self.bound, self.unschedulable
         while scheduler.ready():
             t = max(scheduler.clock, self.now)
-            if self.heap and t >= self.heap[0][0]:
+            if heap and t >= heap[0][0]:
                 self.drain_due = True
                 self.at(t, SCHED)
                 return
             self.now = t
-            if not scheduler.step(t, self.bound, self.unschedulable):
+            if not scheduler.step(t, bound, unschedulable):
                 return
 
     def bound(self, pod: Queued, node: SchedNode) -> None:
