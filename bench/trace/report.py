@@ -235,7 +235,7 @@ def queue_jumps(records: Iterable[PodRecord]) -> int:
     waited: kube-scheduler's queue retries by backoff, so a newcomer takes room an older pod waits for. A pod never
     bound waits to the end."""
     jumps, latest = 0, -math.inf  # the latest bind (inf: never) among the pods created before, so far
-    for created, group in itertools.groupby(sorted(records, key=lambda r: r.created), key=lambda r: r.created):
+    for _created, group in itertools.groupby(sorted(records, key=lambda r: r.created), key=lambda r: r.created):
         pods = list(group)
         jumps += sum(1 for r in pods if r.bound is not None and latest > r.bound)
         latest = max(latest, *(math.inf if r.bound is None else r.bound for r in pods))
@@ -760,10 +760,10 @@ def plot(arms: Sequence[Arm], out_dir: Path) -> list[Path]:
 
 
 def write_json(arms: Sequence[Arm], path: Path) -> None:
-    """Every pod's record and every sample, per arm, with the arm's per-class rows and summary figures."""
+    """Every pod's record, every lock and every sample, per arm, with the arm's per-class rows and summary figures."""
     body = {"arms": [{"name": a.name, "total_gpus": a.total_gpus, "seconds": a.seconds,
                       "owner_delays": a.owner_delays, "summary": summary(a), "classes": class_rows(a),
-                      "locks_by_class": lock_rows(a),
+                      "locks_by_class": lock_rows(a), "locks": [asdict(span) for span in a.locks],
                       "overtaken": overtaken(a), "per_minute": per_minute(a),
                       "records": [asdict(r) for r in a.records], "samples": [asdict(s) for s in a.samples]}
                      for a in arms]}

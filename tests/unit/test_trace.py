@@ -412,8 +412,12 @@ def test_table_and_json(tmp_path: Path) -> None:
     assert ("- backfill: GPU allocation 1.000, max nodes locked 1, locked-idle GPU-s 40, backfilled 1, "
             "owner delay mean 1.0 s / max 1.5 s, 8-GPU overtaken median 0, unplaced pods 1") in lines
     assert any(line.startswith("- alone: GPU allocation 0.750,") and "owner delay n/a" in line for line in lines)
+    reservoir.locks = [report.LockSpan("n1", "8 GPU", 1.0, 4.5, owner="b1")]
     report.write_json([alone, reservoir], tmp_path / "trace.json")
     body = json.loads((tmp_path / "trace.json").read_text())
+    assert body["arms"][1]["locks"] == [{"node": "n1", "owner_class": "8 GPU", "since": 1.0, "until": 4.5,
+                                         "owner": "b1"}]
+    assert body["arms"][0]["locks"] == []
     assert [a["name"] for a in body["arms"]] == ["alone", "backfill"]
     assert len(body["arms"][1]["records"]) == 5 and len(body["arms"][1]["samples"]) == 2
     assert body["arms"][1]["summary"]["unplaced"] == 1 and body["arms"][0]["summary"]["gpu_allocation"] == 0.75
