@@ -508,3 +508,16 @@ async def test_a_tenant_holds_at_most_its_share_of_a_locked_nodes_grants_with_po
     grants = read_grants(node["metadata"]["annotations"].get(keys.BACKFILL_GRANTS))
     ours = sorted(g.pod for g in grants.values() if g.pod.startswith(f"{kit.namespace}/never-"))
     assert ours == sorted(f"{kit.namespace}/{name}" for name in narrowed), (ours, narrowed)
+
+    # the lock's owner goes: the lock goes, and with it every grant of a pod not bound (grant_lives), which would
+    # otherwise stay on the node, and count against MAX_NODE_GRANTS, for as long as the never-bound pods exist
+    await kit.raw("DELETE", f"/api/v1/namespaces/{kit.namespace}/pods/pod-4?gracePeriodSeconds=0")
+
+    async def released() -> dict | None:
+        node = await kit.read_node(NODE)
+        held = [t for t in node["spec"].get("taints") or [] if t["key"] == keys.LOCK]
+        left = read_grants(node["metadata"]["annotations"].get(keys.BACKFILL_GRANTS))
+        return None if held or left else node
+    await kit.wait_for(released, what="the lock and every grant of the pods never bound gone with the owner",
+                       timeout=30)
+    assert not any(p["spec"].get("nodeName") for p in [await kit.read_pod(f"never-{i}") for i in range(count)])
