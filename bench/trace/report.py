@@ -79,6 +79,7 @@ class Arm:
     window: float | None = None
     locks: list[LockSpan] = field(default_factory=list)
     node_gpus: dict[str, int] = field(default_factory=dict)  # GPUs of each node, by name
+    node_models: dict[str, str] = field(default_factory=dict)  # the GPU model of each node, by name ("" for none)
     # per replayed pod's first lock: how much later its node could take it than the soonest could (lock_regrets)
     lock_regrets: list[float] = field(default_factory=list)
     # per pod of FLOOR_CLASS placed, by name: the soonest it could have started without eviction (reservation_floors)
@@ -302,6 +303,37 @@ def lock_rows(arm: Arm) -> list[dict[str, Any]]:
     return sorted(rows.values(), key=lambda row: order.get(row["class"], len(order)))
 
 
+def lock_pool_rows(arm: Arm) -> list[dict[str, Any]]:
+    """Per GPU model of the locked node ("" for none) and class of the pod the lock was held for: how many locks,
+    their idle GPU-seconds (as lock_rows), `waiting`: the small pods naming that model (SMALL; a pod naming no model
+    is left out, it may go anywhere) already waiting when each lock was made, summed over the locks, and `short`: of
+    them, those whose runtime (bind to end) would have ended before the lock did, had they started when it was made.
+    Backfill lets only pods held on the gate at creation onto a locked node, never these: `short` says how many pods
+    kube-scheduler already held could have used the drain instead (docs/design/benchmarks.md)."""
+    end, on_node = _lock_end(arm), _placed_by_node(arm)
+    small: dict[str, list[PodRecord]] = {}
+    for r in arm.records:
+        if r.klass in SMALL and r.models:
+            for model in r.models.split("|"):
+                small.setdefault(model, []).append(r)
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    for span in arm.locks:
+        until = span.until if span.until is not None else end
+        model = arm.node_models.get(span.node, "")
+        row = rows.setdefault((model, span.owner_class), {"model": model, "class": span.owner_class, "locks": 0,
+                                                          "idle_gpu_seconds": 0.0, "waiting": 0, "short": 0})
+        row["locks"] += 1
+        row["idle_gpu_seconds"] += _idle_gpu_seconds(arm.node_gpus.get(span.node, 0), on_node.get(span.node, ()),
+                                                     span.since, until)
+        waiting = [r for r in small.get(model, ()) if r.created <= span.since and (r.bound is None or
+                                                                                  r.bound > span.since)]
+        row["waiting"] += len(waiting)
+        row["short"] += sum(1 for r in waiting if r.bound is not None and r.ended is not None
+                            and r.ended - r.bound <= until - span.since)
+    order = {k: i for i, k in enumerate(classes([arm]))}
+    return sorted(rows.values(), key=lambda row: (row["model"], order.get(row["class"], len(order))))
+
+
 def first_locks(arm: Arm) -> dict[str, LockSpan]:
     """Each replayed pod a lock was held for: its first lock."""
     first: dict[str, LockSpan] = {}
@@ -515,6 +547,14 @@ def table(arms: Sequence[Arm]) -> str:
             lines.append(f"  - {a.name} locks by the class they were held for: " + "; ".join(
                 f"{row['class']} {row['locks']} locks, {row['node_seconds']:.0f} node-s, "
                 f"{row['idle_gpu_seconds']:.0f} idle GPU-s" for row in held))
+        by_pool = [row for row in lock_pool_rows(a) if row["model"]]
+        if by_pool:
+            lines.append(f"  - {a.name} locks on GPU nodes by the node's model and the class held for, with the "
+                         "GPU-share and 1-GPU pods naming that model already waiting when each was made (of them, "
+                         "those whose runtime would have ended before the lock did): " + "; ".join(
+                             f"{row['model']} for {row['class']} {row['locks']} locks, "
+                             f"{row['idle_gpu_seconds']:.0f} idle GPU-s, {row['waiting']} waiting ({row['short']})"
+                             for row in by_pool))
         parts = lock_waits(a)
         if parts:
             line = (f"  - {a.name} pods locked for, wait p50 / p95 (s) from creation to their first lock, then to "
@@ -763,7 +803,8 @@ def write_json(arms: Sequence[Arm], path: Path) -> None:
     """Every pod's record, every lock and every sample, per arm, with the arm's per-class rows and summary figures."""
     body = {"arms": [{"name": a.name, "total_gpus": a.total_gpus, "seconds": a.seconds,
                       "owner_delays": a.owner_delays, "summary": summary(a), "classes": class_rows(a),
-                      "locks_by_class": lock_rows(a), "locks": [asdict(span) for span in a.locks],
+                      "locks_by_class": lock_rows(a), "locks_by_pool": lock_pool_rows(a),
+                      "locks": [asdict(span) for span in a.locks],
                       "overtaken": overtaken(a), "per_minute": per_minute(a),
                       "records": [asdict(r) for r in a.records], "samples": [asdict(s) for s in a.samples]}
                      for a in arms]}

@@ -285,7 +285,8 @@ async def arm(api: Api, kubectl: list[str], name: str, node_rows: Sequence[trace
     locks = lock_spans(seen.lock_history, pods, namespace)
     result = report.Arm(name=name, records=records, samples=samples, total_gpus=sum(r.gpu for r in node_rows),
                         owner_delays=owner_delays(seen, pods, nodes, namespace), seconds=seconds,
-                        window=last_arrival, locks=locks, node_gpus={n: row.gpu for n, row in nodes.items()})
+                        window=last_arrival, locks=locks, node_gpus={n: row.gpu for n, row in nodes.items()},
+                        node_models={n: row.model for n, row in nodes.items()})
     result.lock_regrets = report.lock_regrets(result, pods, nodes)
     result.floors = report.reservation_floors(result, pods, nodes)
     await api.call("DELETE", f"/api/v1/namespaces/{namespace}/pods?gracePeriodSeconds=0", ok=(200, 202, 404))

@@ -1029,7 +1029,8 @@ class ArmRun:
         delays = owner_delays(seen, pods, dict(self.rows), self.spec.namespace) if self.agent is not None else []
         arm = report.Arm(name=self.spec.name, records=records, samples=self.samples,
                          total_gpus=sum(r.gpu for r in self.rows.values()), owner_delays=delays, seconds=end,
-                         window=last_arrival, locks=locks, node_gpus={n: r.gpu for n, r in self.rows.items()})
+                         window=last_arrival, locks=locks, node_gpus={n: r.gpu for n, r in self.rows.items()},
+                         node_models={n: r.model for n, r in self.rows.items()})
         arm.lock_regrets = report.lock_regrets(arm, pods, self.rows)
         arm.floors = report.reservation_floors(arm, pods, self.rows)
         return arm

@@ -462,6 +462,34 @@ def test_locks_are_charged_to_the_class_they_were_held_for_with_the_gpus_they_le
     assert "8 GPU 1 locks, 10 node-s, 72 idle GPU-s" in report.table([result])
 
 
+def test_locks_by_pool_count_the_pools_small_pods_already_waiting_and_those_short_enough_for_the_drain() -> None:
+    """A T4 node of 4 GPUs locked from 10 to 40 s for a 4-GPU pod: the T4 small pods created by 10 and not bound by
+    then were waiting (one bound at 35 with 40 s of runtime: too long for the 30 s left, had it started at 10; one
+    of 5 s: short enough; one never bound), those bound before, created after, or naming another model (or none) are
+    not; a P100 node's lock makes its own row, and a lock on a node of no GPU model is left out of the line."""
+    def pod(name: str, created: float, bound: float | None, runtime: float, models: str,
+            klass: str = "1 GPU") -> PodRecord:
+        return PodRecord(name, klass, 1, created, bound, None if bound is None else bound + runtime, "x", False,
+                         models)
+    records = [pod("long", 0.0, 35.0, 40.0, "T4"), pod("short", 5.0, 50.0, 5.0, "T4|P100", "GPU share"),
+               pod("never", 9.0, None, 0.0, "T4"), pod("before", 0.0, 8.0, 5.0, "T4"),
+               pod("after", 11.0, 60.0, 1.0, "T4"), pod("other", 0.0, 60.0, 1.0, "G2"),
+               pod("any", 0.0, 60.0, 1.0, ""), PodRecord("four", "4 GPU", 4, 0.0, 40.0, 45.0, "t4", False, "T4")]
+    result = arm("backfill", records)
+    result.locks = [report.LockSpan("t4", "4 GPU", 10.0, 40.0, "four"), report.LockSpan("p", "1 GPU", 20.0, 30.0),
+                    report.LockSpan("cpu", "1 GPU", 20.0, 30.0)]
+    result.node_gpus = {"t4": 4, "p": 2, "cpu": 0}
+    result.node_models = {"t4": "T4", "p": "P100", "cpu": ""}
+    rows = {(row["model"], row["class"]): row for row in report.lock_pool_rows(result)}
+    assert rows[("T4", "4 GPU")] == {"model": "T4", "class": "4 GPU", "locks": 1, "idle_gpu_seconds": 120.0,
+                                     "waiting": 3, "short": 1}
+    assert rows[("P100", "1 GPU")]["waiting"] == 1 and rows[("P100", "1 GPU")]["short"] == 1  # "short", from 5 s
+    assert rows[("", "1 GPU")]["waiting"] == 0
+    line = next(x for x in report.table([result]).splitlines() if "by the node's model" in x)
+    assert line.endswith("lock did): P100 for 1 GPU 1 locks, 20 idle GPU-s, 1 waiting (1); T4 for 4 GPU 1 locks, "
+                         "120 idle GPU-s, 3 waiting (1)"), "by model, the CPU node's lock left out"
+
+
 def replay_pod(name: str, gpus: int, cpu: int = 1000, memory: int = 1024, models: tuple[str, ...] = ()
                ) -> trace.ReplayPod:
     return trace.ReplayPod(name, f"{gpus} GPU", 0.0, 10.0, cpu, memory, gpus, gpus * 1000, models, 10.0)
