@@ -247,12 +247,17 @@ def taken_from_pool(arm: Arm, pool: str) -> int:
     """How many small pods naming no GPU model were bound onto a node that a small pod naming `pool`'s models, older
     than them and still waiting then, was later bound to: room on that pool's nodes the pod waiting for it lost to a
     pod that could have gone anywhere."""
-    waiting: dict[str, list[PodRecord]] = {}
+    waiting: dict[str, list[tuple[float, float]]] = {}  # node -> (created, bound) of the pool's pods bound there
     for r in arm.records:
         if r.klass in SMALL and r.models == pool and r.bound is not None:
-            waiting.setdefault(r.node, []).append(r)
-    return sum(1 for x in arm.records if x.klass in SMALL and not x.models and x.bound is not None and any(
-        w.created < x.created and x.bound < w.bound for w in waiting.get(x.node, ())))
+            waiting.setdefault(r.node, []).append((r.created, r.bound))
+    taken = 0
+    for x in arm.records:
+        bound = x.bound
+        if x.klass in SMALL and not x.models and bound is not None and any(
+                created < x.created and bound < later for created, later in waiting.get(x.node, ())):
+            taken += 1
+    return taken
 
 
 def _lock_end(arm: Arm) -> float:

@@ -433,7 +433,8 @@ async def window_story(kit: Kit, name: str, backfill: bool) -> WindowStory:
             await kit.create_pod(f"{name}-short-{now:%H%M%S}", {"cpu": "1"}, annotations=opting_in("10s", "8s"))
             next_short = time.monotonic() + 10
         if backfill and story.estimate is None and not reserve_created:
-            published = await kit.attempt("GET", f"/api/v1/namespaces/{keys.NAMESPACE}/configmaps/{keys.STATUS_CONFIGMAP}")
+            published = await kit.attempt(
+                "GET", f"/api/v1/namespaces/{keys.NAMESPACE}/configmaps/{keys.STATUS_CONFIGMAP}")
             document = json.loads(((published or {}).get("data") or {}).get(keys.STATUS_KEY) or "{}")
             story.estimate = next((e["start"] for e in document.get("estimates") or () if e["owner"] == owner), None)
         pods = await kit.raw("GET", f"/api/v1/namespaces/{kit.namespace}/pods?fieldSelector=spec.nodeName={node}")
