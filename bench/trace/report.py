@@ -14,7 +14,7 @@ import itertools
 import json
 import math
 import statistics
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -290,46 +290,49 @@ def backfill_filled_gpu_seconds(arm: Arm) -> float:
     return filled
 
 
-def lock_rows(arm: Arm) -> list[dict[str, Any]]:
-    """Per class of the pod a lock was held for: how many locks, node-seconds locked, and GPU-seconds those nodes held
-    idle while locked (GPUs no running pod requested, from the pods' own bind and end moments). Which locks cost what
-    the other classes wait for."""
+def _lock_idle(arm: Arm) -> Iterator[tuple[LockSpan, float, float]]:
+    """Each lock with the moment it ended (a lock still held at the end: _lock_end) and the GPU-seconds its node held
+    idle meanwhile (GPUs no running pod requested, from the pods' own bind and end moments)."""
     end, on_node = _lock_end(arm), _placed_by_node(arm)
-    rows: dict[str, dict[str, Any]] = {}
     for span in arm.locks:
         until = span.until if span.until is not None else end
+        yield span, until, _idle_gpu_seconds(arm.node_gpus.get(span.node, 0), on_node.get(span.node, ()),
+                                              span.since, until)
+
+
+def lock_rows(arm: Arm) -> list[dict[str, Any]]:
+    """Per class of the pod a lock was held for: how many locks, node-seconds locked, and GPU-seconds those nodes held
+    idle while locked (_lock_idle). Which locks cost what the other classes wait for."""
+    rows: dict[str, dict[str, Any]] = {}
+    for span, until, idle in _lock_idle(arm):
         row = rows.setdefault(span.owner_class, {"class": span.owner_class, "locks": 0, "node_seconds": 0.0,
                                                  "idle_gpu_seconds": 0.0})
         row["locks"] += 1
         row["node_seconds"] += max(0.0, until - span.since)
-        row["idle_gpu_seconds"] += _idle_gpu_seconds(arm.node_gpus.get(span.node, 0), on_node.get(span.node, ()),
-                                                     span.since, until)
+        row["idle_gpu_seconds"] += idle
     order = {k: i for i, k in enumerate(classes([arm]))}
     return sorted(rows.values(), key=lambda row: order.get(row["class"], len(order)))
 
 
 def lock_pool_rows(arm: Arm) -> list[dict[str, Any]]:
     """Per GPU model of the locked node ("" for none) and class of the pod the lock was held for: how many locks,
-    their idle GPU-seconds (as lock_rows), `waiting`: the small pods naming that model (SMALL; a pod naming no model
+    their idle GPU-seconds (_lock_idle), `waiting`: the small pods naming that model (SMALL; a pod naming no model
     is left out, it may go anywhere) already waiting when each lock was made, summed over the locks, and `short`: of
     them, those whose runtime (bind to end) would have ended before the lock did, had they started when it was made.
     Backfill lets only pods held on the gate at creation onto a locked node, never these: `short` says how many pods
     kube-scheduler already held could have used the drain instead (docs/design/benchmarks.md)."""
-    end, on_node = _lock_end(arm), _placed_by_node(arm)
     small: dict[str, list[PodRecord]] = {}
     for r in arm.records:
         if r.klass in SMALL and r.models:
             for model in r.models.split("|"):
                 small.setdefault(model, []).append(r)
     rows: dict[tuple[str, str], dict[str, Any]] = {}
-    for span in arm.locks:
-        until = span.until if span.until is not None else end
+    for span, until, idle in _lock_idle(arm):
         model = arm.node_models.get(span.node, "")
         row = rows.setdefault((model, span.owner_class), {"model": model, "class": span.owner_class, "locks": 0,
                                                           "idle_gpu_seconds": 0.0, "waiting": 0, "short": 0})
         row["locks"] += 1
-        row["idle_gpu_seconds"] += _idle_gpu_seconds(arm.node_gpus.get(span.node, 0), on_node.get(span.node, ()),
-                                                     span.since, until)
+        row["idle_gpu_seconds"] += idle
         waiting = [r for r in small.get(model, ()) if r.created <= span.since and (r.bound is None or
                                                                                   r.bound > span.since)]
         row["waiting"] += len(waiting)
