@@ -53,6 +53,13 @@ async def agent(kit: Kit) -> AsyncIterator[AgentProcess]:
         yield process
 
 
+async def conditions_seen(kit: Kit, seen: list[dict[str, Any]]) -> None:
+    """Adds to `seen` every condition of the namespace's Workloads that is True now and not seen before."""
+    for workload in await workloads(kit):
+        seen += [c for c in (workload.get("status") or {}).get("conditions") or () if c.get("status") == "True"
+                 and c not in seen]
+
+
 async def gpu_story(kit: Kit) -> tuple[float, float, list[dict[str, Any]]]:
     """Two 8-GPU nodes full of 1-GPU pods for STREAM seconds; an 8-GPU Kueue Job created 3 s in. Returns (the
     stream's end, the 8-GPU pod's bind time or inf, the Workload's conditions as polled: every one seen True)."""
@@ -66,9 +73,7 @@ async def gpu_story(kit: Kit) -> tuple[float, float, list[dict[str, Any]]]:
     seen: list[dict[str, Any]] = []
     bound = float("inf")
     while not stream.done():
-        for workload in await workloads(kit):
-            seen += [c for c in (workload.get("status") or {}).get("conditions") or () if c.get("status") == "True"
-                     and c not in seen]
+        await conditions_seen(kit, seen)
         for pod in await job_pods(kit, "big"):
             at = scheduled_at(pod)
             if at is not None:
@@ -87,9 +92,7 @@ async def evicted_by(kit: Kit, seen: list[dict[str, Any]], deadline: float) -> d
         if "Evicted" in kinds or time.time() > deadline:
             return kinds
         await asyncio.sleep(0.5)
-        for workload in await workloads(kit):
-            seen += [c for c in (workload.get("status") or {}).get("conditions") or () if c.get("status") == "True"
-                     and c not in seen]
+        await conditions_seen(kit, seen)
 
 
 async def test_without_reservoir_kueue_evicts_the_admitted_8_gpu_workload_it_could_not_place(
