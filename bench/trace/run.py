@@ -26,7 +26,8 @@ allocation over the run, nodes locked, locked-idle GPU-seconds, backfilled pods,
 owner's node could take it because of pods backfilled there: 0 is the promise), for each 8-GPU pod how many later pods
 were placed before it, unplaced pods; and the gate's delay per class (creation to the backfill gate lifted). Written
 to `--out` (`.reservoir/bench-trace`): `trace.json` (every pod's record), `trace-timeline.png`, `trace-waits.png`,
-`report.md`. Last line:
+`report.md`, `agent.log` (the agent's log: each decision with its reason) and `gates.json` (per arm, each pod held on
+the backfill gate: when it was created and when the gate was lifted, null if never). Last line:
 `trace: 8gpu p95 A s -> B s (xR), 1gpu p95 C s -> D s, gpu alloc E -> F, backfilled N, unplaced U`
 (kube-scheduler alone -> Reservoir with backfill). A benchmark: it reports, it asserts nothing.
 
@@ -39,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import math
 import sys
 import time
@@ -327,21 +329,26 @@ async def run(args: argparse.Namespace) -> list[str]:
     pods = {p.name: p for p in replayed.pods}
     arms: list[report.Arm] = []
     lines = [header]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    gates: dict[str, dict[str, list[float | None]]] = {}  # arm -> pod -> [created, gate lifted], each pod held
     async with reservoir_running() as (cluster, api, agent):
         for name in args.arms:
             result, seen = await arm(api, cluster.kubectl, name, chosen, replayed.pods, args.tail)
             arms.append(result)
+            gates[name] = {p: [seen.created.get(p), seen.ungated.get(p)] for p in sorted(seen.gated)}
             line = f"{name}: {result.seconds:.0f} s; " + gate_costs(seen, pods)
             log(f"bench-trace: {line}")
             lines.append(line)
             if not agent.running():
                 raise RuntimeError(f"agent exited:\n{agent.log_text()[-3000:]}")
         lines.append(await gate_delay(agent.metrics_port))
+        # the agent's own account of every decision (its log lives in a directory removed with the cluster)
+        (out / "agent.log").write_text(agent.log_text())
+    (out / "gates.json").write_text(json.dumps(gates) + "\n")
     log("bench-trace: the same replay simulated (reservoir simulate), for the validation table")
     model = [o.arm for o in simulate.simulate([a for a in simulate.default_arms() if a.name in args.arms], chosen,
                                               replayed.pods, seed=args.seed, tail=args.tail)]
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     agreement = [simulate.agreement_line(a.records, pods, {node_name(a.name, row): row for row in chosen})
                  for a in arms if a.name == "alone"]
     table = "\n".join([report.table(arms), "", *report.criteria_lines(arms), "",
