@@ -928,13 +928,19 @@ class Writer:
         guard = [{"op": "test", "path": "/metadata/uid", "value": pod_view.uid}]
         await self._send("PATCH", path, guard + ops, content_type=JSON_PATCH)
         started = stamp(pod_view.started) if pod_view.started is not None else "?"
-        message = (f"started at {started}, later than its backfill slot on {cut.node} allowed: activeDeadlineSeconds "
-                   f"lowered from {pod_view.active_deadline} to {cut.deadline}, to end by {stamp(cut.until)} "
-                   f"(the node is locked for {cut.owner})")
+        if cut.ungranted:
+            message = (f"started at {started} on {cut.node}, locked for {cut.owner} since {stamp(cut.until)}, with no "
+                       f"backfill grant (the one it was narrowed for ended before it bound): activeDeadlineSeconds "
+                       f"lowered from {pod_view.active_deadline} to {cut.deadline}")
+        else:
+            message = (f"started at {started}, later than its backfill slot on {cut.node} allowed: "
+                       f"activeDeadlineSeconds lowered from {pod_view.active_deadline} to {cut.deadline}, to end by "
+                       f"{stamp(cut.until)} (the node is locked for {cut.owner})")
         await self.event(pod_view.name, "BackfillDeadlineCut", message, kind="Pod", namespace=pod_view.namespace,
                          uid=pod_view.uid)
         decision(log, "backfill-deadline-cut", policy="backfill", pod=pod_view.key, node=cut.node, owner=cut.owner,
-                 started=started, deadline=cut.deadline, was=pod_view.active_deadline, until=stamp(cut.until))
+                 started=started, deadline=cut.deadline, was=pod_view.active_deadline, until=stamp(cut.until),
+                 ungranted=cut.ungranted)
 
     async def estimates(self, marks: Sequence[EstimateMark]) -> None:
         """Issue 17: each owner's expected start written where backfill.estimate_marks says (a merge patch of the one

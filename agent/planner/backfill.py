@@ -87,6 +87,7 @@ from shared.ownership import reservation_owner_id
 from shared.predicates import Placement, schedulable_on
 from shared.resources import CPU, EMPTY, MEMORY, PODS, Resources
 from shared.timestamps import parse_time, stamp
+from shared.tolerations import lock_toleration
 from shared.views import NodeView, PodGroupView, PodView, ReservationView, WorkloadView
 
 SECOND = timedelta(seconds=1)
@@ -400,7 +401,9 @@ def plan_backfill(*, pods: PodIndex | Sequence[PodView], nodes: Mapping[str, Nod
     rooms = room_marks(nodes, slots, already or {}, margin=config.backfill.margin, now=now,
                        enabled=config.backfill.enabled and not config.dry_run)
     marks = merged_marks(grant_marks(nodes, by_uid, (), now, locks), rooms)
-    cuts = deadline_cuts(nodes, by_uid, locks)
+    cuts = deadline_cuts(nodes, by_uid, locks, on_node=index.on_node,
+                         entitled=lambda pod, owner: entitlement(pod_meta(pod), pod.namespace, grounds,
+                                                                 best_effort=pod.best_effort).allows(owner))
     if not gated:
         return (BackfillPlan(marks=marks, slots=tuple(slots), estimates=estimates, estimate_marks=marks_of_estimates,
                              cuts=cuts)
@@ -839,6 +842,14 @@ def grant_lives(pod: PodView | None, grant: Grant, now: datetime, *, node: str, 
             and (pod.node_name == node or grant.owner == owner))
 
 
+def narrowed_for(pod: PodView, owner: str) -> bool:
+    """The pod carries `owner`'s lock toleration exactly as the agent's narrowing writes it
+    (shared.tolerations.lock_toleration): a backfill grant's, now or once."""
+    wanted = lock_toleration(owner)
+    return any(t.get("key") == wanted["key"] and (t.get("operator") or "Equal") == "Equal"
+               and t.get("value") == wanted["value"] and t.get("effect") == wanted["effect"] for t in pod.tolerations)
+
+
 def grant_marks(nodes: Mapping[str, NodeView], by_uid: Mapping[str, PodView], placed: Sequence[Backfill],
                 now: datetime, locks: Mapping[str, Lock]) -> dict[str, dict[str, str | None]]:
     """node -> {keys.BACKFILL_GRANTS: text or None} where the node's grants must change: a grant is kept while
@@ -887,8 +898,9 @@ def room_marks(nodes: Mapping[str, NodeView], slots: Sequence[BackfillSlot], alr
     return marks
 
 
-def deadline_cuts(nodes: Mapping[str, NodeView], by_uid: Mapping[str, PodView],
-                  locks: Mapping[str, Lock]) -> tuple[DeadlineCut, ...]:
+def deadline_cuts(nodes: Mapping[str, NodeView], by_uid: Mapping[str, PodView], locks: Mapping[str, Lock], *,
+                  on_node: Mapping[str, Sequence[PodView]] | None = None,
+                  entitled: Callable[[PodView, str], bool] | None = None) -> tuple[DeadlineCut, ...]:
     """Backfilled pods that started too late to end by their grant, and the activeDeadlineSeconds each is lowered to.
 
     A grant's `until` is the plan's moment + the deadline + the margin + the pod's terminationGracePeriodSeconds: the
@@ -900,12 +912,25 @@ def deadline_cuts(nodes: Mapping[str, NodeView], by_uid: Mapping[str, PodView],
     least; the kubelet then stops it at once). startTime is written by the kubelet, the grant by the agent: nothing
     the tenant writes moves the cut. A pod that bound within the margin is not touched, and a cut pod is cut once (the
     answer depends only on those three times). Only while this plan keeps the node locked for the grant's owner
-    (`locks`): once the lock goes, nobody needs the node back by `until`. Sorted by pod key."""
+    (`locks`): once the lock goes, nobody needs the node back by `until`. Sorted by pod key.
+
+    A grant outlived (`on_node`, the pods bound to each node, and `entitled`, whether a pod may use an owner's locks
+    by its own rights, shared.entitlement, are given): a pod narrowed for a grant that never bound while the lock
+    stood keeps what narrowing gave it, the owner's lock toleration and the pin to the node (a toleration cannot be
+    taken back, a pin cannot be changed once past the gate), while its grant ends with the lock (grant_lives). Were
+    the same owner to lock the node again, the pod could bind there under that lock with no grant, so with no `until`
+    to cut to, and run its whole deadline into the owner's time. So a pod bound to a node locked for an owner, started
+    at or after that lock began, carrying that owner's lock toleration (exactly as narrowing writes it, which the
+    pod-locks check lets no one else write) and an activeDeadlineSeconds (narrowing writes both in one patch), with no
+    grant of the node naming it, and not entitled to the owner's locks by its own rights, is cut to 1 (stopped at
+    once: it took a locked node nobody let it onto)."""
     cuts = []
     for name, node in nodes.items():
         lock = locks.get(name)
+        if lock is None:
+            continue
         for uid, grant in node.backfill_grants.items():
-            if lock is None or lock.owner != grant.owner:
+            if lock.owner != grant.owner:
                 continue
             pod = by_uid.get(uid)
             if pod is None or pod.node_name != name or pod.started is None or pod.is_terminal or pod.deleting:
@@ -914,4 +939,13 @@ def deadline_cuts(nodes: Mapping[str, NodeView], by_uid: Mapping[str, PodView],
             allowed = max(1, (grant.until - grace - pod.started) // SECOND)
             if pod.active_deadline is None or pod.active_deadline > allowed:
                 cuts.append(DeadlineCut(pod=pod, node=name, owner=grant.owner, until=grant.until, deadline=allowed))
+        if on_node is None or entitled is None:
+            continue
+        for pod in on_node.get(name, ()):
+            if (pod.uid in node.backfill_grants or pod.started is None or pod.started < lock.since
+                    or pod.is_terminal or pod.deleting or pod.active_deadline is None or pod.active_deadline <= 1
+                    or not narrowed_for(pod, lock.owner) or entitled(pod, lock.owner)):
+                continue
+            cuts.append(DeadlineCut(pod=pod, node=name, owner=lock.owner, until=lock.since, deadline=1,
+                                    ungranted=True))
     return tuple(sorted(cuts, key=lambda c: c.key))

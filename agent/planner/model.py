@@ -511,14 +511,17 @@ class Backfill:
 @dataclass(frozen=True)
 class DeadlineCut:
     """Issue 17: a backfilled pod that started late (kube-scheduler bound it after its grant's margin was spent) and
-    whose activeDeadlineSeconds is lowered to `deadline` so it still ends by its grant's `until`
+    whose activeDeadlineSeconds is lowered to `deadline` so it still ends by its grant's `until`; or (`ungranted`) a pod
+    narrowed for a grant that ended before it bound, bound since under a lock of the same owner with no grant, cut to 1
     (backfill.deadline_cuts)."""
 
     pod: PodView
     node: str
     owner: str
-    until: datetime
+    until: datetime  # the grant's `until`; with `ungranted`, when the owner's lock began
     deadline: int
+    # bound under the lock with no grant naming it: narrowed for a grant that ended unbound (deadline_cuts)
+    ungranted: bool = False
 
     @property
     def key(self) -> str:

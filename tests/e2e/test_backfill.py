@@ -264,6 +264,69 @@ async def test_a_backfilled_pod_bound_late_has_its_deadline_cut_to_end_by_its_gr
     assert pod["spec"]["activeDeadlineSeconds"] == deadline, pod["spec"]
 
 
+async def test_a_pod_narrowed_for_a_grant_that_ended_unbound_is_stopped_when_it_binds_under_the_owners_next_lock(
+        kit: Kit, running: AgentProcess) -> None:
+    """A pod let onto the locked node (narrowed: the owner's lock toleration, the pin, its deadline) that does not bind
+    while the lock stands (kube-scheduler stopped here; a claim made late, an anti-affinity gone, for a tenant) loses
+    its grant with the lock, but not what narrowing gave it, which cannot be taken back. The same owner locks the node
+    again (pod-4 deleted and made again: the same owner id) and the pod binds there, under a lock with no grant naming
+    it: the agent cuts its activeDeadlineSeconds to 1 and says why, and the kubelet (localcluster's pod-deadline stage)
+    ends it at once, where before it ran its whole declared runtime into the owner's time."""
+    owner = await seed_000_locked(kit, running=60)
+    scheduler = next(c for c in kit.cluster.components if c.name == "kube-scheduler").process
+    os.kill(scheduler.pid, signal.SIGSTOP)
+    try:
+        # no complete-after: it would run forever, only its deadline ends it
+        await kit.create_pod("stuck", {"cpu": "1"}, annotations=opting_in("20s", None))
+
+        async def let_go() -> dict | None:
+            pod = await kit.read_pod("stuck")
+            return pod if not pod["spec"].get("schedulingGates") else None
+        pod = await kit.wait_for(let_go, what="the short pod narrowed to the node and let go", timeout=20)
+        assert pod["spec"]["activeDeadlineSeconds"] == 20 and pinned_to(pod["spec"], NODE), pod["spec"]
+
+        await kit.raw("DELETE", f"/api/v1/namespaces/{kit.namespace}/pods/pod-4?gracePeriodSeconds=0")
+
+        async def released() -> bool:
+            node = await kit.read_node(NODE)
+            held = [t for t in node["spec"].get("taints") or [] if t["key"] == keys.LOCK]
+            return not held and not read_grants(node["metadata"]["annotations"].get(keys.BACKFILL_GRANTS))
+        await kit.wait_for(released, what="the lock and the unbound pod's grant gone with the owner", timeout=30)
+        assert not (await kit.read_pod("stuck"))["spec"].get("nodeName")
+
+        await kit.create_pod("pod-4", {"cpu": "3"})
+
+        async def locked_again() -> bool:
+            node = await kit.read_node(NODE)
+            return any(t["key"] == keys.LOCK and t.get("value") == owner for t in node["spec"].get("taints") or [])
+        await kit.wait_for(locked_again, what="the node locked again for the same owner", timeout=30)
+        grants = read_grants((await kit.read_node(NODE))["metadata"]["annotations"].get(keys.BACKFILL_GRANTS))
+        assert not grants, grants
+    finally:
+        os.kill(scheduler.pid, signal.SIGCONT)
+
+    async def cut() -> dict | None:
+        pod = await kit.read_pod("stuck")
+        return pod if pod["spec"].get("nodeName") and pod["spec"]["activeDeadlineSeconds"] == 1 else None
+    try:
+        await kit.wait_for(cut, what="the pod bound under the owner's next lock cut to 1 s", timeout=30)
+    except AssertionError as err:
+        raise AssertionError(f"{err}\n{running.log_text()[-3000:]}") from None
+
+    async def told() -> bool:
+        events = await kit.raw("GET",
+                               f"/api/v1/namespaces/{kit.namespace}/events?fieldSelector=involvedObject.name=stuck")
+        return any(e["reason"] == "BackfillDeadlineCut" and "no backfill grant" in e["message"]
+                   and owner in e["message"] for e in events["items"])
+    await kit.wait_for(told, what="the BackfillDeadlineCut Event saying the pod had no grant", timeout=10)
+
+    async def ended() -> dict | None:
+        pod = await kit.read_pod("stuck")
+        return pod if pod["status"].get("phase") == "Failed" else None
+    pod = await kit.wait_for(ended, what="the pod ended at its cut deadline", timeout=20)
+    assert pod["status"].get("reason") == "DeadlineExceeded", pod["status"]
+
+
 def scrape(port: int) -> str:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
         return response.read().decode()

@@ -739,6 +739,52 @@ def test_a_backfilled_pod_that_started_late_has_its_deadline_cut_to_end_by_its_g
     assert cuts_of([backfilled("no-deadline", started=NOW + 10 * S, deadline=None)], until) == {"ns/no-deadline": 2}
 
 
+def narrowed_earlier(name: str, owner: str, *, started: datetime, deadline: int | None = 10) -> PodView:
+    """A pod narrowed for a grant of `owner`'s lock on n1 in the past (the lock toleration, the pin, the deadline),
+    whose grant ended before it bound; bound to n1 since, started at `started`."""
+    obj = backfilled_pod(uid=f"uid-{name}", name=name, owner=owner, deadline=deadline)
+    obj["metadata"] |= {"creationTimestamp": "2026-11-22T11:50:00Z",
+                        "annotations": {keys.BACKFILL: "true", keys.MAXIMUM_RUNTIME: "10s"}}
+    obj["spec"] |= {"nodeName": "n1", "terminationGracePeriodSeconds": 0}
+    return PodView.from_obj({**obj, "status": {"phase": "Running",
+                                               "startTime": started.strftime("%Y-%m-%dT%H:%M:%SZ")}})
+
+
+def test_a_pod_narrowed_for_a_grant_that_ended_and_bound_under_the_owners_next_lock_is_stopped() -> None:
+    """Its grant went with the owner's earlier lock (grant_lives), its toleration and pin stayed: bound under the same
+    owner's lock now, with no grant to cut to, it would run its whole deadline into the owner's time. It is cut to 1
+    (the kubelet stops it at once), the writer saying why; not when it started before this lock began (it ran there
+    already when the lock chose the node), has no deadline (narrowing writes one), or tolerates another owner's lock."""
+    _, _, lock = seed_000([])
+    late = narrowed_earlier("late", lock.owner, started=NOW + 2 * S)
+    result, _ = run([late])
+    assert [(c.key, c.deadline, c.ungranted, c.until) for c in result.backfill.cuts] == [
+        ("ns/late", 1, True, lock.since)]
+    for other in (narrowed_earlier("before", lock.owner, started=lock.since - 5 * S),
+                  narrowed_earlier("no-deadline", lock.owner, started=NOW + 2 * S, deadline=None),
+                  narrowed_earlier("cut", lock.owner, started=NOW + 2 * S, deadline=1),
+                  narrowed_earlier("elsewhere", "job:other", started=NOW + 2 * S)):
+        result, _ = run([other])
+        assert result.backfill.cuts == (), other.key
+
+
+def test_a_pod_bound_under_its_own_grant_or_entitled_to_the_lock_is_not_stopped() -> None:
+    """With a live grant naming it the grant's own cut decides (none here: it started within its margin); the lock's
+    owner's pods carry the same toleration by right, and trusted namespaces' whatever they bring."""
+    _, _, lock = seed_000([])
+    granted = narrowed_earlier("granted", lock.owner, started=NOW + S)
+    result, _ = run([granted], grants={granted.uid: Grant(granted.uid, granted.key, lock.owner, NOW + 12 * S)})
+    assert result.backfill.cuts == ()
+    trusting = load_config("""
+maxLockedNodePercent: 90
+starvation: {starvingJobTimeThreshold: 60s, reservedNodePercent: 100}
+backfill: {namespaces: [ns], margin: 5s}
+webhook: {trustedNamespaces: [ns]}
+""")
+    result, _ = run([narrowed_earlier("trusted", lock.owner, started=NOW + 2 * S)], config=trusting)
+    assert result.backfill.cuts == ()
+
+
 def test_no_cut_once_the_node_is_no_longer_locked_for_the_grants_owner() -> None:
     """The owner's lock went (its job deleted, say): nobody needs the node back by `until`, the late pod runs on."""
     late = backfilled("late", started=NOW + 10 * S)
