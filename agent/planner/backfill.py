@@ -834,12 +834,16 @@ def waiting_task(pod: PodView) -> bool:
 
 def grant_lives(pod: PodView | None, grant: Grant, now: datetime, *, node: str, owner: str | None) -> bool:
     """Whether `node` keeps `grant` (grant_marks), `owner` being the owner of the lock this plan keeps on it (None:
-    none): while its pod (by uid) exists and has not finished; while the pod still carries its gate, only until the
-    grant's `until`; and while the pod is not bound to the node, only while the node stays locked for the grant's
-    owner (deadline_cuts needs the grant only then, and a pod granted, narrowed and let go that never binds, pinned
-    there and kept off by a filter Reservoir does not model, would keep it for as long as it exists)."""
-    return (pod is not None and not pod.is_terminal and (not pod.backfill_gated or now <= grant.until)
-            and (pod.node_name == node or grant.owner == owner))
+    none): while its pod (by uid) exists and has not finished; bound to the node, while it runs there (deadline_cuts
+    and the pod-locks check read it); not bound (on the gate, or let go and not bound yet), only until the grant's
+    `until` and while the node stays locked for the grant's owner. A pod granted, narrowed and let go that never binds
+    (pinned there, kept off by a filter Reservoir does not model) would otherwise keep its grant, and a place under
+    MAX_NODE_GRANTS, for as long as the lock stands; should it bind after `until` all the same, deadline_cuts stops it
+    at once with no grant (`ungranted`), as the grant's own cut would have (a start past `until` leaves a deadline of
+    1)."""
+    if pod is None or pod.is_terminal:
+        return False
+    return pod.node_name == node or (grant.owner == owner and now <= grant.until)
 
 
 def narrowed_for(pod: PodView, owner: str) -> bool:

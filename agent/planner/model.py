@@ -40,9 +40,9 @@ MAX_LOCK_TASKS = 256
 MAX_NODE_GRANTS = 128
 # the most grants of one namespace's pods not bound yet that one node holds: a pod granted, narrowed and let go that
 # kube-scheduler never binds (pinned there, and kept off by a filter Reservoir does not model: a missing volume, pod
-# anti-affinity) keeps its grant while the owner's lock stands (backfill.grant_lives); without this bound a tenant's
-# 1m-cpu pods filled MAX_NODE_GRANTS with such grants and shut everyone else out of backfill on the node
-# (backfill.backfill_verdict)
+# anti-affinity) keeps its grant until the grant's `until` while the owner's lock stands (backfill.grant_lives);
+# without this bound a tenant's 1m-cpu pods filled MAX_NODE_GRANTS with such grants and shut everyone else out of
+# backfill on the node (backfill.backfill_verdict)
 MAX_NAMESPACE_UNBOUND_GRANTS = 32
 
 

@@ -549,13 +549,14 @@ async def test_a_tenant_holds_at_most_its_share_of_a_locked_nodes_grants_with_po
     and kept the grant while they existed, up to the node's MAX_NODE_GRANTS, so no other tenant's pod could backfill
     there. One namespace's grants of pods not yet bound are now at most MAX_NAMESPACE_UNBOUND_GRANTS on a node: the
     pods past it are let go unchanged (no lock toleration, not narrowed), and the node carries no more grants of
-    theirs."""
+    theirs; and the grants of the pods that never bind end at their `until`, the lock still standing."""
     owner = await seed_000_locked(kit, running=60)
     count = MAX_NAMESPACE_UNBOUND_GRANTS + 3
     never = {"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "never-made"}}],
-             "nodeSelector": {"kubernetes.io/hostname": NODE}}  # not the spare node, which has room for them
+             "nodeSelector": {"kubernetes.io/hostname": NODE},  # not the spare node, which has room for them
+             "terminationGracePeriodSeconds": 0}  # each grant's until: 8 s + the 5 s margin after its plan
     for i in range(count):
-        await kit.create_pod(f"never-{i}", {"cpu": "1m"}, annotations=opting_in("20s", None), extra_spec=never)
+        await kit.create_pod(f"never-{i}", {"cpu": "1m"}, annotations=opting_in("8s", None), extra_spec=never)
 
     async def decided() -> list[dict] | None:
         pods = [await kit.read_pod(f"never-{i}") for i in range(count)]
@@ -573,8 +574,18 @@ async def test_a_tenant_holds_at_most_its_share_of_a_locked_nodes_grants_with_po
     ours = sorted(g.pod for g in grants.values() if g.pod.startswith(f"{kit.namespace}/never-"))
     assert ours == sorted(f"{kit.namespace}/{name}" for name in narrowed), (ours, narrowed)
 
-    # the lock's owner goes: the lock goes, and with it every grant of a pod not bound (grant_lives), which would
-    # otherwise stay on the node, and count against MAX_NODE_GRANTS, for as long as the never-bound pods exist
+    # past each grant's until the grants of the pods not bound go while the lock stands (grant_lives): they would
+    # otherwise stay on the node, and count against MAX_NODE_GRANTS, for as long as the lock does; should one bind
+    # after all, it is stopped at once (deadline_cuts, ungranted)
+    async def expired() -> dict | None:
+        node = await kit.read_node(NODE)
+        left = read_grants(node["metadata"]["annotations"].get(keys.BACKFILL_GRANTS))
+        return None if any(g.pod.startswith(f"{kit.namespace}/never-") for g in left.values()) else node
+    node = await kit.wait_for(expired, what="the grants of the pods never bound gone at their until", timeout=30)
+    assert any(t["key"] == keys.LOCK and t.get("value") == owner for t in node["spec"].get("taints") or []), (
+        "the lock stands meanwhile", node["spec"])
+
+    # the lock's owner goes: the lock goes
     await kit.raw("DELETE", f"/api/v1/namespaces/{kit.namespace}/pods/pod-4?gracePeriodSeconds=0")
 
     async def released() -> dict | None:
@@ -582,6 +593,5 @@ async def test_a_tenant_holds_at_most_its_share_of_a_locked_nodes_grants_with_po
         held = [t for t in node["spec"].get("taints") or [] if t["key"] == keys.LOCK]
         left = read_grants(node["metadata"]["annotations"].get(keys.BACKFILL_GRANTS))
         return None if held or left else node
-    await kit.wait_for(released, what="the lock and every grant of the pods never bound gone with the owner",
-                       timeout=30)
+    await kit.wait_for(released, what="the lock gone with the owner, no grant left", timeout=30)
     assert not any(p["spec"].get("nodeName") for p in [await kit.read_pod(f"never-{i}") for i in range(count)])

@@ -148,10 +148,11 @@ def test_a_pod_granted_earlier_and_not_bound_yet_keeps_its_room() -> None:
 def test_a_granted_pod_still_unbound_when_its_grant_ends_holds_no_room() -> None:
     """A pod kube-scheduler never binds (a host port taken, pod anti-affinity: filters Reservoir does not model) would
     hold the room for as long as it exists; past its grant's `until` it holds none, and `second` takes it. Its grant
-    stays while the pod lives: should it bind now, the deadline cut ends it at once."""
+    goes too, so such pods fill no place under MAX_NODE_GRANTS past their time: should it bind now, the deadline cut
+    of a pod with no grant ends it at once."""
     result, _ = granted_unbound(NOW - S)
     assert [b.pod.key for b in result.backfill.placed] == ["ns/second"]
-    assert {"uid-first", "uid-second"} == read_grants(result.node_marks["n1"][keys.BACKFILL_GRANTS]).keys()
+    assert {"uid-second"} == read_grants(result.node_marks["n1"][keys.BACKFILL_GRANTS]).keys()
 
 
 def test_a_granted_pod_not_bound_loses_its_grant_with_its_owners_lock() -> None:
@@ -164,8 +165,8 @@ def test_a_granted_pod_not_bound_loses_its_grant_with_its_owners_lock() -> None:
 
 
 def test_which_grants_a_node_keeps() -> None:
-    """grant_lives: a pod gone or finished keeps none; a gated pod none past `until`; a pod not bound to the node only
-    while the node is locked for the grant's owner; a pod bound there while it runs, whatever the lock."""
+    """grant_lives: a pod gone or finished keeps none; a pod not bound to the node (gated, or let go) none past `until`
+    and only while the node is locked for the grant's owner; a pod bound there while it runs, whatever the lock."""
     grant = Grant("uid-a", "ns/a", "job:x", NOW + 10 * S)
     waiting = replace(gated("a"), backfill_gated=False)
     bound = replace(waiting, node_name="n1", phase="Running")
@@ -173,7 +174,8 @@ def test_which_grants_a_node_keeps() -> None:
     assert not grant_lives(replace(bound, phase="Succeeded"), grant, NOW, node="n1", owner="job:x")
     assert grant_lives(gated("a"), grant, NOW + 10 * S, node="n1", owner="job:x")
     assert not grant_lives(gated("a"), grant, NOW + 11 * S, node="n1", owner="job:x")
-    assert grant_lives(waiting, grant, NOW + 11 * S, node="n1", owner="job:x")
+    assert grant_lives(waiting, grant, NOW + 10 * S, node="n1", owner="job:x")
+    assert not grant_lives(waiting, grant, NOW + 11 * S, node="n1", owner="job:x")
     assert not grant_lives(waiting, grant, NOW, node="n1", owner="job:y")
     assert not grant_lives(waiting, grant, NOW, node="n1", owner=None)
     assert grant_lives(bound, grant, NOW + 11 * S, node="n1", owner=None)
