@@ -919,6 +919,12 @@ class Writer:
 
     async def cut_deadline(self, cut: DeadlineCut) -> None:
         pod_view = cut.pod
+        if cut.ungranted:
+            # the plan saw no grant naming the pod: the node read again first, since the agent's cache may not show a
+            # grant it has just written there (backfill.deadline_cuts); no cut if one names it or the lock changed
+            node = NodeView.from_obj(await get_json(self.api, resource_path("v1", "nodes", cut.node)))
+            if pod_view.uid in node.backfill_grants or node.lock_owner != cut.owner:
+                return
         path = resource_path("v1", "pods", pod_view.name, pod_view.namespace)
         pod = await get_json(self.api, path)
         ops = deadline_patch(pod, cut.deadline)

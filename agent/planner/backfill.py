@@ -87,10 +87,13 @@ from shared.ownership import reservation_owner_id
 from shared.predicates import Placement, schedulable_on
 from shared.resources import CPU, EMPTY, MEMORY, PODS, Resources
 from shared.timestamps import parse_time, stamp
-from shared.tolerations import lock_toleration
+from shared.tolerations import tolerates_lock
 from shared.views import NodeView, PodGroupView, PodView, ReservationView, WorkloadView
 
 SECOND = timedelta(seconds=1)
+# the locks backfill serves: those waiting for capacity to free (plan.plan_backfill_of); a queue guarantee's pods may
+# arrive at any moment, so nothing is backfilled under it
+BACKFILL_KINDS = frozenset((LockKind.JOB, LockKind.WINDOW, LockKind.RESERVATION))
 # gated pods decided in one plan, oldest first; the others wait for the next (which comes at once: the writes change
 # them). A plan weighs each candidate against every open node and every slot: this bounds what a flood of gated pods
 # (anyone may create pods) costs one plan, so it cannot stall the locks of everyone else.
@@ -401,9 +404,16 @@ def plan_backfill(*, pods: PodIndex | Sequence[PodView], nodes: Mapping[str, Nod
     rooms = room_marks(nodes, slots, already or {}, margin=config.backfill.margin, now=now,
                        enabled=config.backfill.enabled and not config.dry_run)
     marks = merged_marks(grant_marks(nodes, by_uid, (), now, locks), rooms)
-    cuts = deadline_cuts(nodes, by_uid, locks, on_node=index.on_node,
-                         entitled=lambda pod, owner: entitlement(pod_meta(pod), pod.namespace, grounds,
-                                                                 best_effort=pod.best_effort).allows(owner))
+
+    def spared(pod: PodView, owner: str) -> bool:
+        """Not a pod narrowing could have let onto `owner`'s lock: it never opted into backfill (its own annotation or
+        its PodGroup's), or it may use the owner's locks by its own rights."""
+        group = pod_group(pod, podgroups)
+        opted = "true" in (pod.annotations.get(keys.BACKFILL), group.annotations.get(keys.BACKFILL) if group else None)
+        return not opted or entitlement(pod_meta(pod), pod.namespace, grounds,
+                                        best_effort=pod.best_effort).allows(owner)
+
+    cuts = deadline_cuts(nodes, by_uid, locks, on_node=index.on_node, spared=spared)
     if not gated:
         return (BackfillPlan(marks=marks, slots=tuple(slots), estimates=estimates, estimate_marks=marks_of_estimates,
                              cuts=cuts)
@@ -839,19 +849,13 @@ def grant_lives(pod: PodView | None, grant: Grant, now: datetime, *, node: str, 
     `until` and while the node stays locked for the grant's owner. A pod granted, narrowed and let go that never binds
     (pinned there, kept off by a filter Reservoir does not model) would otherwise keep its grant, and a place under
     MAX_NODE_GRANTS, for as long as the lock stands; should it bind after `until` all the same, deadline_cuts stops it
-    at once with no grant (`ungranted`), as the grant's own cut would have (a start past `until` leaves a deadline of
-    1)."""
+    at once with no grant (`ungranted`), as the grant's own cut would have (a start past `until` less its grace leaves
+    a deadline of 1). Not quite the same for a pod that started before that but that the agent's cache showed bound
+    only past `until` (late by more than the pod's grace): stopped at once, where the grant's cut would have let it run
+    to `until`."""
     if pod is None or pod.is_terminal:
         return False
     return pod.node_name == node or (grant.owner == owner and now <= grant.until)
-
-
-def narrowed_for(pod: PodView, owner: str) -> bool:
-    """The pod carries `owner`'s lock toleration exactly as the agent's narrowing writes it
-    (shared.tolerations.lock_toleration): a backfill grant's, now or once."""
-    wanted = lock_toleration(owner)
-    return any(t.get("key") == wanted["key"] and (t.get("operator") or "Equal") == "Equal"
-               and t.get("value") == wanted["value"] and t.get("effect") == wanted["effect"] for t in pod.tolerations)
 
 
 def grant_marks(nodes: Mapping[str, NodeView], by_uid: Mapping[str, PodView], placed: Sequence[Backfill],
@@ -904,7 +908,7 @@ def room_marks(nodes: Mapping[str, NodeView], slots: Sequence[BackfillSlot], alr
 
 def deadline_cuts(nodes: Mapping[str, NodeView], by_uid: Mapping[str, PodView], locks: Mapping[str, Lock], *,
                   on_node: Mapping[str, Sequence[PodView]] | None = None,
-                  entitled: Callable[[PodView, str], bool] | None = None) -> tuple[DeadlineCut, ...]:
+                  spared: Callable[[PodView, str], bool] | None = None) -> tuple[DeadlineCut, ...]:
     """Backfilled pods that started too late to end by their grant, and the activeDeadlineSeconds each is lowered to.
 
     A grant's `until` is the plan's moment + the deadline + the margin + the pod's terminationGracePeriodSeconds: the
@@ -918,16 +922,18 @@ def deadline_cuts(nodes: Mapping[str, NodeView], by_uid: Mapping[str, PodView], 
     answer depends only on those three times). Only while this plan keeps the node locked for the grant's owner
     (`locks`): once the lock goes, nobody needs the node back by `until`. Sorted by pod key.
 
-    A grant outlived (`on_node`, the pods bound to each node, and `entitled`, whether a pod may use an owner's locks
-    by its own rights, shared.entitlement, are given): a pod narrowed for a grant that never bound while the lock
-    stood keeps what narrowing gave it, the owner's lock toleration and the pin to the node (a toleration cannot be
-    taken back, a pin cannot be changed once past the gate), while its grant ends with the lock (grant_lives). Were
-    the same owner to lock the node again, the pod could bind there under that lock with no grant, so with no `until`
-    to cut to, and run its whole deadline into the owner's time. So a pod bound to a node locked for an owner, started
-    at or after that lock began, carrying that owner's lock toleration (exactly as narrowing writes it, which the
-    pod-locks check lets no one else write) and an activeDeadlineSeconds (narrowing writes both in one patch), with no
-    grant of the node naming it, and not entitled to the owner's locks by its own rights, is cut to 1 (stopped at
-    once: it took a locked node nobody let it onto)."""
+    A grant outlived (`on_node`, the pods bound to each node, and `spared`, whether a pod is one narrowing could not
+    have let on: it never opted into backfill, or it may use the owner's locks by its own rights, shared.entitlement,
+    are given): a pod narrowed for a grant that did not bind in its time keeps what narrowing gave it, the owner's lock
+    toleration and the pin to the node (a toleration cannot be taken back, a pin cannot be changed once past the
+    gate), while its grant ends at its `until` or with the lock (grant_lives). Binding there later under that owner's
+    lock, it would have no `until` to be cut to and run its whole deadline into the owner's time. So a pod bound to a
+    node locked for an owner under a lock backfill serves (a job's, a window's, a Reservation's; read back whole, its
+    `since` known), started at or after that lock began, tolerating that owner's lock (as narrowing writes it, or as
+    the tenant wrote it itself while its grant let it) and carrying an activeDeadlineSeconds (narrowing writes one),
+    with no grant of the node naming it, and not `spared`, is cut to 1 (stopped at once: it took a locked node nobody
+    let it onto). The writer reads the node again before such a cut and makes none if a grant there names the pod
+    (the agent's cache may not show a grant it has just written)."""
     cuts = []
     for name, node in nodes.items():
         lock = locks.get(name)
@@ -943,12 +949,12 @@ def deadline_cuts(nodes: Mapping[str, NodeView], by_uid: Mapping[str, PodView], 
             allowed = max(1, (grant.until - grace - pod.started) // SECOND)
             if pod.active_deadline is None or pod.active_deadline > allowed:
                 cuts.append(DeadlineCut(pod=pod, node=name, owner=grant.owner, until=grant.until, deadline=allowed))
-        if on_node is None or entitled is None:
+        if on_node is None or spared is None or lock.kind not in BACKFILL_KINDS or lock.unreadable:
             continue
         for pod in on_node.get(name, ()):
             if (pod.uid in node.backfill_grants or pod.started is None or pod.started < lock.since
                     or pod.is_terminal or pod.deleting or pod.active_deadline is None or pod.active_deadline <= 1
-                    or not narrowed_for(pod, lock.owner) or entitled(pod, lock.owner)):
+                    or not tolerates_lock(pod.tolerations, lock.owner) or spared(pod, lock.owner)):
                 continue
             cuts.append(DeadlineCut(pod=pod, node=name, owner=lock.owner, until=lock.since, deadline=1,
                                     ungranted=True))

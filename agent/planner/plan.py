@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 
-from agent.planner.backfill import backfill_slots, plan_backfill, waiting_task, with_expected_starts
+from agent.planner.backfill import BACKFILL_KINDS, backfill_slots, plan_backfill, waiting_task, with_expected_starts
 from agent.planner.capacity import NodeState, control_plane, node_states, schedulable
 from agent.planner.guarantee import GUARANTEES, guaranteed_queues
 from agent.planner.jobs import build_jobs, usage_by_queue
@@ -113,7 +113,7 @@ def plan_backfill_of(context: PlanContext, locks: Mapping[str, Lock], statuses: 
     starts and their pending reserve pods, the Waiting Reservations, the starvation jobs' pending tasks), the start
     estimates from them, and backfill under them (backfill.plan_backfill)."""
     snapshot = context.snapshot
-    waits = [lock for lock in locks.values() if lock.kind in (LockKind.JOB, LockKind.WINDOW, LockKind.RESERVATION)]
+    waits = [lock for lock in locks.values() if lock.kind in BACKFILL_KINDS]
     index = snapshot.index
     if not waits and not any(p.backfill_gated for p in index.unbound.values()) and not any(
             n.backfill_grants or n.backfill_room for n in snapshot.nodes.values()):

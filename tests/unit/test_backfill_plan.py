@@ -755,17 +755,24 @@ def narrowed_earlier(name: str, owner: str, *, started: datetime, deadline: int 
 def test_a_pod_narrowed_for_a_grant_that_ended_and_bound_under_the_owners_next_lock_is_stopped() -> None:
     """Its grant went with the owner's earlier lock (grant_lives), its toleration and pin stayed: bound under the same
     owner's lock now, with no grant to cut to, it would run its whole deadline into the owner's time. It is cut to 1
-    (the kubelet stops it at once), the writer saying why; not when it started before this lock began (it ran there
-    already when the lock chose the node), has no deadline (narrowing writes one), or tolerates another owner's lock."""
+    (the kubelet stops it at once), the writer saying why, whether it carries the toleration as narrowing writes it or
+    as its tenant wrote it while its grant let it (no effect: narrowing then adds none); not when it started before
+    this lock began (it ran there already when the lock chose the node), has no deadline (narrowing writes one),
+    tolerates another owner's lock, or never opted into backfill (no grant could have narrowed it)."""
     _, _, lock = seed_000([])
     late = narrowed_earlier("late", lock.owner, started=NOW + 2 * S)
     result, _ = run([late])
     assert [(c.key, c.deadline, c.ungranted, c.until) for c in result.backfill.cuts] == [
         ("ns/late", 1, True, lock.since)]
+    own = narrowed_earlier("own", lock.owner, started=NOW + 2 * S)
+    own = replace(own, tolerations=({"key": keys.LOCK, "operator": "Equal", "value": lock.owner},))
+    result, _ = run([own])
+    assert [c.key for c in result.backfill.cuts] == ["ns/own"]
     for other in (narrowed_earlier("before", lock.owner, started=lock.since - 5 * S),
                   narrowed_earlier("no-deadline", lock.owner, started=NOW + 2 * S, deadline=None),
                   narrowed_earlier("cut", lock.owner, started=NOW + 2 * S, deadline=1),
-                  narrowed_earlier("elsewhere", "job:other", started=NOW + 2 * S)):
+                  narrowed_earlier("elsewhere", "job:other", started=NOW + 2 * S),
+                  replace(late, annotations={keys.MAXIMUM_RUNTIME: "10s"})):
         result, _ = run([other])
         assert result.backfill.cuts == (), other.key
 

@@ -792,6 +792,33 @@ async def test_a_deadline_cut_is_tested_against_the_pods_uid(recorder: Recorder)
     assert len(recorder.of("PATCH")) == 1
 
 
+async def test_a_cut_for_a_pod_with_no_grant_reads_the_node_again_first(recorder: Recorder) -> None:
+    """The plan saw no grant naming the pod (backfill.deadline_cuts, `ungranted`): the writer reads the node again and
+    cuts only if no grant there names it (the agent's cache may lag a grant it has just written) and the node is
+    still locked for the owner."""
+    from agent.planner.model import DeadlineCut
+    from shared.backfill import Grant, grants_text
+
+    pod = {"metadata": {"name": "late", "namespace": "ns", "uid": "u1"},
+           "spec": {"nodeName": "n1", "activeDeadlineSeconds": 10, "containers": [{"name": "c"}]},
+           "status": {"phase": "Running", "startTime": "2026-11-22T12:00:10Z"}}
+    recorder.nodes["late"] = pod
+    taint = {"key": keys.LOCK, "value": "job-x", "effect": keys.LOCK_EFFECT}
+    cut = DeadlineCut(pod=PodView.from_obj(pod), node="n1", owner="job-x",
+                      until=datetime(2026, 11, 22, 12, 0, 5, tzinfo=UTC), deadline=1, ungranted=True)
+    grant = Grant("u1", "ns/late", "job-x", datetime(2026, 11, 22, 12, 0, 30, tzinfo=UTC))
+    writer, _ = new_writer()
+    recorder.nodes["n1"] = node_obj(taints=[taint], annotations={keys.BACKFILL_GRANTS: grants_text([grant]) or ""})
+    await writer.cut_deadlines([cut])
+    recorder.nodes["n1"] = node_obj(taints=[{**taint, "value": "job-y"}])
+    await writer.cut_deadlines([cut])
+    assert recorder.of("PATCH") == []
+    recorder.nodes["n1"] = node_obj(taints=[taint])
+    await writer.cut_deadlines([cut])
+    (sent,) = recorder.of("PATCH")
+    assert apply(pod, sent.body)["spec"]["activeDeadlineSeconds"] == 1
+
+
 async def test_a_grant_written_after_the_plans_snapshot_is_kept_when_the_plan_rewrites_the_grants(
         recorder: Recorder) -> None:
     """The plan saw grant `a` on n1 and drops it (its pod ended); grant `b` was written by the reconcile before, after
