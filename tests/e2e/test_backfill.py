@@ -7,6 +7,7 @@ runtime would cross the moment the node is needed is let go unchanged."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -210,6 +211,49 @@ async def test_a_pod_on_the_gate_is_decided_by_a_gate_pass_without_waiting_for_a
                                                                before, after)
 
 
+@contextlib.asynccontextmanager
+async def scheduler_stopped(kit: Kit) -> AsyncIterator[None]:
+    """kube-scheduler stopped (SIGSTOP) while the body runs, resumed (SIGCONT) after it however it ends."""
+    scheduler = next(c for c in kit.cluster.components if c.name == "kube-scheduler").process
+    os.kill(scheduler.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(scheduler.pid, signal.SIGCONT)
+
+
+async def narrowed_and_let_go(kit: Kit, name: str, runtime: int) -> dict:
+    """A pod of 1 cpu that opts in, declaring `runtime` seconds and running until its deadline ends it (no
+    complete-after: localcluster's pod-deadline stage ends it, as the kubelet), once the agent narrowed it to NODE and
+    lifted its gate."""
+    await kit.create_pod(name, {"cpu": "1"}, annotations=opting_in(f"{runtime}s", None))
+
+    async def let_go() -> dict | None:
+        pod = await kit.read_pod(name)
+        return pod if not pod["spec"].get("schedulingGates") else None
+    pod = await kit.wait_for(let_go, what=f"{name} narrowed to the node and let go", timeout=20)
+    assert pod["spec"]["activeDeadlineSeconds"] == runtime and pinned_to(pod["spec"], NODE), pod["spec"]
+    return pod
+
+
+async def told_and_ended(kit: Kit, name: str, *words: str) -> dict:
+    """The `BackfillDeadlineCut` Event on pod `name` (its message naming each of `words`), then the pod ended by its
+    deadline (phase Failed, reason DeadlineExceeded): the pod as it ended."""
+    async def told() -> bool:  # the Event goes after the patch
+        events = await kit.raw("GET",
+                               f"/api/v1/namespaces/{kit.namespace}/events?fieldSelector=involvedObject.name={name}")
+        return any(e["reason"] == "BackfillDeadlineCut" and all(w in e["message"] for w in words)
+                   for e in events["items"])
+    await kit.wait_for(told, what=f"the BackfillDeadlineCut Event on {name} naming {words}", timeout=10)
+
+    async def ended() -> dict | None:
+        pod = await kit.read_pod(name)
+        return pod if pod["status"].get("phase") == "Failed" else None
+    pod = await kit.wait_for(ended, what=f"{name} ended at its cut deadline", timeout=20)
+    assert pod["status"].get("reason") == "DeadlineExceeded", pod["status"]
+    return pod
+
+
 async def test_a_backfilled_pod_bound_late_has_its_deadline_cut_to_end_by_its_grant(
         kit: Kit, running: AgentProcess) -> None:
     """kube-scheduler stopped (SIGSTOP) while the agent lets a short pod onto the locked node: the pod binds about 7 s
@@ -218,24 +262,13 @@ async def test_a_backfilled_pod_bound_late_has_its_deadline_cut_to_end_by_its_gr
     says so in a `BackfillDeadlineCut` Event, and the pod is ended by then."""
     owner = await seed_000_locked(kit)
 
-    scheduler = next(c for c in kit.cluster.components if c.name == "kube-scheduler").process
-    os.kill(scheduler.pid, signal.SIGSTOP)
-    try:
-        # no complete-after: it would run forever, only its deadline ends it (localcluster's pod-deadline stage)
-        await kit.create_pod("late", {"cpu": "1"}, annotations=opting_in("10s", None))
-
-        async def let_go() -> dict | None:
-            pod = await kit.read_pod("late")
-            return pod if not pod["spec"].get("schedulingGates") else None
-        pod = await kit.wait_for(let_go, what="the short pod narrowed to the node and let go", timeout=20)
-        assert pod["spec"]["activeDeadlineSeconds"] == 10 and pinned_to(pod["spec"], NODE)
+    async with scheduler_stopped(kit):
+        pod = await narrowed_and_let_go(kit, "late", 10)
         grants = read_grants((await kit.read_node(NODE))["metadata"]["annotations"].get(keys.BACKFILL_GRANTS))
         until = grants[pod["metadata"]["uid"]].until
         # the grant ends 15 s after the plan (10 s + the 5 s margin): resumed 8 s before that, the pod starts past
         # its margin and well before `until`, so its cut deadline is one it can still run
         await asyncio.sleep(max(0.0, until.timestamp() - 8 - time.time()))
-    finally:
-        os.kill(scheduler.pid, signal.SIGCONT)
 
     async def cut() -> dict | None:
         pod = await kit.read_pod("late")
@@ -247,20 +280,8 @@ async def test_a_backfilled_pod_bound_late_has_its_deadline_cut_to_end_by_its_gr
     started, deadline = parse_time(pod["status"]["startTime"]), pod["spec"]["activeDeadlineSeconds"]
     assert started is not None and started + timedelta(seconds=deadline) <= until, (
         pod["status"]["startTime"], pod["spec"]["activeDeadlineSeconds"], stamp(until))
-
-    async def told() -> bool:  # the Event goes after the patch
-        events = await kit.raw("GET",
-                               f"/api/v1/namespaces/{kit.namespace}/events?fieldSelector=involvedObject.name=late")
-        return any(e["reason"] == "BackfillDeadlineCut" and NODE in e["message"] and owner in e["message"]
-                   for e in events["items"])
-    await kit.wait_for(told, what="the BackfillDeadlineCut Event on the late pod", timeout=10)
-
-    async def ended() -> dict | None:
-        pod = await kit.read_pod("late")
-        return pod if pod["status"].get("phase") == "Failed" else None
-    pod = await kit.wait_for(ended, what="the late pod ended at its cut deadline", timeout=20)
+    pod = await told_and_ended(kit, "late", NODE, owner)
     # ended by the cut deadline (which ends by `until`, above), not by anything else
-    assert pod["status"].get("reason") == "DeadlineExceeded", pod["status"]
     assert pod["spec"]["activeDeadlineSeconds"] == deadline, pod["spec"]
 
 
@@ -273,18 +294,8 @@ async def test_a_pod_narrowed_for_a_grant_that_ended_unbound_is_stopped_when_it_
     it: the agent cuts its activeDeadlineSeconds to 1 and says why, and the kubelet (localcluster's pod-deadline stage)
     ends it at once, where before it ran its whole declared runtime into the owner's time."""
     owner = await seed_000_locked(kit, running=60)
-    scheduler = next(c for c in kit.cluster.components if c.name == "kube-scheduler").process
-    os.kill(scheduler.pid, signal.SIGSTOP)
-    try:
-        # no complete-after: it would run forever, only its deadline ends it
-        await kit.create_pod("stuck", {"cpu": "1"}, annotations=opting_in("20s", None))
-
-        async def let_go() -> dict | None:
-            pod = await kit.read_pod("stuck")
-            return pod if not pod["spec"].get("schedulingGates") else None
-        pod = await kit.wait_for(let_go, what="the short pod narrowed to the node and let go", timeout=20)
-        assert pod["spec"]["activeDeadlineSeconds"] == 20 and pinned_to(pod["spec"], NODE), pod["spec"]
-
+    async with scheduler_stopped(kit):
+        await narrowed_and_let_go(kit, "stuck", 20)
         await kit.raw("DELETE", f"/api/v1/namespaces/{kit.namespace}/pods/pod-4?gracePeriodSeconds=0")
 
         async def released() -> bool:
@@ -302,8 +313,6 @@ async def test_a_pod_narrowed_for_a_grant_that_ended_unbound_is_stopped_when_it_
         await kit.wait_for(locked_again, what="the node locked again for the same owner", timeout=30)
         grants = read_grants((await kit.read_node(NODE))["metadata"]["annotations"].get(keys.BACKFILL_GRANTS))
         assert not grants, grants
-    finally:
-        os.kill(scheduler.pid, signal.SIGCONT)
 
     async def cut() -> dict | None:
         pod = await kit.read_pod("stuck")
@@ -312,19 +321,7 @@ async def test_a_pod_narrowed_for_a_grant_that_ended_unbound_is_stopped_when_it_
         await kit.wait_for(cut, what="the pod bound under the owner's next lock cut to 1 s", timeout=30)
     except AssertionError as err:
         raise AssertionError(f"{err}\n{running.log_text()[-3000:]}") from None
-
-    async def told() -> bool:
-        events = await kit.raw("GET",
-                               f"/api/v1/namespaces/{kit.namespace}/events?fieldSelector=involvedObject.name=stuck")
-        return any(e["reason"] == "BackfillDeadlineCut" and "no backfill grant" in e["message"]
-                   and owner in e["message"] for e in events["items"])
-    await kit.wait_for(told, what="the BackfillDeadlineCut Event saying the pod had no grant", timeout=10)
-
-    async def ended() -> dict | None:
-        pod = await kit.read_pod("stuck")
-        return pod if pod["status"].get("phase") == "Failed" else None
-    pod = await kit.wait_for(ended, what="the pod ended at its cut deadline", timeout=20)
-    assert pod["status"].get("reason") == "DeadlineExceeded", pod["status"]
+    await told_and_ended(kit, "stuck", "no backfill grant", owner)
 
 
 def scrape(port: int) -> str:
