@@ -171,13 +171,18 @@ def declared_runtime(annotations: Mapping[str, str], podgroup_annotations: Mappi
     return runtime_of(annotations) or runtime_of(podgroup_annotations)
 
 
+def opts_in(annotations: Mapping[str, str], podgroup_annotations: Mapping[str, str]) -> bool:
+    """The pod opts into backfill: keys.BACKFILL "true" on it or on its PodGroup."""
+    return "true" in (annotations.get(keys.BACKFILL), podgroup_annotations.get(keys.BACKFILL))
+
+
 def hold_refusal(annotations: Mapping[str, str], podgroup_annotations: Mapping[str, str], *, namespace: str,
                  queue: str | None, config: BackfillConfig, scheduler: str = DEFAULT_SCHEDULER) -> str | None:
     """Why the pod is not one backfill may hold (module docstring); "" when it does not opt in (nothing to say),
     None when it is. `scheduler`: its spec.schedulerName. A pod another scheduler places is not held: the room is
     reckoned by kube-scheduler's filters, and a pod that names a scheduler nobody runs would never bind and would
     keep its grant, and the room it holds, while it exists."""
-    if "true" not in (annotations.get(keys.BACKFILL), podgroup_annotations.get(keys.BACKFILL)):
+    if not opts_in(annotations, podgroup_annotations):
         return ""
     if scheduler != DEFAULT_SCHEDULER:
         return (f"{keys.BACKFILL} is ignored: the pod is scheduled by {scheduler[:63]!r}, not {DEFAULT_SCHEDULER}, "

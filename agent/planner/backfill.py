@@ -79,7 +79,7 @@ from agent.planner.policy import fair_share, merged_marks
 from agent.planner.reservations import pod_meta
 from agent.planner.reserve import maximum_runtime, pod_group
 from shared import keys
-from shared.backfill import Grant, Room, grants_text, hold_refusal
+from shared.backfill import Grant, Room, grants_text, hold_refusal, opts_in
 from shared.config import ReservoirConfig
 from shared.entitlement import Grounds, backfill_queue, entitlement
 from shared.keys import LockKind
@@ -409,9 +409,8 @@ def plan_backfill(*, pods: PodIndex | Sequence[PodView], nodes: Mapping[str, Nod
         """Not a pod narrowing could have let onto `owner`'s lock: it never opted into backfill (its own annotation or
         its PodGroup's), or it may use the owner's locks by its own rights."""
         group = pod_group(pod, podgroups)
-        opted = "true" in (pod.annotations.get(keys.BACKFILL), group.annotations.get(keys.BACKFILL) if group else None)
-        return not opted or entitlement(pod_meta(pod), pod.namespace, grounds,
-                                        best_effort=pod.best_effort).allows(owner)
+        return not opts_in(pod.annotations, group.annotations if group else {}) or entitlement(
+            pod_meta(pod), pod.namespace, grounds, best_effort=pod.best_effort).allows(owner)
 
     cuts = deadline_cuts(nodes, by_uid, locks, on_node=index.on_node, spared=spared)
     if not gated:
