@@ -88,21 +88,28 @@ windows:
 
 
 STREAM_SECONDS = 30  # seed 000's story: how long small pods keep coming
-SMALL_RUNS = "5s"  # ... each running this long
+SMALL_RUNS_SECONDS = 5  # ... each running this long
+GOLDEN = (5 ** 0.5 - 1) / 2  # n * GOLDEN mod 1 for n = 0, 1, 2, ...: points spread evenly over [0, 1) however many
 GPU = "nvidia.com/gpu"  # GPUs, as the device plugin counts them
 
 
-async def stream_small_pods(kit: Kit, seconds: float, keep_pending: int = 3, gpus: int = 0) -> None:
+async def stream_small_pods(kit: Kit, seconds: float, keep_pending: int = 3, gpus: int = 0,
+                            spread: float = 0.0) -> None:
     """Keep `keep_pending` small pods (1 cpu, or with `gpus`: 100m cpu and that many `nvidia.com/gpu`, each running
-    SMALL_RUNS) waiting at all times, for `seconds`."""
+    SMALL_RUNS_SECONDS) waiting at all times, for `seconds`. With `spread` (seconds), the runtimes are spread evenly
+    over SMALL_RUNS_SECONDS plus or minus half of it, so pods created together do not end together: a node whose pods
+    all end within one scheduling cycle is empty for whichever pending pod is tried first, however many small ones
+    wait."""
     counter = itertools.count()
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         pods = (await kit.raw("GET", f"/api/v1/namespaces/{kit.namespace}/pods?labelSelector=stream=small"))["items"]
         pending = sum(1 for p in pods if not p["spec"].get("nodeName"))
         for _ in range(keep_pending - pending):
-            body = kit.pod_body(f"small-{next(counter)}", {"cpu": "100m", GPU: str(gpus)} if gpus else {"cpu": "1"},
-                                labels={"stream": "small"}, annotations={COMPLETE_AFTER: SMALL_RUNS})
+            n = next(counter)
+            runs = f"{round(1000 * (SMALL_RUNS_SECONDS + spread * ((n * GOLDEN) % 1 - 0.5)))}ms"
+            body = kit.pod_body(f"small-{n}", {"cpu": "100m", GPU: str(gpus)} if gpus else {"cpu": "1"},
+                                labels={"stream": "small"}, annotations={COMPLETE_AFTER: runs})
             if gpus:  # an extended resource's request must equal its limit
                 body["spec"]["containers"][0]["resources"]["limits"] = {GPU: str(gpus)}
             await kit.raw("POST", f"/api/v1/namespaces/{kit.namespace}/pods", body)
