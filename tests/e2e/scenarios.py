@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager, nullcontext
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -89,17 +89,20 @@ windows:
 
 STREAM_SECONDS = 30  # seed 000's story: how long small pods keep coming
 SMALL_RUNS_SECONDS = 5  # ... each running this long
+SMALL_RUNS_SPREAD = 2  # ... give or take half this (seconds): pods created together do not end together
+STREAM_FILLS = 30  # seconds the stream has to fill its nodes before a story goes on
 GOLDEN = (5 ** 0.5 - 1) / 2  # n * GOLDEN mod 1 for n = 0, 1, 2, ...: points spread evenly over [0, 1) however many
 GPU = "nvidia.com/gpu"  # GPUs, as the device plugin counts them
 
 
 async def stream_small_pods(kit: Kit, seconds: float, keep_pending: int = 3, gpus: int = 0,
-                            spread: float = 0.0) -> None:
-    """Keep `keep_pending` small pods (1 cpu, or with `gpus`: 100m cpu and that many `nvidia.com/gpu`, each running
-    SMALL_RUNS_SECONDS) waiting at all times, for `seconds`. With `spread` (seconds), the runtimes are spread evenly
-    over SMALL_RUNS_SECONDS plus or minus half of it, so pods created together do not end together: a node whose pods
-    all end within one scheduling cycle is empty for whichever pending pod is tried first, however many small ones
-    wait."""
+                            spread: float = SMALL_RUNS_SPREAD) -> None:
+    """Keep `keep_pending` small pods (1 cpu, or with `gpus`: 100m cpu and that many `nvidia.com/gpu`) waiting at all
+    times, for `seconds`. Their runtimes are spread evenly over SMALL_RUNS_SECONDS plus or minus half of `spread`
+    (seconds), so pods created together do not end together: a node whose pods all end within one scheduling cycle is
+    empty for whichever pending pod is tried first, however many small ones wait (CI once saw kube-scheduler alone
+    place the big pod so, with every pod running 5 s: a pod bound as another ends, ends as the next binds, and ends
+    drift together)."""
     counter = itertools.count()
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -114,6 +117,21 @@ async def stream_small_pods(kit: Kit, seconds: float, keep_pending: int = 3, gpu
                 body["spec"]["containers"][0]["resources"]["limits"] = {GPU: str(gpus)}
             await kit.raw("POST", f"/api/v1/namespaces/{kit.namespace}/pods", body)
         await asyncio.sleep(0.3)
+
+
+async def stream_fills(kit: Kit, stream: asyncio.Task, nodes: Sequence[str], pods: int) -> None:
+    """Waits until `pods` of the stream's small pods run on `nodes` (a story's nodes full of them); fails after
+    STREAM_FILLS seconds, or if the stream has ended."""
+    deadline = time.monotonic() + STREAM_FILLS
+    while True:
+        items = (await kit.raw("GET", f"/api/v1/namespaces/{kit.namespace}/pods?labelSelector=stream=small"))["items"]
+        running = sum(1 for p in items if p["spec"].get("nodeName") in nodes
+                      and p.get("status", {}).get("phase") not in ("Succeeded", "Failed"))
+        if running >= pods:
+            return
+        assert time.monotonic() < deadline and not stream.done(), \
+            f"{running} of {pods} small pods run on {list(nodes)} after {STREAM_FILLS} s"
+        await asyncio.sleep(0.2)
 
 
 def scheduled_at(pod: dict) -> float | None:

@@ -32,6 +32,7 @@ from tests.e2e.scenarios import (
     running_agent,
     scheduled_at,
     spare_node,
+    stream_fills,
     stream_small_pods,
 )
 
@@ -92,7 +93,7 @@ async def kueue_story(kit: Kit, queue: str) -> tuple[float, float, dict[str, Any
     await kit.create_node("starve-node", {"cpu": "4", "memory": "16Gi"})
     await spare_node(kit)
     stream = asyncio.create_task(stream_small_pods(kit, STREAM_SECONDS))
-    await asyncio.sleep(3)  # the node is full of small pods
+    await stream_fills(kit, stream, ["starve-node"], 4)  # the node is full of small pods
     await kit.raw("POST", f"/apis/batch/v1/namespaces/{kit.namespace}/jobs",
                   job_body("big", {"cpu": "4", "memory": "1Gi"}, 1, queue=queue))
     await stream
@@ -158,7 +159,11 @@ async def test_a_short_kueue_job_backfills_the_node_locked_for_a_starving_kueue_
         return next((t.get("value") for t in node["spec"].get("taints") or [] if t["key"] == keys.LOCK), None)
     owner = await kit.wait_for(locked, what="bf-node locked for the big Job", timeout=30)
     assert owner == JobRef(kit.namespace, "Job", "big").owner_id
-    await asyncio.sleep(2)  # the agent notes the node's backfill room; the webhook's caches see it
+
+    async def room_noted() -> str | None:
+        return (await kit.read_node("bf-node"))["metadata"].get("annotations", {}).get(keys.BACKFILL_ROOM)
+    await kit.wait_for(room_noted, what="bf-node's backfill room noted by the agent", timeout=30)
+    await asyncio.sleep(1)  # the webhook's node cache sees it (a watch event away)
     short = job_body("short", {"cpu": "500m", "memory": "1Gi"}, 1, runs="5s")
     short["spec"]["template"]["metadata"]["annotations"].update({keys.BACKFILL: "true", keys.MAXIMUM_RUNTIME: "10s"})
     await kit.raw("POST", f"/apis/batch/v1/namespaces/{kit.namespace}/jobs", short)

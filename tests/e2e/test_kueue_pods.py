@@ -31,6 +31,7 @@ from tests.e2e.scenarios import (
     running_agent,
     scheduled_at,
     spare_node,
+    stream_fills,
     stream_small_pods,
 )
 
@@ -101,7 +102,7 @@ async def test_a_kueue_managed_pod_carries_both_webhooks_marks_and_gets_its_node
     await kit.create_node("starve-node", {"cpu": "4", "memory": "16Gi"})
     await spare_node(kit)
     stream = asyncio.create_task(stream_small_pods(kit, STREAM_SECONDS))
-    await asyncio.sleep(3)  # the node is full of small pods
+    await stream_fills(kit, stream, ["starve-node"], 4)  # the node is full of small pods
     owner = JobRef(kit.namespace, "Pod", "big")
     created = await kit.raw("POST", f"/api/v1/namespaces/{kit.namespace}/pods",
                             kueue_pod(kit, "big", {"cpu": "4", "memory": "1Gi"}))
@@ -140,7 +141,7 @@ async def test_a_kueue_pod_group_is_one_job_and_gets_a_node_for_each_pod(kit: Ki
         await kit.create_node(name, {"cpu": "4", "memory": "16Gi"})
     await spare_node(kit)
     stream = asyncio.create_task(stream_small_pods(kit, STREAM_SECONDS, keep_pending=6))
-    await asyncio.sleep(3)
+    await stream_fills(kit, stream, ["node-a", "node-b"], 8)
     owner = JobRef(kit.namespace, KUEUE_POD_GROUP, "pair")
     for i in range(2):
         body = kueue_pod(kit, f"pair-{i}", {"cpu": "4", "memory": "1Gi"})

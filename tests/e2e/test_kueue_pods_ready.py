@@ -9,6 +9,7 @@ stream of 1-GPU pods (runtimes 3 to 7 s); an admitted Job of one 8-GPU pod waits
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -20,14 +21,13 @@ from localcluster.cluster import LocalCluster
 from localcluster.kueue_process import KueueManager
 from tests.e2e.kit import Kit
 from tests.e2e.kueue_scenarios import LOCAL_QUEUE, condition, job_body, job_pods, kueue_queues, running_kueue, workloads
-from tests.e2e.scenarios import GPU, running_agent, scheduled_at, spare_node, stream_small_pods
+from tests.e2e.scenarios import GPU, running_agent, scheduled_at, spare_node, stream_fills, stream_small_pods
 
 PODS_READY = 40  # Kueue's waitForPodsReady timeout, seconds
 STREAM = 70  # seconds of 1-GPU pods: past the timeout, with room for Kueue to act
-EVICTION_LATE = 30  # seconds after the stream that kube-scheduler alone's story still waits for Kueue's eviction
+EVICTION_LATE = 30  # seconds past STREAM that kube-scheduler alone's story streams on, waiting for Kueue's eviction
 GPU_NODES = ("gpu-a", "gpu-b")  # two 8-GPU nodes
 SPREAD = 4  # seconds: the 1-GPU pods run 3 to 7 s, so a node's pods do not all end at once (CI once saw them do so)
-FULL_BY = 30  # seconds the stream has to fill both nodes before the Job is created
 
 CONFIG = f"""
 starvation: {{starvingJobTimeThreshold: 10m, reservedNodePercent: 100, maxLockDuration: 10m}}
@@ -63,28 +63,19 @@ async def conditions_seen(kit: Kit, seen: list[dict[str, Any]]) -> None:
                  and c not in seen]
 
 
-async def both_nodes_full(kit: Kit, stream: asyncio.Task) -> None:
-    """Waits until the stream's 1-GPU pods run on all 16 GPUs of the two nodes (FULL_BY seconds at most)."""
-    deadline = time.monotonic() + FULL_BY
-    while True:
-        pods = (await kit.raw("GET", f"/api/v1/namespaces/{kit.namespace}/pods?labelSelector=stream=small"))["items"]
-        running = sum(1 for p in pods if p["spec"].get("nodeName") in GPU_NODES
-                      and p.get("status", {}).get("phase") not in ("Succeeded", "Failed"))
-        if running >= 8 * len(GPU_NODES):
-            return
-        assert time.monotonic() < deadline and not stream.done(), f"{running} 1-GPU pods run after {FULL_BY} s"
-        await asyncio.sleep(0.2)
-
-
-async def gpu_story(kit: Kit) -> tuple[float, float, float, list[dict[str, Any]]]:
+async def gpu_story(kit: Kit, *, until_evicted: bool = False) -> tuple[float, float, float, list[dict[str, Any]]]:
     """Two 8-GPU nodes full of 1-GPU pods for STREAM seconds (their runtimes spread, SPREAD s); an 8-GPU Kueue Job
-    created once all 16 GPUs run them. Returns (the Job's creation, the stream's end, the 8-GPU pod's bind time or
-    inf, the Workload's conditions as polled: every one seen True)."""
+    created once all 16 GPUs run them. With `until_evicted`, the stream goes on until the Workload is seen Evicted,
+    EVICTION_LATE seconds more at most: Kueue evicts PODS_READY after the admission plus its own requeue check, which
+    a loaded machine (the whole suite on two cores) has pushed past STREAM, and a node the stream left would let the
+    pod on before it. Returns (the Job's creation, the stream's end, the 8-GPU pod's bind time or inf, the Workload's
+    conditions as polled: every one seen True)."""
     for name in GPU_NODES:
         await kit.create_node(name, {"cpu": "32", "memory": "128Gi", GPU: "8"})
     await spare_node(kit)
-    stream = asyncio.create_task(stream_small_pods(kit, STREAM, keep_pending=4, gpus=1, spread=SPREAD))
-    await both_nodes_full(kit, stream)
+    seconds = STREAM + (EVICTION_LATE if until_evicted else 0)
+    stream = asyncio.create_task(stream_small_pods(kit, seconds, keep_pending=4, gpus=1, spread=SPREAD))
+    await stream_fills(kit, stream, GPU_NODES, 8 * len(GPU_NODES))
     created = time.time()
     await kit.raw("POST", f"/apis/batch/v1/namespaces/{kit.namespace}/jobs",
                   job_body("big", {"cpu": "4", "memory": "8Gi", GPU: "8"}, 1))
@@ -96,29 +87,22 @@ async def gpu_story(kit: Kit) -> tuple[float, float, float, list[dict[str, Any]]
             at = scheduled_at(pod)
             if at is not None:
                 bound = min(bound, at)
+        if until_evicted and any(c["type"] == "Evicted" for c in seen):
+            stream.cancel()
+            break
         await asyncio.sleep(0.5)
-    await stream
+    with contextlib.suppress(asyncio.CancelledError):
+        await stream
     return created, time.time(), bound, seen
-
-
-async def evicted_by(kit: Kit, seen: list[dict[str, Any]], deadline: float) -> dict[str, str | None]:
-    """The Workload's conditions seen True, type -> reason, polled on until Kueue's eviction shows or `deadline`: Kueue
-    evicts after PODS_READY from the admission plus its own requeue check, which a loaded machine (the whole suite on
-    two cores) has pushed past the stream's end."""
-    while True:
-        kinds = {c["type"]: c.get("reason") for c in seen}
-        if "Evicted" in kinds or time.time() > deadline:
-            return kinds
-        await asyncio.sleep(0.5)
-        await conditions_seen(kit, seen)
 
 
 async def test_without_reservoir_kueue_evicts_the_admitted_8_gpu_workload_it_could_not_place(
         kit: Kit, queues: str) -> None:
-    _, stream_end, bound, seen = await gpu_story(kit)
-    kinds = await evicted_by(kit, seen, time.time() + EVICTION_LATE)
+    created, stream_end, bound, seen = await gpu_story(kit, until_evicted=True)
+    kinds = {c["type"]: c.get("reason") for c in seen}
     assert "Admitted" in kinds, kinds
-    assert kinds.get("Evicted") == "PodsReadyTimeout", f"Kueue gave up on the Workload: {kinds}"
+    assert kinds.get("Evicted") == "PodsReadyTimeout", \
+        f"Kueue gave up on the Workload: {kinds}; the 8-GPU pod bound {bound - created:.1f} s after the Job was made"
     assert bound > stream_end - 1, "kube-scheduler alone never placed the 8-GPU pod while the stream ran"
 
 

@@ -23,7 +23,15 @@ from localcluster.cluster import ClusterError, LocalCluster
 from shared import keys
 from shared.ownership import NATIVE_PODGROUP, JobRef
 from tests.e2e.kit import Kit, apply_setup
-from tests.e2e.scenarios import SETUP, STARVATION_CONFIG, configure, scheduled_at, spare_node, stream_small_pods
+from tests.e2e.scenarios import (
+    SETUP,
+    STARVATION_CONFIG,
+    configure,
+    scheduled_at,
+    spare_node,
+    stream_fills,
+    stream_small_pods,
+)
 
 NATIVE = f"/apis/{keys.NATIVE_SCHEDULING_API_VERSION}"
 GATES = ("GenericWorkload=true",)
@@ -108,7 +116,7 @@ if binaries.kubernetes_set() == "latest":
                 await kit.create_node(name, {"cpu": "4", "memory": "16Gi"})
             await spare_node(kit)
             stream = asyncio.create_task(stream_small_pods(kit, 40, keep_pending=4))
-            await asyncio.sleep(3)
+            await stream_fills(kit, stream, ["gang-a", "gang-b"], 8)
             await kit.raw("POST", f"{NATIVE}/namespaces/{kit.namespace}/podgroups", {
                 "apiVersion": keys.NATIVE_SCHEDULING_API_VERSION, "kind": "PodGroup",
                 "metadata": {"name": "train", "namespace": kit.namespace},

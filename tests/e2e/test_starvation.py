@@ -23,6 +23,7 @@ from tests.e2e.scenarios import (
     locked_nodes,
     running_agent,
     scheduled_at,
+    stream_fills,
     stream_small_pods,
 )
 
@@ -39,7 +40,7 @@ async def run_story(kit: Kit) -> tuple[float, float, dict, list[dict]]:
     # maxLockedNodePercent is at most 90 (floor): one node alone locks nothing, so a second, where no pod here fits
     await kit.create_node("spare", {"cpu": "100m", "memory": "1Gi"})
     stream = asyncio.create_task(stream_small_pods(kit, STREAM_SECONDS))
-    await asyncio.sleep(3)  # the node is full of small pods
+    await stream_fills(kit, stream, ["starve-node"], 4)  # the node is full of small pods
     await kit.create_pod("big", {"cpu": "4"})
     await stream
     stream_end = time.time()
