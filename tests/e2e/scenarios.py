@@ -15,6 +15,7 @@ from localcluster.agent_process import AgentProcess
 from localcluster.cluster import COMPLETE_AFTER
 from shared import keys
 from shared.timestamps import parse_time
+from shared.views import TERMINAL
 from tests.e2e.kit import Kit, apply_setup, running_webhook
 
 SETUP = ("deploy/crds/scheduling.volcano.sh_queues.yaml", "deploy/crds/scheduling.volcano.sh_podgroups.yaml",
@@ -95,6 +96,11 @@ GOLDEN = (5 ** 0.5 - 1) / 2  # n * GOLDEN mod 1 for n = 0, 1, 2, ...: points spr
 GPU = "nvidia.com/gpu"  # GPUs, as the device plugin counts them
 
 
+async def small_pods(kit: Kit) -> list[dict[str, Any]]:
+    """The stream's small pods in the kit's namespace (label stream=small), as listed now."""
+    return (await kit.raw("GET", f"/api/v1/namespaces/{kit.namespace}/pods?labelSelector=stream=small"))["items"]
+
+
 async def stream_small_pods(kit: Kit, seconds: float, keep_pending: int = 3, gpus: int = 0,
                             spread: float = SMALL_RUNS_SPREAD) -> None:
     """Keep `keep_pending` small pods (1 cpu, or with `gpus`: 100m cpu and that many `nvidia.com/gpu`) waiting at all
@@ -106,7 +112,7 @@ async def stream_small_pods(kit: Kit, seconds: float, keep_pending: int = 3, gpu
     counter = itertools.count()
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        pods = (await kit.raw("GET", f"/api/v1/namespaces/{kit.namespace}/pods?labelSelector=stream=small"))["items"]
+        pods = await small_pods(kit)
         pending = sum(1 for p in pods if not p["spec"].get("nodeName"))
         for _ in range(keep_pending - pending):
             n = next(counter)
@@ -124,9 +130,9 @@ async def stream_fills(kit: Kit, stream: asyncio.Task, nodes: Sequence[str], pod
     STREAM_FILLS seconds, or if the stream has ended."""
     deadline = time.monotonic() + STREAM_FILLS
     while True:
-        items = (await kit.raw("GET", f"/api/v1/namespaces/{kit.namespace}/pods?labelSelector=stream=small"))["items"]
+        items = await small_pods(kit)
         running = sum(1 for p in items if p["spec"].get("nodeName") in nodes
-                      and p.get("status", {}).get("phase") not in ("Succeeded", "Failed"))
+                      and p.get("status", {}).get("phase") not in TERMINAL)
         if running >= pods:
             return
         assert time.monotonic() < deadline and not stream.done(), \

@@ -23,6 +23,7 @@ from tests.e2e.scenarios import (
     locked_nodes,
     running_agent,
     scheduled_at,
+    small_pods,
     stream_fills,
     stream_small_pods,
 )
@@ -46,7 +47,7 @@ async def run_story(kit: Kit) -> tuple[float, float, dict, list[dict]]:
     stream_end = time.time()
     await asyncio.sleep(1)
     big = await kit.read_pod("big")
-    small = (await kit.raw("GET", f"/api/v1/namespaces/{kit.namespace}/pods?labelSelector=stream=small"))["items"]
+    small = await small_pods(kit)
     bound = scheduled_at(big)
     return stream_end, bound if bound is not None else float("inf"), big, small
 
