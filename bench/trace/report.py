@@ -702,40 +702,59 @@ VALIDATION_SHARE = 0.2
 VALIDATION_ALLOCATION = 0.03  # GPU allocation within 0.03
 
 
-def validation_rows(real: Sequence[Arm], model: Sequence[Arm]) -> list[dict[str, Any]]:
+def validation_rows(real: Sequence[Arm], model: Sequence[Arm],
+                    spread: Sequence[Sequence[Arm]] = ()) -> list[dict[str, Any]]:
     """The simulation (`reservoir simulate`) against the replay on the control plane, arm by arm (matched by name)
     and class by class: p50 and p95 waits on each side and whether the model is within VALIDATION_SECONDS or
     VALIDATION_SHARE of the replay, whichever is larger; a row per arm for GPU allocation (within
-    VALIDATION_ALLOCATION)."""
+    VALIDATION_ALLOCATION). `spread`: the same arms of the model at other attempt times (simulate.timing_spread):
+    each row then also gives the lowest and highest the model reached over all its runs, and whether the replay lies
+    in that range widened by the tolerance (`in_spread`; without `spread`, the same as `met`)."""
     rows: list[dict[str, Any]] = []
     by_name = {a.name: a for a in model}
+    others = [{a.name: a for a in arms} for arms in spread]
     for arm in real:
         sim = by_name.get(arm.name)
         if sim is None:
             continue
+        runs = [sim, *(o[arm.name] for o in others if arm.name in o)]
         for klass in classes([arm, sim]):
             placed_real = waits(r for r in arm.records if r.klass == klass)
-            placed_sim = waits(r for r in sim.records if r.klass == klass)
-            if not placed_real or not placed_sim:
+            placed_sim = [waits(r for r in run.records if r.klass == klass) for run in runs]
+            if not placed_real or not placed_sim[0]:
                 continue
             for q in (50, 95):
-                a, b = percentile(placed_real, q), percentile(placed_sim, q)
-                rows.append({"arm": arm.name, "what": f"{klass} p{q}", "replay": a, "simulate": b,
-                             "met": abs(a - b) <= max(VALIDATION_SECONDS, VALIDATION_SHARE * a)})
-        a, b = gpu_allocation(arm), gpu_allocation(sim)
-        rows.append({"arm": arm.name, "what": "GPU allocation", "replay": a, "simulate": b,
-                     "met": abs(a - b) <= VALIDATION_ALLOCATION})
+                a = percentile(placed_real, q)
+                values = [percentile(p, q) for p in placed_sim if p]
+                tolerance = max(VALIDATION_SECONDS, VALIDATION_SHARE * a)
+                rows.append({"arm": arm.name, "what": f"{klass} p{q}", "replay": a, "simulate": values[0],
+                             "met": abs(a - values[0]) <= tolerance, "low": min(values), "high": max(values),
+                             "in_spread": min(values) - tolerance <= a <= max(values) + tolerance})
+        a = gpu_allocation(arm)
+        values = [gpu_allocation(run) for run in runs]
+        rows.append({"arm": arm.name, "what": "GPU allocation", "replay": a, "simulate": values[0],
+                     "met": abs(a - values[0]) <= VALIDATION_ALLOCATION, "low": min(values), "high": max(values),
+                     "in_spread": min(values) - VALIDATION_ALLOCATION <= a <= max(values) + VALIDATION_ALLOCATION})
     return rows
 
 
-def validation_table(real: Sequence[Arm], model: Sequence[Arm]) -> str:
-    """validation_rows as a markdown table, then the goals' verdicts on each side (criteria), and whether they agree."""
-    rows = validation_rows(real, model)
-    lines = ["| arm | measure | replay | simulate | within tolerance |", "|---|---|---|---|---|"]
+def validation_table(real: Sequence[Arm], model: Sequence[Arm], spread: Sequence[Sequence[Arm]] = ()) -> str:
+    """validation_rows as a markdown table, then the goals' verdicts on each side (criteria), and whether they agree;
+    with `spread` (the model at other attempt times), the model's range over all its runs beside each measure, how
+    many of the replay's figures lie in it (widened by the tolerance), and how many of its verdicts one run gives."""
+    rows = validation_rows(real, model, spread)
+    head = "| arm | measure | replay | simulate | within tolerance |"
+    if spread:
+        head += f" simulate over {len(spread) + 1} attempt times | within tolerance of that range |"
+    lines = [head, "|---" * head.count(" | ") + "|---|"]
     for row in rows:
         fmt = "{:.3f}" if row["what"] == "GPU allocation" else "{:.1f}"
-        lines.append(f"| {row['arm']} | {row['what']} | {fmt.format(row['replay'])} | {fmt.format(row['simulate'])} "
-                     f"| {'yes' if row['met'] else 'NO'} |")
+        line = (f"| {row['arm']} | {row['what']} | {fmt.format(row['replay'])} | {fmt.format(row['simulate'])} "
+                f"| {'yes' if row['met'] else 'NO'} |")
+        if spread:
+            line += (f" {fmt.format(row['low'])} - {fmt.format(row['high'])} "
+                     f"| {'yes' if row['in_spread'] else 'NO'} |")
+        lines.append(line)
     within = sum(row["met"] for row in rows)
     lines += ["", f"validation: {within} of {len(rows)} measures within tolerance "
               f"({VALIDATION_SHARE:.0%} or {VALIDATION_SECONDS:g} s; allocation {VALIDATION_ALLOCATION:g})"]
@@ -744,6 +763,13 @@ def validation_table(real: Sequence[Arm], model: Sequence[Arm]) -> str:
     differ = sorted(k for k in verdicts_real if verdicts_sim.get(k) != verdicts_real[k])
     lines.append(f"validation: the same verdict on {len(verdicts_real) - len(differ)} of {len(verdicts_real)} goals"
                  + (f" (differs: {'; '.join(differ)})" if differ else ""))
+    if spread:
+        runs = [verdicts_sim, *({row["criterion"]: row["met"] for row in criteria(arms)} for arms in spread)]
+        unreached = sorted(k for k, met in verdicts_real.items() if all(v.get(k) != met for v in runs))
+        lines.append(f"validation over the model's {len(runs)} attempt times: "
+                     f"{sum(row['in_spread'] for row in rows)} of {len(rows)} measures within tolerance of its range, "
+                     f"the replay's verdict reached by one run on {len(verdicts_real) - len(unreached)} of "
+                     f"{len(verdicts_real)} goals" + (f" (not: {'; '.join(unreached)})" if unreached else ""))
     return "\n".join(lines)
 
 

@@ -42,6 +42,7 @@ import argparse
 import asyncio
 import json
 import math
+import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -346,14 +347,18 @@ async def run(args: argparse.Namespace) -> list[str]:
         # the agent's own account of every decision (its log lives in a directory removed with the cluster)
         (out / "agent.log").write_text(agent.log_text())
     (out / "gates.json").write_text(json.dumps(gates) + "\n")
-    log("bench-trace: the same replay simulated (reservoir simulate), for the validation table")
-    model = [o.arm for o in simulate.simulate([a for a in simulate.default_arms() if a.name in args.arms], chosen,
-                                              replayed.pods, seed=args.seed, tail=args.tail)]
+    log("bench-trace: the same replay simulated (reservoir simulate), for the validation table, and again at "
+        f"{len(simulate.TIMING_SPREAD)} other attempt times (its own spread)")
+    specs = [a for a in simulate.default_arms() if a.name in args.arms]
+    jobs = os.cpu_count() or 1  # the control plane is gone: the machine is the model's
+    model = [o.arm for o in simulate.simulate(specs, chosen, replayed.pods, seed=args.seed, tail=args.tail,
+                                              jobs=jobs)]
+    spread = simulate.timing_spread(specs, chosen, replayed.pods, seed=args.seed, tail=args.tail, jobs=jobs)
     agreement = [simulate.agreement_line(a.records, pods, {node_name(a.name, row): row for row in chosen})
                  for a in arms if a.name == "alone"]
     table = "\n".join([report.table(arms), "", *report.criteria_lines(arms), "",
                        "The same pods, nodes and configs in `reservoir simulate` (the model) beside this replay:", "",
-                       report.validation_table(arms, model), *agreement])
+                       report.validation_table(arms, model, spread), *agreement])
     report.write_json(arms, out / "trace.json")
     pictures = report.plot(arms, out)
     command = "make bench-trace" + "".join(f" {k}={v}" for k, v in (("TRACE", args.pods), ("NODES", args.nodes),

@@ -151,6 +151,9 @@ BACKOFF_WINDOW = 1.0
 # p95s by as much as replays differ from run to run: docs/design/benchmarks.md, "How much of a replay's spread is
 # timing". Kept until several replays can judge a new value.
 ATTEMPT_SECONDS = 0.00046
+# the attempt times, as factors of ATTEMPT_SECONDS, the model is run at again to show its own spread (timing_spread):
+# 4% apart, each enough to change which pod takes which freed room
+TIMING_SPREAD = (0.92, 0.96, 1.04, 1.08)
 
 
 class SimulationError(ValueError):
@@ -721,7 +724,8 @@ class ArmRun:
     """One arm: the cluster's objects, kube-scheduler, and (with a config) the webhook and the agent."""
 
     def __init__(self, spec: ArmSpec, node_rows: Sequence[trace.NodeRow], replay: Sequence[trace.ReplayPod], *,
-                 seed: int, tail: float, progress: TextIO | None = None, minor: int = KUBERNETES_MINOR) -> None:
+                 seed: int, tail: float, progress: TextIO | None = None, minor: int = KUBERNETES_MINOR,
+                 attempt_seconds: float = ATTEMPT_SECONDS) -> None:
         from bench.trace.run import node_body
 
         self.spec = spec
@@ -750,7 +754,7 @@ class ArmRun:
             self.rows[name] = row
             self.node_objs[name] = body
             self.node_views[name] = NodeView.from_obj(body)
-        self.scheduler = Scheduler(list(self.node_views.values()), random.Random(seed), minor, ATTEMPT_SECONDS)
+        self.scheduler = Scheduler(list(self.node_views.values()), random.Random(seed), minor, attempt_seconds)
         self.pods: dict[str, PodState] = {}
         self.lookup_cache: tuple[int, Lookup] | None = None
         # the sample's counters
@@ -1397,9 +1401,10 @@ GC_THRESHOLD = 50_000  # the collector's youngest generation's threshold while a
 
 
 def run_arm(spec: ArmSpec, node_rows: Sequence[trace.NodeRow], pods: Sequence[trace.ReplayPod], seed: int,
-            tail: float, progress: bool = False, minor: int = KUBERNETES_MINOR) -> Outcome:
+            tail: float, progress: bool = False, minor: int = KUBERNETES_MINOR,
+            attempt_seconds: float = ATTEMPT_SECONDS) -> Outcome:
     """One arm, start to end (a process of its own when arms run side by side), its progress on standard error;
-    kube-scheduler's scores as 1.`minor` computes them."""
+    kube-scheduler's scores as 1.`minor` computes them, each of its attempts taking `attempt_seconds`."""
     import gc
 
     began = time.monotonic()
@@ -1409,7 +1414,7 @@ def run_arm(spec: ArmSpec, node_rows: Sequence[trace.NodeRow], pods: Sequence[tr
     gc.set_threshold(GC_THRESHOLD, *thresholds[1:])
     try:
         run = ArmRun(spec, node_rows, pods, seed=seed, tail=tail, progress=sys.stderr if progress else None,
-                     minor=minor)
+                     minor=minor, attempt_seconds=attempt_seconds)
         arm = run.run()
     finally:
         gc.set_threshold(*thresholds)
@@ -1418,14 +1423,14 @@ def run_arm(spec: ArmSpec, node_rows: Sequence[trace.NodeRow], pods: Sequence[tr
 
 def simulate(arms: Iterable[ArmSpec], node_rows: Sequence[trace.NodeRow], pods: Sequence[trace.ReplayPod], *,
              seed: int = 0, tail: float = 300.0, progress: bool = False, jobs: int = 1,
-             minor: int = KUBERNETES_MINOR) -> list[Outcome]:
+             minor: int = KUBERNETES_MINOR, attempt_seconds: float = ATTEMPT_SECONDS) -> list[Outcome]:
     """Each arm on the same nodes and pods, kube-scheduler's ties drawn from random.Random(seed) afresh in each, in
     `jobs` processes at once (the arms share nothing: the outcomes are the same in any number of processes), in
     the order given; `progress`: a line on standard error every few seconds of each arm; kube-scheduler 1.`minor`'s
-    scores."""
+    scores, each of its attempts taking `attempt_seconds`."""
     specs = list(arms)
     if jobs <= 1 or len(specs) <= 1:
-        return [run_arm(spec, node_rows, pods, seed, tail, progress, minor) for spec in specs]
+        return [run_arm(spec, node_rows, pods, seed, tail, progress, minor, attempt_seconds) for spec in specs]
     from concurrent.futures import ProcessPoolExecutor
 
     # the longest first (an agent's arm plans, kube-scheduler alone does not), so that a short arm fills the gap a
@@ -1433,8 +1438,22 @@ def simulate(arms: Iterable[ArmSpec], node_rows: Sequence[trace.NodeRow], pods: 
     futures: dict[int, Any] = {}
     with ProcessPoolExecutor(max_workers=min(jobs, len(specs))) as pool:
         for i in sorted(range(len(specs)), key=lambda i: arm_cost(specs[i]), reverse=True):
-            futures[i] = pool.submit(run_arm, specs[i], list(node_rows), list(pods), seed, tail, progress, minor)
+            futures[i] = pool.submit(run_arm, specs[i], list(node_rows), list(pods), seed, tail, progress, minor,
+                                     attempt_seconds)
         return [futures[i].result() for i in range(len(specs))]
+
+
+def timing_spread(arms: Iterable[ArmSpec], node_rows: Sequence[trace.NodeRow], pods: Sequence[trace.ReplayPod], *,
+                  seed: int = 0, tail: float = 300.0, jobs: int = 1,
+                  minor: int = KUBERNETES_MINOR) -> list[list[report.Arm]]:
+    """The same arms again with every scheduling attempt a little shorter or longer (ATTEMPT_SECONDS times each of
+    TIMING_SPREAD): how far the run's figures move from timing alone, which decides which pod takes which freed
+    room from then on (docs/design/benchmarks.md, "How much of a replay's spread is timing"). One list of arms per
+    timing, in the order given."""
+    specs = list(arms)
+    return [[o.arm for o in simulate(specs, node_rows, pods, seed=seed, tail=tail, jobs=jobs, minor=minor,
+                                     attempt_seconds=ATTEMPT_SECONDS * factor)]
+            for factor in TIMING_SPREAD]
 
 
 def arm_cost(spec: ArmSpec) -> int:

@@ -160,6 +160,21 @@ def test_a_run_is_the_same_for_the_same_seed() -> None:
     assert all(r.bound is not None for o in first for r in o.arm.records)
 
 
+def test_each_attempt_takes_the_time_given_and_the_spread_runs_at_each_of_its_times() -> None:
+    """Three pods created together on an empty node: kube-scheduler tries one at a time, so the k-th binds k attempts
+    after its creation, at whatever attempt time the run is given; timing_spread runs the arms once per factor of
+    TIMING_SPREAD on ATTEMPT_SECONDS, in that order."""
+    pods = [small(f"s{k}", 0.0, 5.0) for k in range(3)]
+    for attempt in (0.001, 0.01):
+        arm = simulate.run_arm(arms("alone")[0], NODES, pods, 0, 300.0, attempt_seconds=attempt).arm
+        assert [wait(arm, f"s{k}") for k in range(3)] == pytest.approx([0.0, attempt, 2 * attempt])
+    spread = simulate.timing_spread(arms("alone", "starvation"), NODES, pods)
+    assert [[a.name for a in run] for run in spread] == [["alone", "starvation"]] * len(simulate.TIMING_SPREAD)
+    assert [wait(run[0], "s2") for run in spread] == pytest.approx(
+        [2 * simulate.ATTEMPT_SECONDS * factor for factor in simulate.TIMING_SPREAD])
+    assert 1.0 not in simulate.TIMING_SPREAD  # the model's own run is the first column, not repeated
+
+
 def test_kube_schedulers_scores_and_search_on_hand_values() -> None:
     # kube-scheduler 1.35: BalancedAllocation is the balance with the pod, int((1 - std) * 100)
     # an empty 96-core, 384 GiB node taking a pod of 12 cores and 48 GiB: LeastAllocated (87 + 87) / 2 = 87;
