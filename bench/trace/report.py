@@ -725,17 +725,26 @@ def validation_rows(real: Sequence[Arm], model: Sequence[Arm],
                 continue
             for q in (50, 95):
                 a = percentile(placed_real, q)
-                values = [percentile(p, q) for p in placed_sim if p]
-                tolerance = max(VALIDATION_SECONDS, VALIDATION_SHARE * a)
-                rows.append({"arm": arm.name, "what": f"{klass} p{q}", "replay": a, "simulate": values[0],
-                             "met": abs(a - values[0]) <= tolerance, "low": min(values), "high": max(values),
-                             "in_spread": min(values) - tolerance <= a <= max(values) + tolerance})
-        a = gpu_allocation(arm)
-        values = [gpu_allocation(run) for run in runs]
-        rows.append({"arm": arm.name, "what": "GPU allocation", "replay": a, "simulate": values[0],
-                     "met": abs(a - values[0]) <= VALIDATION_ALLOCATION, "low": min(values), "high": max(values),
-                     "in_spread": min(values) - VALIDATION_ALLOCATION <= a <= max(values) + VALIDATION_ALLOCATION})
+                rows.append(_validation_row(arm.name, f"{klass} p{q}", a, [percentile(p, q) for p in placed_sim if p],
+                                            max(VALIDATION_SECONDS, VALIDATION_SHARE * a)))
+        rows.append(_validation_row(arm.name, "GPU allocation", gpu_allocation(arm),
+                                    [gpu_allocation(run) for run in runs], VALIDATION_ALLOCATION))
     return rows
+
+
+def _validation_row(arm: str, what: str, replay: float, values: Sequence[float], tolerance: float) -> dict[str, Any]:
+    """One measure of validation_rows: the replay's figure against the model's (`values`: its own run first, then
+    its runs at other attempt times), within `tolerance` of its own run (`met`) and of the range of all of them
+    (`in_spread`)."""
+    low, high = min(values), max(values)
+    return {"arm": arm, "what": what, "replay": replay, "simulate": values[0],
+            "met": abs(replay - values[0]) <= tolerance, "low": low, "high": high,
+            "in_spread": low - tolerance <= replay <= high + tolerance}
+
+
+def verdicts(arms: Sequence[Arm]) -> dict[str, bool]:
+    """Each goal's criterion (criteria) and whether these arms met it."""
+    return {row["criterion"]: row["met"] for row in criteria(arms)}
 
 
 def validation_table(real: Sequence[Arm], model: Sequence[Arm], spread: Sequence[Sequence[Arm]] = ()) -> str:
@@ -758,13 +767,12 @@ def validation_table(real: Sequence[Arm], model: Sequence[Arm], spread: Sequence
     within = sum(row["met"] for row in rows)
     lines += ["", f"validation: {within} of {len(rows)} measures within tolerance "
               f"({VALIDATION_SHARE:.0%} or {VALIDATION_SECONDS:g} s; allocation {VALIDATION_ALLOCATION:g})"]
-    verdicts_real = {row["criterion"]: row["met"] for row in criteria(real)}
-    verdicts_sim = {row["criterion"]: row["met"] for row in criteria(model)}
+    verdicts_real, verdicts_sim = verdicts(real), verdicts(model)
     differ = sorted(k for k in verdicts_real if verdicts_sim.get(k) != verdicts_real[k])
     lines.append(f"validation: the same verdict on {len(verdicts_real) - len(differ)} of {len(verdicts_real)} goals"
                  + (f" (differs: {'; '.join(differ)})" if differ else ""))
     if spread:
-        runs = [verdicts_sim, *({row["criterion"]: row["met"] for row in criteria(arms)} for arms in spread)]
+        runs = [verdicts_sim, *(verdicts(arms) for arms in spread)]
         unreached = sorted(k for k, met in verdicts_real.items() if all(v.get(k) != met for v in runs))
         lines.append(f"validation over the model's {len(runs)} attempt times: "
                      f"{sum(row['in_spread'] for row in rows)} of {len(rows)} measures within tolerance of its range, "
