@@ -287,12 +287,16 @@ def schedulable_on(placement: Placement, node: NodeView, *, pods_on_node: int, i
     """The one predicate (module docstring): kube-scheduler's NodeName, NodeAffinity (nodeSelector and required node
     affinity), TaintToleration and NodeResourcesFit's `pods` let the pod onto `node`, which holds `pods_on_node` pods
     already. Cheapest checks first: this runs per task shape per candidate node."""
-    if placement.node_name and placement.node_name != node.name:
+    if pods_on_node >= node.allocatable[PODS] or not selected_by(placement, node):
         return False
-    if pods_on_node >= node.allocatable[PODS]:
+    return not node.taints or tolerations_allow(placement.tolerations, node, ignore_lock)
+
+
+def selected_by(placement: Placement, node: NodeView) -> bool:
+    """kube-scheduler's NodeName and NodeAffinity filters (nodeName, nodeSelector, required node affinity): the part
+    of the one predicate that reads only the node's name and labels."""
+    if placement.node_name and placement.node_name != node.name:
         return False
     if placement.node_selector and not selects(placement.node_selector, node):
         return False
-    if placement.affinity is not None and not placement.affinity.matches(node):
-        return False
-    return not node.taints or tolerations_allow(placement.tolerations, node, ignore_lock)
+    return placement.affinity is None or placement.affinity.matches(node)

@@ -58,8 +58,16 @@ The kube-scheduler model:
   window has passed move to the active queue (its flush), and when the active queue is empty the scheduler pops the
   backoff queue's head (earliest expiry, then PrioritySort). So the waiting pods that failed fewest times are tried
   first and a pod just created before all of them.
-- each attempt takes ATTEMPT_SECONDS (0.46 ms, kube-scheduler's own attempt duration in a replay); the scheduler tries
-  one pod after another until the queues are empty, events (arrivals, ends, the agent's writes) coming in between.
+- each attempt takes ATTEMPT_SECONDS (1.14 ms, kube-scheduler's own attempt duration in a replay); the scheduler tries
+  one pod after another until the queues are empty, events (arrivals, ends, the agent's writes) coming in between;
+- after a failed attempt the loop itself PATCHes the pod's PodScheduled condition (handleSchedulingFailure, 1.36) when
+  its message changed: the first failure always, a later one when the count of some reason over the nodes did
+  (`Scheduler.reasons`: the message counts, over every node, why the pod does not fit there); the loop waits for
+  its client's rate limit (50 a second, bursts of 100, shared with the bindings) and PATCH_SECONDS (9.7 ms, measured)
+  more. While it waits, pods arrive in the active queue, and they go before those the backoff queue holds: the
+  crowding of a full GPU pool by later pods that the queue alone did not give (docs/design/benchmarks.md, "Why
+  kube-scheduler's loop is slower than its attempts": 4,630 PATCHes in the model and 4,522 in the replay the API
+  server's audit log counted, at that replay's measured timings).
 
 Departures, each to be measured against the real replay (bench-trace's own table):
 - the queue was first in, first out before this model (the waiting pods in the order they last failed, tried at the
@@ -68,12 +76,15 @@ Departures, each to be measured against the real replay (bench-trace's own table
   8-GPU and 4-GPU p95 were 197 and 299 s against the replay's 334 and 436 s, this one's 264 and 433 s. What is left:
   pods that name no GPU model took a T4 GPU an older T4 pod waited for 39 times in that replay, twice here (the sweep
   after an end reaches a fitting T4 pod sooner here than there: bind calls and event handling take time this model
-  does not have), so the T4 pool is less crowded here and its pods' p95 waits lower (1 GPU 29 s against 54 s);
+  does not have), so the T4 pool is less crowded here and its pods' p95 waits lower (1 GPU 29 s against 54 s). The
+  status PATCHes, modelled since, give part of it back: 5 to 11 such pods at the alone replay's timings (9.7 and
+  9.8 ms a PATCH), against 19 in that replay;
 - queueing hints coarsely: every parked pod moves after any pod ends, only those a changed node now takes after a
   node change; no event during an attempt sends the pod straight back to a queue (it is parked), no 5-minute flush;
-- no latency but the scheduler's attempts: the webhook, the planner, the writer, the watch caches, binding and kwok
-  are instantaneous (bench-trace measured 0.1 s of gate delay at p50, and the agent's `caught_up` waits are moot; from
-  bind to end a replayed pod held its node 0.04 s longer than its runtime on average);
+- no latency but the scheduler's attempts and status PATCHes: the webhook, the planner, the writer, the watch caches,
+  binding and kwok are instantaneous (bench-trace measured 0.1 s of gate delay at p50, and the agent's `caught_up`
+  waits are moot; from bind to end a replayed pod held its node 0.04 s longer than its runtime on average);
+  kube-scheduler's FailedScheduling events go through another client, off its loop, and are left out;
 - the filter search is sequential from nextStartNodeIndex (kube-scheduler searches in parallel chunks and so finds
   a slightly different first set of feasible nodes when it stops early);
 - a single scheduling profile, no preemption (every trace pod has priority 0), no nominated nodes;
@@ -105,7 +116,15 @@ from shared.config import ReservoirConfig
 from shared.jsonpatch import Op
 from shared.jsonpatch import apply as apply_patch
 from shared.ownership import JobRef
-from shared.predicates import NodeAffinity, Placement, node_selector, required_node_affinity, schedulable_on
+from shared.predicates import (
+    NodeAffinity,
+    Placement,
+    node_selector,
+    required_node_affinity,
+    schedulable_on,
+    selected_by,
+    tolerations_allow,
+)
 from shared.resources import CPU, MEMORY, PODS, Resources, pod_requests
 from shared.timestamps import stamp
 from shared.tolerations import tolerates_taint
@@ -144,16 +163,38 @@ NO_TOLERATION_SECONDS = 300  # the DefaultTolerationSeconds admission plugin's n
 INITIAL_BACKOFF = 1.0
 MAX_BACKOFF = 10.0
 BACKOFF_WINDOW = 1.0
-# what one scheduling attempt takes kube-scheduler: its scheduler_scheduling_attempt_duration_seconds during a
-# default bench-trace replay, 0.46 ms for an attempt that failed (the most of them). A later replay of the alone arm
-# (1.36.3) measured 1.14 ms (120,990 failed attempts, 124,865 in all; the model makes 166,842 at this value, 132,028
-# at 1.14 ms) but the model's waits came no closer to that replay's at 1.14 ms, and moving this by 4% moves a run's
-# p95s by as much as replays differ from run to run: docs/design/benchmarks.md, "How much of a replay's spread is
-# timing". Kept until several replays can judge a new value.
-ATTEMPT_SECONDS = 0.00046
-# the attempt times, as factors of ATTEMPT_SECONDS, the model is run at again to show its own spread (timing_spread):
-# 4% apart, each enough to change which pod takes which freed room
+# what one scheduling attempt and one status PATCH take kube-scheduler, both read from its own metrics at the end of a
+# replay of the alone arm (1.36.3, a5a47f6): scheduler_scheduling_attempt_duration_seconds, 1.14 ms for an attempt
+# that failed (138.3 s over 120,990; most attempts fail); rest_client_request_duration_seconds less
+# rest_client_rate_limiter_duration_seconds for its PATCHes, 9.7 ms (87.8 s over 9,051: the status PATCHes and the
+# event series', which its client metrics do not tell apart; the API server's audit log of another replay put the
+# status ones at 0.86 times the mean on the server). With both, the model makes 124,905 attempts for that arm, the
+# replay 124,868; without the PATCHes 132,028, and at the 0.46 ms an earlier replay read 166,842.
+# docs/design/benchmarks.md, "Why kube-scheduler's loop is slower than its attempts".
+ATTEMPT_SECONDS = 0.00114
+# the timings, as factors of Timing(), the model is run at again to show its own spread (timing_spread): 4% apart,
+# each enough to change which pod takes which freed room
 TIMING_SPREAD = (0.92, 0.96, 1.04, 1.08)
+# kube-scheduler's client (KubeSchedulerConfiguration clientConnection's defaults): 50 requests a second in bursts of
+# up to 100, one token bucket for the status patches its scheduling loop makes and the bindings it makes beside it
+CLIENT_QPS = 50.0
+CLIENT_BURST = 100
+PATCH_SECONDS = 0.0097
+
+
+class Timing(NamedTuple):
+    """What kube-scheduler's loop spends: each scheduling attempt, and each status PATCH after a failed one whose
+    message changed (None: the PATCH not modelled, the loop going on at once)."""
+
+    attempt: float = ATTEMPT_SECONDS
+    patch: float | None = PATCH_SECONDS
+
+    def scaled(self, factor: float) -> Timing:
+        """Both a little shorter or longer, as a slower or faster machine has them (timing_spread)."""
+        return Timing(self.attempt * factor, None if self.patch is None else self.patch * factor)
+
+
+DEFAULT_TIMING = Timing()
 
 
 class SimulationError(ValueError):
@@ -362,6 +403,13 @@ class Queued:
     expiry: float = -math.inf  # when its backoff ends, aligned to the ordering window
     seen: int = 0  # Scheduler.gains as far as its last attempt looked
     entry: int = 0  # its current entry in the active or backoff heap (older entries are stale)
+    reasons: tuple[int, ...] = ()  # what its PodScheduled condition's message says (Scheduler.reasons); () unwritten
+    # Scheduler.reasons' own: the nodes the filters before NodeResourcesFit let it onto, the counts of the others and
+    # the Scheduler.views they were made at (-1: never), and its requests as a column to compare with Scheduler.free
+    passed: np.ndarray | None = None
+    filters: tuple[int, ...] = ()
+    filtered: int = -1
+    need: np.ndarray | None = None
 
 
 _REQUESTS: dict[str, Resources] = {}  # pod_requests by the pod's resource fields (a quantity parses slowly)
@@ -378,14 +426,36 @@ def requests_of(spec: Mapping[str, Any]) -> Resources:
     return found
 
 
+class TokenBucket:
+    """client-go's client-side rate limit (flowcontrol's token bucket, golang.org/x/time/rate): `qps` tokens a second
+    up to `burst` held; each request takes the next token, waiting until it is due when none is left."""
+
+    def __init__(self, qps: float, burst: int) -> None:
+        self.qps, self.burst = qps, burst
+        self.tokens = float(burst)
+        self.last = -math.inf
+
+    def wait(self, now: float) -> float:
+        """A request made at `now` takes a token: how long it waits for it."""
+        if now > self.last:
+            self.tokens = min(float(self.burst), self.tokens + (now - self.last) * self.qps)
+            self.last = now
+        self.tokens -= 1
+        return max(0.0, -self.tokens / self.qps)
+
+
 class Scheduler:
     """kube-scheduler as the module docstring models it: its queue (active, backoff, unschedulable), one pod at a
-    time, each attempt taking attempt_seconds; no bind or event latency."""
+    time, each attempt taking timing.attempt and each change of a failed pod's PodScheduled message its status
+    PATCH (timing.patch after its client's rate limit); no bind or event latency."""
 
     def __init__(self, views: Sequence[NodeView], rng: random.Random, minor: int = KUBERNETES_MINOR,
-                 attempt_seconds: float = ATTEMPT_SECONDS) -> None:
+                 timing: Timing = DEFAULT_TIMING) -> None:
         self.minor = minor  # the Kubernetes minor whose scores are modelled (node_score)
-        self.attempt_seconds = attempt_seconds  # what each attempt takes (step)
+        self.timing = timing  # what each attempt and each status PATCH take (step)
+        self.client = TokenBucket(CLIENT_QPS, CLIENT_BURST)  # the rate limit its PATCHes and bindings share
+        self.patches = 0  # status PATCHes made
+        self.stalled = 0.0  # seconds the loop spent on them
         self.clock = -math.inf  # when the attempt under way ends
         self.active: list[tuple[Any, ...]] = []  # activeQ: (-priority, timestamp, seq, name)
         self.backoff: list[tuple[Any, ...]] = []  # backoffQ: (expiry, -priority, timestamp, seq, name)
@@ -405,6 +475,10 @@ class Scheduler:
         self.tainted = np.zeros(len(self.nodes), dtype=bool)  # with taints, schedulable: the predicate at each try
         self.plain = np.zeros(len(self.nodes), dtype=bool)  # neither tainted nor cordoned: the static answer holds
         self.preferring = np.zeros(len(self.nodes), dtype=bool)  # with PreferNoSchedule taints (TaintToleration)
+        self.cordoned = np.zeros(len(self.nodes), dtype=bool)  # spec.unschedulable (NodeUnschedulable)
+        # per placement id, NodeName's and NodeAffinity's answer (selected_by) on every node: 1 or 0, -1 not asked yet
+        self.selected: dict[int, np.ndarray] = {}
+        self.views = 0  # bumped at each change of a node's object (set_view)
         # per placement id, the static filters' answer (nodeSelector, required node affinity) on each plain node: 1
         # or 0, -1 not asked yet; 0 on the others
         self.static: dict[int, np.ndarray] = {}
@@ -427,8 +501,12 @@ class Scheduler:
         self.tainted[i] = bool(view.taints) and not view.unschedulable
         self.plain[i] = not view.taints and not view.unschedulable
         self.preferring[i] = bool(node.prefer)
+        self.cordoned[i] = view.unschedulable
+        self.views += 1
         for answers in self.static.values():
             answers[i] = -1 if self.plain[i] else 0
+        for answers in self.selected.values():
+            answers[i] = -1
 
     def next_seq(self) -> int:
         self.seq += 1
@@ -597,6 +675,38 @@ class Scheduler:
         self.start = (start + looked) % count
         return self.score(pod, feasible) if len(feasible) else None
 
+    def reasons(self, pod: Queued) -> tuple[int, ...]:
+        """What the message of a failed pod's PodScheduled condition says (kube-scheduler 1.36 FitError.Error): on
+        every node the reasons of the first filter that fails it, counted ("0/152 nodes are available: 11 Insufficient
+        cpu, 139 node(s) didn't match Pod's node affinity/selector, 8 Insufficient nvidia.com/gpu."), then
+        DefaultPreemption's count of the nodes where removing pods could help (which only the filters before
+        NodeResourcesFit and the nodes' allocatable decide). As counts: nodes cordoned, with a NoSchedule taint the pod
+        does not tolerate (1.36 names no taint), not selected (nodeName, nodeSelector, required node affinity), then of
+        the rest those with too little cpu, memory, GPUs and room for no more pods. The message changes when one of
+        them does, and only then. The filters before NodeResourcesFit are asked again only after a node's object
+        changed (Scheduler.views)."""
+        passed, need = pod.passed, pod.need
+        if passed is None or need is None or pod.filtered != self.views:
+            nodes, n = self.nodes, len(self.nodes)
+            selected = self.selected.get(pod.static_id)
+            if selected is None:
+                selected = self.selected[pod.static_id] = np.full(n, -1, dtype=np.int8)
+            for i in np.flatnonzero(selected < 0).tolist():
+                selected[i] = selected_by(pod.placement, nodes[i].view)
+            passed = (selected > 0) & ~self.cordoned
+            untolerated = 0
+            for i in np.flatnonzero(self.tainted).tolist():
+                if not tolerations_allow(pod.placement.tolerations, nodes[i].view):
+                    untolerated += 1
+                    passed[i] = False
+            cordoned = int(np.count_nonzero(self.cordoned))
+            pod.filters = (cordoned, untolerated, n - cordoned - untolerated - int(np.count_nonzero(passed)))
+            passed = pod.passed = passed.astype(np.int64)
+            need = pod.need = np.array([[pod.cpu], [pod.memory], [pod.gpus], [1]], dtype=np.int64)
+            pod.filtered = self.views
+        # NodeResourcesFit: a request above what is free (none for a resource not requested), no room for a pod
+        return pod.filters + tuple(((self.free < need) @ passed).tolist())
+
     # --- kube-scheduler's queue ---
 
     def push(self, pod: Queued, now: float) -> None:
@@ -649,13 +759,13 @@ class Scheduler:
 
     def step(self, now: float, on_bind: Callable[[Queued, SchedNode], None],
              on_fail: Callable[[Queued], None]) -> bool:
-        """One scheduling cycle at `now`, taking attempt_seconds: the next pod (pop) tried on every node when fresh,
+        """One scheduling cycle at `now`, taking timing.attempt: the next pod (pop) tried on every node when fresh,
         else on the nodes that gained room since its last attempt (no other node can take it now); bound, or parked
         with its failures counted, its timestamp refreshed and its backoff set. False when nothing was queued."""
         pod = self.pop(now)
         if pod is None:
             return False
-        self.clock = now + self.attempt_seconds
+        self.clock = now + self.timing.attempt
         node: SchedNode | None = None
         if pod.fresh:
             node = self.attempt(pod)
@@ -677,6 +787,8 @@ class Scheduler:
         if node is not None:
             self.forget(pod.name)
             self.take(node, pod)
+            if self.timing.patch is not None:
+                self.client.wait(self.clock)  # the binding, made beside the loop: it takes a token all the same
             on_bind(pod, node)
             return True
         pod.failures += 1
@@ -685,6 +797,14 @@ class Scheduler:
         pod.expiry = math.floor((now + backoff) / BACKOFF_WINDOW) * BACKOFF_WINDOW
         self.parked[pod.name] = None
         on_fail(pod)
+        if self.timing.patch is not None:  # handleSchedulingFailure: the condition PATCHed when its message changed
+            reasons = self.reasons(pod)
+            if reasons != pod.reasons:
+                pod.reasons = reasons
+                stall = self.client.wait(self.clock) + self.timing.patch
+                self.clock += stall
+                self.patches += 1
+                self.stalled += stall
         return True
 
 
@@ -725,7 +845,7 @@ class ArmRun:
 
     def __init__(self, spec: ArmSpec, node_rows: Sequence[trace.NodeRow], replay: Sequence[trace.ReplayPod], *,
                  seed: int, tail: float, progress: TextIO | None = None, minor: int = KUBERNETES_MINOR,
-                 attempt_seconds: float = ATTEMPT_SECONDS) -> None:
+                 timing: Timing = DEFAULT_TIMING) -> None:
         from bench.trace.run import node_body
 
         self.spec = spec
@@ -754,7 +874,7 @@ class ArmRun:
             self.rows[name] = row
             self.node_objs[name] = body
             self.node_views[name] = NodeView.from_obj(body)
-        self.scheduler = Scheduler(list(self.node_views.values()), random.Random(seed), minor, attempt_seconds)
+        self.scheduler = Scheduler(list(self.node_views.values()), random.Random(seed), minor, timing)
         self.pods: dict[str, PodState] = {}
         self.lookup_cache: tuple[int, Lookup] | None = None
         # the sample's counters
@@ -868,6 +988,7 @@ class ArmRun:
         if before is not None:
             state.queued.unschedulable, state.queued.failures = before.unschedulable, before.failures
             state.queued.expiry, state.queued.seen = before.expiry, before.seen
+            state.queued.reasons = before.reasons
         self.scheduler.enqueue(state.queued, self.now)
 
     def schedule(self, gained: Sequence[SchedNode], requeue_all: bool) -> None:
@@ -876,7 +997,8 @@ class ArmRun:
 
     def drain(self) -> None:
         """kube-scheduler's loop from now until the next event: one attempt after another, each taking
-        attempt_seconds; what is still queued then goes on in a SCHED event at the moment it is due."""
+        timing.attempt (and its status PATCHes); what is still queued then goes on in a SCHED event at the moment it
+        is due."""
         scheduler = self.scheduler
         if self.drain_due:
             return
@@ -1001,14 +1123,18 @@ class ArmRun:
               f"{counts.planner_seconds:.1f} s of it in the planner)", file=self.progress, flush=True)
 
     def line(self) -> str:
-        """What the agent did in this arm, and the gate's holds per class (run.py's gate_costs)."""
+        """What kube-scheduler's loop and the agent did in this arm, and the gate's holds per class (run.py's
+        gate_costs)."""
         from bench.trace.run import Seen, gate_costs
 
+        scheduler = self.scheduler
+        loop = (f"kube-scheduler {scheduler.attempts} attempts, {scheduler.patches} status PATCHes "
+                f"({scheduler.stalled:.1f} s of its loop)")
         if self.agent is None:
-            return f"{self.spec.name}: no agent" + (" (dryRun)" if self.config is not None else "")
+            return f"{self.spec.name}: {loop}; no agent" + (" (dryRun)" if self.config is not None else "")
         counts = self.counts
         seen = Seen(created={n: s.created for n, s in self.pods.items()}, ungated=dict(self.ungated))
-        return (f"{self.spec.name}: {counts.plans} plans, {counts.gate_passes} gate passes; "
+        return (f"{self.spec.name}: {loop}; {counts.plans} plans, {counts.gate_passes} gate passes; "
                 f"{gate_costs(seen, {p.name: p for p in self.replay})}")
 
     def result(self, end: float, last_arrival: float) -> report.Arm:
@@ -1402,9 +1528,9 @@ GC_THRESHOLD = 50_000  # the collector's youngest generation's threshold while a
 
 def run_arm(spec: ArmSpec, node_rows: Sequence[trace.NodeRow], pods: Sequence[trace.ReplayPod], seed: int,
             tail: float, progress: bool = False, minor: int = KUBERNETES_MINOR,
-            attempt_seconds: float = ATTEMPT_SECONDS) -> Outcome:
+            timing: Timing = DEFAULT_TIMING) -> Outcome:
     """One arm, start to end (a process of its own when arms run side by side), its progress on standard error;
-    kube-scheduler's scores as 1.`minor` computes them, each of its attempts taking `attempt_seconds`."""
+    kube-scheduler's scores as 1.`minor` computes them, its loop's attempts and PATCHes taking `timing`."""
     import gc
 
     began = time.monotonic()
@@ -1414,7 +1540,7 @@ def run_arm(spec: ArmSpec, node_rows: Sequence[trace.NodeRow], pods: Sequence[tr
     gc.set_threshold(GC_THRESHOLD, *thresholds[1:])
     try:
         run = ArmRun(spec, node_rows, pods, seed=seed, tail=tail, progress=sys.stderr if progress else None,
-                     minor=minor, attempt_seconds=attempt_seconds)
+                     minor=minor, timing=timing)
         arm = run.run()
     finally:
         gc.set_threshold(*thresholds)
@@ -1423,14 +1549,14 @@ def run_arm(spec: ArmSpec, node_rows: Sequence[trace.NodeRow], pods: Sequence[tr
 
 def simulate(arms: Iterable[ArmSpec], node_rows: Sequence[trace.NodeRow], pods: Sequence[trace.ReplayPod], *,
              seed: int = 0, tail: float = 300.0, progress: bool = False, jobs: int = 1,
-             minor: int = KUBERNETES_MINOR, attempt_seconds: float = ATTEMPT_SECONDS) -> list[Outcome]:
+             minor: int = KUBERNETES_MINOR, timing: Timing = DEFAULT_TIMING) -> list[Outcome]:
     """Each arm on the same nodes and pods, kube-scheduler's ties drawn from random.Random(seed) afresh in each, in
     `jobs` processes at once (the arms share nothing: the outcomes are the same in any number of processes), in
     the order given; `progress`: a line on standard error every few seconds of each arm; kube-scheduler 1.`minor`'s
-    scores, each of its attempts taking `attempt_seconds`."""
+    scores, its loop's attempts and PATCHes taking `timing`."""
     specs = list(arms)
     if jobs <= 1 or len(specs) <= 1:
-        return [run_arm(spec, node_rows, pods, seed, tail, progress, minor, attempt_seconds) for spec in specs]
+        return [run_arm(spec, node_rows, pods, seed, tail, progress, minor, timing) for spec in specs]
     from concurrent.futures import ProcessPoolExecutor
 
     # the longest first (an agent's arm plans, kube-scheduler alone does not), so that a short arm fills the gap a
@@ -1439,20 +1565,20 @@ def simulate(arms: Iterable[ArmSpec], node_rows: Sequence[trace.NodeRow], pods: 
     with ProcessPoolExecutor(max_workers=min(jobs, len(specs))) as pool:
         for i in sorted(range(len(specs)), key=lambda i: arm_cost(specs[i]), reverse=True):
             futures[i] = pool.submit(run_arm, specs[i], list(node_rows), list(pods), seed, tail, progress, minor,
-                                     attempt_seconds)
+                                     timing)
         return [futures[i].result() for i in range(len(specs))]
 
 
 def timing_spread(arms: Iterable[ArmSpec], node_rows: Sequence[trace.NodeRow], pods: Sequence[trace.ReplayPod], *,
                   seed: int = 0, tail: float = 300.0, jobs: int = 1,
                   minor: int = KUBERNETES_MINOR) -> list[list[report.Arm]]:
-    """The same arms again with every scheduling attempt a little shorter or longer (ATTEMPT_SECONDS times each of
-    TIMING_SPREAD): how far the run's figures move from timing alone, which decides which pod takes which freed
-    room from then on (docs/design/benchmarks.md, "How much of a replay's spread is timing"). One list of arms per
-    timing, in the order given."""
+    """The same arms again with every scheduling attempt and status PATCH a little shorter or longer (DEFAULT_TIMING
+    scaled by each of TIMING_SPREAD): how far the run's figures move from timing alone, which decides which pod takes
+    which freed room from then on (docs/design/benchmarks.md, "How much of a replay's spread is timing"). One list of
+    arms per timing, in the order given."""
     specs = list(arms)
     return [[o.arm for o in simulate(specs, node_rows, pods, seed=seed, tail=tail, jobs=jobs, minor=minor,
-                                     attempt_seconds=ATTEMPT_SECONDS * factor)]
+                                     timing=DEFAULT_TIMING.scaled(factor))]
             for factor in TIMING_SPREAD]
 
 

@@ -98,10 +98,11 @@ def test_a_locked_node_takes_only_its_owners_pods() -> None:
     assert on_it == ["p8"]
     # s16 arrived at t=32 with a GPU free on the locked node, and waited. p8 (45 + 10) frees the eight GPUs at 55,
     # and kube-scheduler tries the waiting pods that failed fewest times first (its backoff queue): s19..s26, which
-    # came later; s16, s17 and s18, which failed most, bind at 70 when the first of those end
+    # came later; s16, s17 and s18, which failed most, bind at 70 when the first of those end (after the loop's
+    # attempts and status PATCHes of the pods tried before it: hundredths of a second)
     assert sorted(r.name for r in starvation.records if r.bound is not None and 55 <= r.bound < 56) == [
         f"s{k}" for k in range(19, 27)]
-    assert record(starvation, "s16").bound == pytest.approx(70.0, abs=0.01)
+    assert record(starvation, "s16").bound == pytest.approx(70.0, abs=0.05)
 
 
 def test_the_lock_on_the_node_is_the_one_the_writer_writes() -> None:
@@ -163,10 +164,10 @@ def test_a_run_is_the_same_for_the_same_seed() -> None:
 def test_each_attempt_takes_the_time_given_and_the_spread_runs_at_each_of_its_times() -> None:
     """Three pods created together on an empty node: kube-scheduler tries one at a time, so the k-th binds k attempts
     after its creation, at whatever attempt time the run is given; timing_spread runs the arms once per factor of
-    TIMING_SPREAD on ATTEMPT_SECONDS, in that order."""
+    TIMING_SPREAD on the default Timing, in that order."""
     pods = [small(f"s{k}", 0.0, 5.0) for k in range(3)]
     for attempt in (0.001, 0.01):
-        arm = simulate.run_arm(arms("alone")[0], NODES, pods, 0, 300.0, attempt_seconds=attempt).arm
+        arm = simulate.run_arm(arms("alone")[0], NODES, pods, 0, 300.0, timing=simulate.Timing(attempt)).arm
         assert [wait(arm, f"s{k}") for k in range(3)] == pytest.approx([0.0, attempt, 2 * attempt])
     spread = simulate.timing_spread(arms("alone", "starvation"), NODES, pods)
     assert [[a.name for a in run] for run in spread] == [["alone", "starvation"]] * len(simulate.TIMING_SPREAD)
@@ -264,6 +265,94 @@ def test_the_queue_tries_newcomers_then_the_pods_that_failed_fewest_times_until_
     scheduler, node, bound = setup()
     scheduler.enqueue(scheduler.queued(body("newest"), 4.1), 4.1)
     assert first_bound(scheduler, node, bound, 4.2) == "newest"
+
+
+def test_a_failed_pods_reasons_count_each_nodes_first_failing_filter() -> None:
+    """The message kube-scheduler writes for a failed pod counts, over every node, the reasons of the first filter
+    that fails it there (NodeUnschedulable, TaintToleration, NodeAffinity, then every resource NodeResourcesFit finds
+    short): a pod of 8 cpu and 1 GPU selecting pool a, on a cordoned node, a locked one of pool a, one of pool b, a
+    locked one of pool b, one of pool a with 4 cpu free, one of pool a without GPUs and one of pool a short of both."""
+    def node(name: str, pool: str, cpu: int, gpus: int, *, locked: bool = False,
+             cordoned: bool = False) -> NodeView:
+        taints = [{"key": keys.LOCK, "value": "job:x", "effect": "NoSchedule"}] if locked else []
+        return NodeView.from_obj({"metadata": {"name": name, "labels": {"pool": pool}},
+                                  "spec": {"taints": taints, "unschedulable": cordoned},
+                                  "status": {"allocatable": {"cpu": str(cpu), "memory": "64Gi",
+                                                             keys.GPU_RESOURCE: str(gpus), "pods": "110"}}})
+    views = [node("cordoned", "a", 64, 8, cordoned=True), node("locked", "a", 64, 8, locked=True),
+             node("other", "b", 64, 8), node("other-locked", "b", 64, 8, locked=True), node("busy", "a", 64, 8),
+             node("cpu-only", "a", 64, 0), node("both", "a", 64, 8)]
+    scheduler = simulate.Scheduler(views, random.Random(0))
+    pod = scheduler.queued({"metadata": {"name": "p"}, "spec": {"nodeSelector": {"pool": "a"}, "containers": [
+        {"name": "c", "resources": {"requests": {"cpu": "8", keys.GPU_RESOURCE: "1"}}}]}}, 0.0)
+    for name, cpu, gpus in (("busy", "60", "0"), ("both", "60", "8")):
+        filler = scheduler.queued({"metadata": {"name": f"on-{name}"}, "spec": {"containers": [
+            {"name": "c", "resources": {"requests": {"cpu": cpu, keys.GPU_RESOURCE: gpus}}}]}}, 0.0)
+        scheduler.take(scheduler.by_name[name], filler)
+    assert scheduler.attempt(pod) is None
+    # cordoned, untolerated taint, not selected; then short of cpu, memory, GPUs, room for a pod
+    assert scheduler.reasons(pod) == (1, 2, 1, 2, 0, 2, 0)
+    # the lock lifted from the pool-a node: it fits there now (the filters asked again after a node's object
+    # changed); once a 60-cpu pod takes it, one node fewer has a taint the pod does not tolerate, one more too
+    # little cpu
+    scheduler.set_view("locked", node("locked", "a", 64, 8))
+    assert scheduler.attempt(pod) is scheduler.by_name["locked"]
+    scheduler.take(scheduler.by_name["locked"], scheduler.queued({"metadata": {"name": "on-locked"}, "spec": {
+        "containers": [{"name": "c", "resources": {"requests": {"cpu": "60"}}}]}}, 0.0))
+    assert scheduler.reasons(pod) == (1, 1, 1, 3, 0, 2, 0)
+
+
+def test_the_loop_patches_a_failed_pods_condition_when_its_message_changes_and_waits_for_it() -> None:
+    """handleSchedulingFailure PATCHes the pod's PodScheduled condition from the scheduling loop when its message
+    changed: the first failure always, a later one only when some count of reasons changed; the loop's next attempt
+    waits for it. Two nodes of 64 cpu each hold a 40-cpu pod; a third 40-cpu pod fails on both ("2 Insufficient
+    cpu")."""
+    def view(name: str, *, cordoned: bool = False) -> NodeView:
+        return NodeView.from_obj({"metadata": {"name": name}, "spec": {"unschedulable": cordoned},
+                                  "status": {"allocatable": {"cpu": "64", "memory": "256Gi", "pods": "110"}}})
+
+    def body(name: str, cpu: str = "40") -> dict[str, object]:
+        return {"metadata": {"name": name}, "spec": {"containers": [
+            {"name": "c", "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}]}}
+
+    timing = simulate.Timing(attempt=0.001, patch=0.01)
+    scheduler = simulate.Scheduler([view("a"), view("b")], random.Random(0), timing=timing)
+    residents = {}
+    for node in scheduler.nodes:
+        residents[node.name] = scheduler.queued(body(f"on-{node.name}"), 0.0)
+        scheduler.take(node, residents[node.name])
+    pod = scheduler.queued(body("p"), 0.0)
+    scheduler.enqueue(pod, 0.0)
+
+    def fail_at(now: float) -> float:
+        scheduler.wake(now, scheduler.nodes, True)
+        assert scheduler.step(now, lambda p, n: pytest.fail("bound"), lambda p: None)
+        return scheduler.clock - now
+
+    assert fail_at(0.0) == pytest.approx(0.011)  # the first failure: the condition is new
+    assert scheduler.patches == 1
+    assert fail_at(1.0) == pytest.approx(0.001)  # "2 Insufficient cpu" again: no PATCH
+    # node b's pod gives way to a 30-cpu one: still too little cpu on both, the same message
+    scheduler.give_back(scheduler.by_name["b"], residents["b"])
+    scheduler.take(scheduler.by_name["b"], scheduler.queued(body("smaller", "30"), 2.0))
+    assert fail_at(3.0) == pytest.approx(0.001)
+    # node b cordoned: "1 Insufficient cpu, 1 node(s) were unschedulable", a PATCH
+    scheduler.set_view("b", view("b", cordoned=True))
+    assert fail_at(5.0) == pytest.approx(0.011)
+    assert scheduler.patches == 2
+    # not modelled: the loop goes straight on
+    scheduler.timing = simulate.Timing(attempt=0.001, patch=None)
+    scheduler.set_view("b", view("b"))
+    assert (fail_at(9.0), scheduler.patches) == (pytest.approx(0.001), 2)
+
+
+def test_the_clients_rate_limit_lets_a_burst_through_then_a_request_every_fiftieth_of_a_second() -> None:
+    bucket = simulate.TokenBucket(simulate.CLIENT_QPS, simulate.CLIENT_BURST)
+    assert [bucket.wait(0.0) for _ in range(100)] == [0.0] * 100
+    assert [bucket.wait(0.0) for _ in range(2)] == pytest.approx([0.02, 0.04])
+    # a second later 50 tokens have come back, of which the two borrowed above are owed
+    assert [bucket.wait(1.0) for _ in range(48)] == [0.0] * 48
+    assert bucket.wait(1.0) == pytest.approx(0.02)
 
 
 def test_the_kube_scheduler_modelled_is_the_one_bench_trace_runs() -> None:
