@@ -707,7 +707,7 @@ def validation_rows(real: Sequence[Arm], model: Sequence[Arm],
     """The simulation (`reservoir simulate`) against the replay on the control plane, arm by arm (matched by name)
     and class by class: p50 and p95 waits on each side and whether the model is within VALIDATION_SECONDS or
     VALIDATION_SHARE of the replay, whichever is larger; a row per arm for GPU allocation (within
-    VALIDATION_ALLOCATION). `spread`: the same arms of the model at other attempt times (simulate.timing_spread):
+    VALIDATION_ALLOCATION). `spread`: the same arms of the model at other timings (simulate.timing_spread):
     each row then also gives the lowest and highest the model reached over all its runs, and whether the replay lies
     in that range widened by the tolerance (`in_spread`; without `spread`, the same as `met`)."""
     rows: list[dict[str, Any]] = []
@@ -734,7 +734,7 @@ def validation_rows(real: Sequence[Arm], model: Sequence[Arm],
 
 def _validation_row(arm: str, what: str, replay: float, values: Sequence[float], tolerance: float) -> dict[str, Any]:
     """One measure of validation_rows: the replay's figure against the model's (`values`: its own run first, then
-    its runs at other attempt times), within `tolerance` of its own run (`met`) and of the range of all of them
+    its runs at other timings), within `tolerance` of its own run (`met`) and of the range of all of them
     (`in_spread`)."""
     low, high = min(values), max(values)
     return {"arm": arm, "what": what, "replay": replay, "simulate": values[0],
@@ -749,12 +749,12 @@ def verdicts(arms: Sequence[Arm]) -> dict[str, bool]:
 
 def validation_table(real: Sequence[Arm], model: Sequence[Arm], spread: Sequence[Sequence[Arm]] = ()) -> str:
     """validation_rows as a markdown table, then the goals' verdicts on each side (criteria), and whether they agree;
-    with `spread` (the model at other attempt times), the model's range over all its runs beside each measure, how
+    with `spread` (the model at other timings), the model's range over all its runs beside each measure, how
     many of the replay's figures lie in it (widened by the tolerance), and how many of its verdicts one run gives."""
     rows = validation_rows(real, model, spread)
     head = "| arm | measure | replay | simulate | within tolerance |"
     if spread:
-        head += f" simulate over {len(spread) + 1} attempt times | within tolerance of that range |"
+        head += f" simulate over {len(spread) + 1} timings | within tolerance of that range |"
     lines = [head, "|---" * head.count(" | ") + "|---|"]
     for row in rows:
         fmt = "{:.3f}" if row["what"] == "GPU allocation" else "{:.1f}"
@@ -774,7 +774,7 @@ def validation_table(real: Sequence[Arm], model: Sequence[Arm], spread: Sequence
     if spread:
         runs = [verdicts_sim, *(verdicts(arms) for arms in spread)]
         unreached = sorted(k for k, met in verdicts_real.items() if all(v.get(k) != met for v in runs))
-        lines.append(f"validation over the model's {len(runs)} attempt times: "
+        lines.append(f"validation over the model's {len(runs)} timings: "
                      f"{sum(row['in_spread'] for row in rows)} of {len(rows)} measures within tolerance of its range, "
                      f"the replay's verdict reached by one run on {len(verdicts_real) - len(unreached)} of "
                      f"{len(verdicts_real)} goals" + (f" (not: {'; '.join(unreached)})" if unreached else ""))

@@ -348,7 +348,7 @@ async def run(args: argparse.Namespace) -> list[str]:
         (out / "agent.log").write_text(agent.log_text())
     (out / "gates.json").write_text(json.dumps(gates) + "\n")
     log("bench-trace: the same replay simulated (reservoir simulate), for the validation table, and again at "
-        f"{len(simulate.TIMING_SPREAD)} other attempt times (its own spread)")
+        f"{len(simulate.TIMING_SPREAD)} other timings (its own spread)")
     specs = [a for a in simulate.default_arms() if a.name in args.arms]
     jobs = os.cpu_count() or 1  # the control plane is gone: the machine is the model's
     model = [o.arm for o in simulate.simulate(specs, chosen, replayed.pods, seed=args.seed, tail=args.tail,

@@ -130,6 +130,8 @@ async def test_a_kueue_managed_pod_carries_both_webhooks_marks_and_gets_its_node
     assert keys.EXPECTED_START in (workload["metadata"].get("annotations") or {}), workload["metadata"]
 
 
+PAIR_STREAM_EXTRA = 15  # seconds more of the stream for the pod group's story (two nodes to fill)
+
 
 @pytest.mark.parametrize("reservoir", ["kueue-first"], indirect=True)
 async def test_a_kueue_pod_group_is_one_job_and_gets_a_node_for_each_pod(kit: Kit, reservoir: AgentProcess) -> None:
@@ -140,7 +142,10 @@ async def test_a_kueue_pod_group_is_one_job_and_gets_a_node_for_each_pod(kit: Ki
     for name in ("node-a", "node-b"):
         await kit.create_node(name, {"cpu": "4", "memory": "16Gi"})
     await spare_node(kit)
-    stream = asyncio.create_task(stream_small_pods(kit, STREAM_SECONDS, keep_pending=6))
+    # two nodes to fill, where the other stories fill one: the stream runs PAIR_STREAM_EXTRA seconds longer, so the
+    # pair's lock, the nodes' drain and the binds fit in it however long the filling took (CI once saw both pods bind
+    # 3 s before a 30-s stream ended, inside the 5-s margin below)
+    stream = asyncio.create_task(stream_small_pods(kit, STREAM_SECONDS + PAIR_STREAM_EXTRA, keep_pending=6))
     await stream_fills(kit, stream, ["node-a", "node-b"], 8)
     owner = JobRef(kit.namespace, KUEUE_POD_GROUP, "pair")
     for i in range(2):

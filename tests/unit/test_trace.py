@@ -643,7 +643,7 @@ def test_validation_rows_hold_the_model_to_20_percent_or_10_seconds() -> None:
 
 
 def test_validation_over_the_models_attempt_times_holds_the_replay_to_the_models_range() -> None:
-    """With the model's runs at other attempt times (simulate.timing_spread): each measure gives the lowest and
+    """With the model's runs at other timings (simulate.timing_spread): each measure gives the lowest and
     highest the model reached, and holds the replay within that range widened by the tolerance; a goal's replay
     verdict counts as reached when one run gives it. Without them, the table is the one-run table."""
     real = [arm("alone", [rec("a", "8 GPU", 0, 100, gpus=8), rec("b", "1 GPU", 0, 2)]),
