@@ -1,7 +1,8 @@
 """Issue 32, locks before Kueue gives up: Kueue's manager with `waitForPodsReady` (timeout PODS_READY seconds: an
 admitted Workload whose pods are not all ready by then is evicted and requeued). Two 8-GPU nodes are kept busy by a
 stream of 1-GPU pods (runtimes 3 to 7 s); an admitted Job of one 8-GPU pod waits for a whole node.
-- kube-scheduler alone: the pod is never placed while the stream runs, and Kueue evicts the Workload (PodsReadyTimeout);
+- kube-scheduler alone: the pod is not placed in time (not in half the timeout; at all, unless the stream's refills lag),
+  and Kueue evicts the Workload (PodsReadyTimeout);
 - with Reservoir, `starvingJobTimeThreshold` 10m (far past the timeout) and `kueue.podsReadyTimeout` set to Kueue's: the
   Workload's job starves after half the timeout, a node is locked and drains, the pod is placed and Ready before Kueue
   gives up, and the Workload is never evicted."""
@@ -98,12 +99,17 @@ async def gpu_story(kit: Kit, *, until_evicted: bool = False) -> tuple[float, fl
 
 async def test_without_reservoir_kueue_evicts_the_admitted_8_gpu_workload_it_could_not_place(
         kit: Kit, queues: str) -> None:
-    created, stream_end, bound, seen = await gpu_story(kit, until_evicted=True)
+    created, _, bound, seen = await gpu_story(kit, until_evicted=True)
     kinds = {c["type"]: c.get("reason") for c in seen}
     assert "Admitted" in kinds, kinds
     assert kinds.get("Evicted") == "PodsReadyTimeout", \
         f"Kueue gave up on the Workload: {kinds}; the 8-GPU pod bound {bound - created:.1f} s after the Job was made"
-    assert bound > stream_end - 1, "kube-scheduler alone never placed the 8-GPU pod while the stream ran"
+    # Not "never placed": on a loaded machine (the whole suite on two cores) the stream's refills lag, a node's pods
+    # can all end before new ones bind, and kube-scheduler alone then places the pod; CI saw it 37 s after the
+    # admission, too late for Kueue all the same. What kube-scheduler alone cannot do is place it in time.
+    assert bound - created > PODS_READY / 2, \
+        f"kube-scheduler alone placed the 8-GPU pod {bound - created:.1f} s after the Job was made, before Reservoir " \
+        f"would have locked a node for it (half of Kueue's {PODS_READY}-s timeout)"
 
 
 async def test_with_reservoir_the_8_gpu_workload_is_placed_before_kueue_gives_up(
