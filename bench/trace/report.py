@@ -371,12 +371,17 @@ def lock_waits(arm: Arm) -> list[dict[str, Any]]:
             for klass, (to_lock, to_bind) in sorted(parts.items(), key=lambda kv: order.get(kv[0], len(order)))]
 
 
+def could_ever(want: ReplayPod, row: NodeRow) -> bool:
+    """The node of `row` could take `want` with nothing on it: big enough, and of a GPU model it names (if any)."""
+    return not ((want.gpu_models and row.model not in want.gpu_models) or want.cpu_milli > row.cpu_milli
+                or want.memory_mib > row.memory_mib or want.gpus > row.gpu)
+
+
 def fit_moment(want: ReplayPod, row: NodeRow, running: Iterable[tuple[ReplayPod, float]], at: float) -> float | None:
     """When the node of `row` could first take `want` from `at` on, were nothing else to come: `at` if its room
     covers the request, else the end of the running pod (its pod, its end) whose end frees enough; None if it never
-    could (too small, another GPU model, or room only after pods with no end seen)."""
-    if (want.gpu_models and row.model not in want.gpu_models) or want.cpu_milli > row.cpu_milli or (
-            want.memory_mib > row.memory_mib or want.gpus > row.gpu):
+    could (too small, another GPU model: could_ever; or room only after pods with no end seen)."""
+    if not could_ever(want, row):
         return None
     cpu, memory, gpus = row.cpu_milli - want.cpu_milli, row.memory_mib - want.memory_mib, row.gpu - want.gpus
     ends = sorted(running, key=lambda pod_end: pod_end[1])
@@ -399,6 +404,7 @@ def lock_regrets(arm: Arm, pods: Mapping[str, ReplayPod], nodes: Mapping[str, No
     frees its room). 0 where the lock went to the soonest node; the lock's node is what its drain (lock_waits'
     lock -> bind) is made of."""
     running = _placed_by_node(arm)
+    shapes: dict[tuple[int, int, int, tuple[str, ...]], list[str]] = {}  # a request -> the nodes that could ever fit it
 
     def fits(name: str, want: ReplayPod, at: float) -> float | None:
         on = [(pods[r.name], r.ended if r.ended is not None else math.inf) for r in running.get(name, ())
@@ -414,8 +420,11 @@ def lock_regrets(arm: Arm, pods: Mapping[str, ReplayPod], nodes: Mapping[str, No
         others = {s.node for s in arm.locks if s.owner != owner and s.since <= span.since
                   and (s.until is None or s.until > span.since)}
         chosen = fits(span.node, want, span.since)
-        best = min((m for m in (fits(n, want, span.since) for n in nodes if n not in others) if m is not None),
-                   default=None)
+        shape = (want.cpu_milli, want.memory_mib, want.gpus, want.gpu_models)
+        if shape not in shapes:  # the others' fit_moment is None: asked of these only (at scale, most of the report)
+            shapes[shape] = [n for n, row in nodes.items() if could_ever(want, row)]
+        best = min((m for m in (fits(n, want, span.since) for n in shapes[shape] if n not in others)
+                    if m is not None), default=None)
         if chosen is not None and best is not None:
             regrets.append(chosen - best)
     return regrets
@@ -461,7 +470,7 @@ def reservation_floors(arm: Arm, pods: Mapping[str, ReplayPod], nodes: Mapping[s
             active.get(node, {}).pop(name, None)
         shape = (want.cpu_milli, want.memory_mib, want.gpus, want.gpu_models)
         if shape not in shapes:
-            shapes[shape] = [n for n, row in nodes.items() if fit_moment(want, row, (), at) is not None]
+            shapes[shape] = [n for n, row in nodes.items() if could_ever(want, row)]
         best: tuple[float, str] | None = None
         for name in shapes[shape]:
             on = [pod_end for other, pod_end in active.get(name, {}).items() if other != want.name]

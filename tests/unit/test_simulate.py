@@ -9,6 +9,7 @@ import random
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from agent.planner.model import lock_on
@@ -537,3 +538,42 @@ def test_the_search_over_every_node_at_once_is_the_walk_node_by_node() -> None:
         if got is not None:
             for twin in twins:
                 twin.take(twin.by_name[got.name], pod)
+
+
+def test_preferred_node_affinity_is_asked_of_the_nodes_labelled_with_a_key_it_reads(monkeypatch) -> None:
+    """NodeAffinity's raw score (the weights of the preferred terms a node matches, summed), asked only of the nodes
+    labelled with a key the terms read (Scheduler.labelled), is what the terms say of every node, follows a node's
+    labels when its object changes, and is the same past MAX_LABEL_KEYS (asked of every node); a term that matches
+    a node without the keys (NotIn) is asked of every node (the model once scored such nodes 0)."""
+    def view(name: str, labels: dict[str, str]) -> NodeView:
+        return NodeView.from_obj({"metadata": {"name": name, "labels": labels},
+                                  "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"}}})
+
+    def body(name: str, disk: str = "In") -> dict:
+        terms = [{"weight": 30, "preference": {"matchExpressions": [
+                     {"key": "zone", "operator": "In", "values": ["a"]}]}},
+                 {"weight": 5, "preference": {"matchExpressions": [
+                     {"key": "disk", "operator": disk, "values": ["ssd" if disk == "In" else "hdd"]}]}}]
+        return {"metadata": {"name": name}, "spec": {"affinity": {"nodeAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": terms}}, "containers": [{"name": "c"}]}}
+    views = [view("n0", {"zone": "a", "disk": "ssd"}), view("n1", {"zone": "a", "disk": "hdd"}),
+             view("n2", {"zone": "b", "disk": "ssd"}), view("n3", {"other": "x"})]
+    every = np.arange(4)
+
+    def by_walk(scheduler: simulate.Scheduler, pod: simulate.Queued) -> list[int]:
+        return [sum(w for w, term in pod.preferred if term.matches(node.view)) for node in scheduler.nodes]
+    scheduler = simulate.Scheduler(views, random.Random(0))
+    pod = scheduler.queued(body("p"), 0.0)
+    assert scheduler.preference(pod, every).tolist() == by_walk(scheduler, pod) == [35, 30, 5, 0]
+    assert scheduler.preference(pod, np.array([2, 0])).tolist() == [5, 35]
+    not_in = scheduler.queued(body("q", "NotIn"), 0.0)
+    assert not_in.prefers_unlabelled and not pod.prefers_unlabelled
+    assert scheduler.preference(not_in, every).tolist() == by_walk(scheduler, not_in) == [35, 30, 5, 5]
+    scheduler.set_view("n3", view("n3", {"zone": "a"}))
+    assert scheduler.preference(pod, every).tolist() == by_walk(scheduler, pod) == [35, 30, 5, 30]
+    assert sorted(scheduler.labelled) == ["disk", "zone"]
+    assert scheduler.preference(not_in, every).tolist() == by_walk(scheduler, not_in) == [35, 30, 5, 35]
+    monkeypatch.setattr(simulate, "MAX_LABEL_KEYS", 0)
+    fresh = simulate.Scheduler(views, random.Random(0))
+    assert fresh.preference(fresh.queued(body("r"), 0.0), every).tolist() == [35, 30, 5, 0]
+    assert not fresh.labelled
