@@ -240,6 +240,9 @@ RankKey = tuple[bool, datetime, float, str]
 MAX_RANKINGS = 16
 MAX_RANKED_NODES = 100_000
 MOST_RANKINGS = 1024  # and never more shapes than this (on a cluster of three nodes, a ranking's own objects count)
+# nor, keeping the last plan's (make_room), more node entries than this (250 MB): a tenant's starving pods of a
+# thousand shapes that fit nowhere are each weighed by every plan, and would keep 1.3 GB on 5,000 nodes
+MOST_RANKED_NODES = 1_000_000
 
 
 @dataclass
@@ -343,16 +346,17 @@ def kept_ranking(rankings: dict[str, ShapeRanking], states: Mapping[str, NodeSta
     if ranking is None:
         cap = min(MOST_RANKINGS, max(MAX_RANKINGS, MAX_RANKED_NODES // max(len(states), 1)))
         if len(rankings) >= cap:
-            make_room(rankings, cap, now)
+            make_room(rankings, cap, now, len(states))
         ranking = rankings[kept] = ShapeRanking()
     ranking.used = now
     ranking.sync(states, task.requests, task.placement)
     return ranking
 
 
-def make_room(rankings: dict[str, ShapeRanking], cap: int, now: datetime) -> None:
+def make_room(rankings: dict[str, ShapeRanking], cap: int, now: datetime, nodes: int) -> None:
     """Rankings go, least recently used first, until one more stays within `cap`; but none the last plan or this one
-    used (`used` the latest before `now`, or `now`) unless MOST_RANKINGS are kept. A plan asks for the shape of every
+    used (`used` the latest before `now`, or `now`) unless MOST_RANKINGS are kept, or MOST_RANKED_NODES node entries
+    (rankings of `nodes` each). A plan asks for the shape of every
     starving job it weighs, and on a large cluster the cap (MAX_RANKED_NODES // nodes) can be below that: an LRU
     smaller than what each plan asks for, in the same order at each plan, drops every shape before the next plan asks
     for it again, and ranks every node again for each (bench-simulate, 5,000 nodes, cap 20: 3,456 of 3,968 rankings
@@ -360,7 +364,7 @@ def make_room(rankings: dict[str, ShapeRanking], cap: int, now: datetime) -> Non
     went from 346 s (d212ce5's run) to 226 s, its planner's from 160 s to 53 s, for 84 MiB more at the peak). What a
     plan uses it holds in memory for its own run anyway (NodeChooser.ranked): kept one plan longer, the rankings two
     plans used are at most twice that."""
-    if len(rankings) >= MOST_RANKINGS:
+    if len(rankings) >= MOST_RANKINGS or len(rankings) * nodes >= MOST_RANKED_NODES:
         del rankings[min(rankings, key=lambda k: (rankings[k].used, k))]
         return
     last = max((r.used for r in rankings.values() if r.used < now), default=None)

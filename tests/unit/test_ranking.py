@@ -222,15 +222,18 @@ def test_plans_asking_for_more_shapes_than_the_cap_keep_the_last_plans_on_a_larg
 
 def test_make_room_drops_the_least_recently_used_of_older_plans_only() -> None:
     """make_room on rankings used by plans at t0 < t1 < t2 (the last) and now: down to the cap from the oldest, never
-    one of the last plan's or this one's; at MOST_RANKINGS, the least recently used whatever it is."""
+    one of the last plan's or this one's; at MOST_RANKINGS, or MOST_RANKED_NODES node entries, the least recently
+    used whatever it is."""
     at = [NOW + timedelta(seconds=s) for s in range(4)]
     rankings = {f"r{k}": ShapeRanking(used=at[k % 4]) for k in range(8)}  # two of each
-    capacity.make_room(rankings, 3, at[3])
+    capacity.make_room(rankings, 3, at[3], 10)
     assert sorted(rankings) == ["r2", "r3", "r6", "r7"], "t0 and t1 went; the cap is below what t2 and now hold"
-    capacity.make_room(rankings, 3, at[3])
+    capacity.make_room(rankings, 3, at[3], 10)
     assert sorted(rankings) == ["r2", "r3", "r6", "r7"], "nothing older than the last plan is left to drop"
+    capacity.make_room(rankings, 3, at[3], capacity.MOST_RANKED_NODES // 4)
+    assert sorted(rankings) == ["r3", "r6", "r7"], "four rankings of so many nodes: the least recently used goes"
     full = {f"r{k:04}": ShapeRanking(used=at[3]) for k in range(MOST_RANKINGS)}
-    capacity.make_room(full, 16, at[3])
+    capacity.make_room(full, 16, at[3], 3)
     assert len(full) == MOST_RANKINGS - 1 and "r0000" not in full
 
 
