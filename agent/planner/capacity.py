@@ -356,14 +356,13 @@ def kept_ranking(rankings: dict[str, ShapeRanking], states: Mapping[str, NodeSta
 def make_room(rankings: dict[str, ShapeRanking], cap: int, now: datetime, nodes: int) -> None:
     """Rankings go, least recently used first, until one more stays within `cap`; but none the last plan or this one
     used (`used` the latest before `now`, or `now`) unless MOST_RANKINGS are kept, or MOST_RANKED_NODES node entries
-    (rankings of `nodes` each). A plan asks for the shape of every
-    starving job it weighs, and on a large cluster the cap (MAX_RANKED_NODES // nodes) can be below that: an LRU
-    smaller than what each plan asks for, in the same order at each plan, drops every shape before the next plan asks
-    for it again, and ranks every node again for each (bench-simulate, 5,000 nodes, cap 20: 3,456 of 3,968 rankings
-    were made anew, 19.9 million node keys computed; with this, 512 and 2.6 million, and the starvation arm's CPU
-    went from 346 s (d212ce5's run) to 226 s, its planner's from 160 s to 53 s, for 84 MiB more at the peak). What a
-    plan uses it holds in memory for its own run anyway (NodeChooser.ranked): kept one plan longer, the rankings two
-    plans used are at most twice that."""
+    (rankings of `nodes` each). A plan asks for the shape of every starving job it weighs, and on a large cluster
+    the cap (MAX_RANKED_NODES // nodes) can be below that: an LRU smaller than what each plan asks for, in the same
+    order at each plan, drops every shape before the next plan asks for it again, and ranks every node again for each
+    (bench-simulate, 5,000 nodes, cap 20: 3,456 of 3,968 rankings were made anew, 19.9 million node keys computed;
+    with this, 512 and 2.6 million, and the starvation arm's CPU went from 346 s (d212ce5's run) to 226 s, its
+    planner's from 160 s to 53 s, for 84 MiB more at the peak). What a plan uses it holds in memory for its own run
+    anyway (NodeChooser.ranked): kept one plan longer, the rankings two plans used are at most twice that."""
     if len(rankings) >= MOST_RANKINGS or len(rankings) * nodes >= MOST_RANKED_NODES:
         del rankings[min(rankings, key=lambda k: (rankings[k].used, k))]
         return

@@ -377,6 +377,18 @@ def could_ever(want: ReplayPod, row: NodeRow) -> bool:
                 or want.memory_mib > row.memory_mib or want.gpus > row.gpu)
 
 
+Shape = tuple[int, int, int, tuple[str, ...]]  # a pod's request: cpu, memory, GPUs, the GPU models it names
+
+
+def could_take(want: ReplayPod, nodes: Mapping[str, NodeRow], known: dict[Shape, list[str]]) -> list[str]:
+    """The nodes that could ever take `want` (could_ever), in `nodes`' order, kept in `known` per request."""
+    shape = (want.cpu_milli, want.memory_mib, want.gpus, want.gpu_models)
+    found = known.get(shape)
+    if found is None:
+        found = known[shape] = [n for n, row in nodes.items() if could_ever(want, row)]
+    return found
+
+
 def fit_moment(want: ReplayPod, row: NodeRow, running: Iterable[tuple[ReplayPod, float]], at: float) -> float | None:
     """When the node of `row` could first take `want` from `at` on, were nothing else to come: `at` if its room
     covers the request, else the end of the running pod (its pod, its end) whose end frees enough; None if it never
@@ -404,7 +416,7 @@ def lock_regrets(arm: Arm, pods: Mapping[str, ReplayPod], nodes: Mapping[str, No
     frees its room). 0 where the lock went to the soonest node; the lock's node is what its drain (lock_waits'
     lock -> bind) is made of."""
     running = _placed_by_node(arm)
-    shapes: dict[tuple[int, int, int, tuple[str, ...]], list[str]] = {}  # a request -> the nodes that could ever fit it
+    shapes: dict[Shape, list[str]] = {}  # could_take's
 
     def fits(name: str, want: ReplayPod, at: float) -> float | None:
         on = [(pods[r.name], r.ended if r.ended is not None else math.inf) for r in running.get(name, ())
@@ -420,10 +432,8 @@ def lock_regrets(arm: Arm, pods: Mapping[str, ReplayPod], nodes: Mapping[str, No
         others = {s.node for s in arm.locks if s.owner != owner and s.since <= span.since
                   and (s.until is None or s.until > span.since)}
         chosen = fits(span.node, want, span.since)
-        shape = (want.cpu_milli, want.memory_mib, want.gpus, want.gpu_models)
-        if shape not in shapes:  # the others' fit_moment is None: asked of these only (at scale, most of the report)
-            shapes[shape] = [n for n, row in nodes.items() if could_ever(want, row)]
-        best = min((m for m in (fits(n, want, span.since) for n in shapes[shape] if n not in others)
+        # the other nodes' fit_moment is None: these only are asked (at scale, the walk was most of the report)
+        best = min((m for m in (fits(n, want, span.since) for n in could_take(want, nodes, shapes) if n not in others)
                     if m is not None), default=None)
         if chosen is not None and best is not None:
             regrets.append(chosen - best)
@@ -448,7 +458,7 @@ def reservation_floors(arm: Arm, pods: Mapping[str, ReplayPod], nodes: Mapping[s
                     key=lambda pair: pair[0])
     ends: list[tuple[float, str, str]] = []  # heap of (end, node, name)
     active: dict[str, dict[str, tuple[ReplayPod, float]]] = {}
-    shapes: dict[tuple[int, int, int, tuple[str, ...]], list[str]] = {}  # a request -> the nodes that could ever fit it
+    shapes: dict[Shape, list[str]] = {}  # could_take's
     held: dict[str, list[tuple[float, float, float]]] = {}  # node -> (from, until, bound) of earlier pods of the class
     floors: dict[str, float] = {}
     started = 0
@@ -468,11 +478,8 @@ def reservation_floors(arm: Arm, pods: Mapping[str, ReplayPod], nodes: Mapping[s
         while ends and ends[0][0] <= at:
             _, node, name = heapq.heappop(ends)
             active.get(node, {}).pop(name, None)
-        shape = (want.cpu_milli, want.memory_mib, want.gpus, want.gpu_models)
-        if shape not in shapes:
-            shapes[shape] = [n for n, row in nodes.items() if could_ever(want, row)]
         best: tuple[float, str] | None = None
-        for name in shapes[shape]:
+        for name in could_take(want, nodes, shapes):
             on = [pod_end for other, pod_end in active.get(name, {}).items() if other != want.name]
             moment = fit_moment(want, nodes[name], on, at)
             if moment is None:
