@@ -38,6 +38,12 @@ maxLockedNodePercent (floor, at most 90) and the policies before starvation left
 still keeps a one-node cluster unlocked. A job left without nodes is told which of these numbers stopped it
 (`Budget.reason`).
 
+Shapes weighed per plan (NodeChooser): one plan ranks the nodes for at most capacity.plan_rankings task shapes (200
+on 5,000 nodes), each namespace with pending pods promised its own up to an equal share: a departure from the seed,
+which weighs every starving job, so that a tenant's pods of thousands of shapes cannot make each plan rank every node
+thousands of times (docs/design/decisions.md). A job past it is weighed again at the next plan; one holding a lock
+keeps it.
+
 No new lock is made while a higher-priority pending pod can be placed now (`higher_priority_blocker`, seed 000
 "Reserve logic"; the planner asks `Blockers`, which decides only the pods of higher priority than the job).
 
@@ -76,6 +82,7 @@ from agent.planner.capacity import (
     ShapeRanking,
     idle_fraction,
     kept_ranking,
+    plan_rankings,
     schedulable,
     shape,
     shape_id,
@@ -212,10 +219,21 @@ class NodeChooser:
     re-ranks only the nodes whose state changed since the ranking last saw them (issue 34).
     `taken` is the caller's set of nodes locked in this plan so far (it grows as jobs get locks); `blocked` the
     nodes the displacement table keeps from starvation, with the job holding each.
+
+    One plan ranks the nodes for at most capacity.plan_rankings task shapes (`limit`; a departure from seed 000,
+    which weighs every starving job: anyone may create pods of thousands of shapes). Each namespace with pending
+    tasks is promised as many as its tasks have shapes, up to an equal share of `limit` (`promised`, from
+    namespace_shapes); a namespace goes past its promise only while the others' promises still fit, so a tenant's
+    flood of shapes in its namespace leaves every other namespace its share, and a namespace of many shapes takes
+    what the others do not need. A task of a shape past these is weighed on its job's own nodes only (those it holds
+    locked or reserved in this plan, scored directly), so a job keeps its locks; no other node is chosen for it, its
+    shape is named in `unranked`, and its job is told (reserve_job) and weighed again at the next plan, in its
+    order.
     """
 
     def __init__(self, states: Mapping[str, NodeState], taken: Set[str], blocked: Mapping[str, str],
-                 now: datetime, rankings: dict[str, ShapeRanking] | None = None) -> None:
+                 now: datetime, rankings: dict[str, ShapeRanking] | None = None,
+                 promised: Mapping[str, int] | None = None) -> None:
         self.states = states
         self.taken = taken
         self.blocked = blocked  # node -> owner holding it (other jobs' live locks)
@@ -226,6 +244,12 @@ class NodeChooser:
         # RankKey (a sorted list is a heap)
         self.heaps: dict[Shape, tuple[list[tuple[float, str]], list[RankKey]]] = {}
         self.ranked: dict[Shape, ShapeRanking] = {}  # per shape, the ranking its heaps came from
+        self.limit = plan_rankings(len(states))  # task shapes this plan ranks the nodes for, at most
+        # namespace -> the shapes its tasks are promised in this plan (class docstring); without it, none is
+        self.promised: Mapping[str, int] = promised if promised is not None else {}
+        self.outstanding = sum(self.promised.values())  # promised shapes not ranked yet
+        self.asked: dict[str, set[Shape]] = {}  # per namespace, the ranked shapes its tasks asked for in this plan
+        self.unranked: set[Shape] = set()  # shapes asked for past `limit` or the promises
 
     @staticmethod
     def shape(task: PodView) -> Shape:
@@ -242,6 +266,26 @@ class NodeChooser:
         """Seed 000 node score: (time_to_fit, -idle_fraction, name), lower first."""
         state = self.states[name]
         return (time_to_fit(state, task.requests, reserved, self.now), -idle_fraction(state), name)
+
+    def ranks(self, task: PodView) -> bool:
+        """Whether this plan ranks the nodes for the task's shape: already, or within `limit` and its namespace's
+        promise, or past its promise while the other namespaces' still fit (class docstring; counted here, ranked by
+        the caller)."""
+        key = shape(task)
+        namespace = task.namespace
+        asked = self.asked.setdefault(namespace, set())
+        if key in asked:
+            return True
+        promise = self.promised.get(namespace, 0)
+        promised = len(asked) < promise
+        if key not in self.heaps:
+            others = self.outstanding - (promise - len(asked) if promised else 0)
+            if len(self.heaps) >= self.limit or not (promised or len(self.heaps) + others < self.limit):
+                self.unranked.add(key)
+                return False
+        asked.add(key)  # ranked for it, or by another namespace before: its promise is kept either way
+        self.outstanding -= promised
+        return True
 
     def _heaps(self, task: PodView) -> tuple[list[tuple[float, str]], list[RankKey]]:
         """The shape's nodes in `_key` order with nothing reserved, as two heaps made at its first task in this plan
@@ -264,22 +308,24 @@ class NodeChooser:
         reserved there; `avoid` is skipped."""
         best: tuple[tuple[bool, bool, timedelta, float, str], str] | None = None
         placement = task.placement
-        now_heap, later = self._heaps(task)
-        ranked = self.ranked[shape(task)].entries
+        ranking = self.ranks(task)
+        now_heap, later = self._heaps(task) if ranking else ([], [])
+        ranked = self.ranked[shape(task)].entries if ranking else {}
         for name in sorted((own | set(reserved)) - avoid):
             already = reserved.get(name)
             fit: NodeKey
-            if already is None:  # nothing reserved there yet: the ranking has the answer (usable_ever, fit_at)
+            if already is None and ranking:  # nothing reserved there: the ranking has the answer (usable_ever, fit_at)
                 rank = ranked[name][1]
                 if rank is None or name in self.taken or self.blocked.get(name) not in (None, owner):
                     continue
                 never, at, neg_idle, _ = rank
                 fit = (FOREVER if never else max(at - self.now, ZERO), neg_idle, name)
             else:
-                if not self._usable(name, task, owner, placement) or not (already + task.requests).fits_in(
-                        self.states[name].node.allocatable):
+                here = EMPTY if already is None else already
+                if name not in self.states or not self._usable(name, task, owner, placement) or not (
+                        here + task.requests).fits_in(self.states[name].node.allocatable):
                     continue
-                fit = self._key(name, task, already)
+                fit = self._key(name, task, here)
             key = (fit[0] > ZERO, name not in own, *fit)
             if best is None or key < best[0]:
                 best = (key, name)
@@ -374,6 +420,24 @@ class Smaller:
         least = self.least
         return any(least.get(name, amount) < amount for name, amount in wanted.items()
                    if idle.get(name, 0) < amount)
+
+
+def namespace_shapes(jobs: Iterable[Job], limit: int) -> dict[str, int]:
+    """NodeChooser's promises: for each namespace with pending tasks, how many task shapes they have (`shape`), at
+    most an equal share of `limit` (at least one)."""
+    seen: dict[str, set[Shape]] = {}
+    pending = [(job.ref.namespace, job.pending) for job in jobs]
+    for namespace, tasks in pending:
+        if tasks:
+            seen.setdefault(namespace, set())
+    share = max(1, limit // max(len(seen), 1))
+    for namespace, tasks in pending:
+        shapes = seen.get(namespace)
+        for task in tasks:
+            if shapes is None or len(shapes) >= share:
+                break
+            shapes.add(shape(task))
+    return {namespace: len(shapes) for namespace, shapes in seen.items()}
 
 
 def reserve_tasks(job: Job, tasks: Sequence[PodView], chooser: NodeChooser, own: Set[str],
@@ -760,7 +824,8 @@ def starvation_round(jobs: Sequence[Job], *, context: PlanContext, taken: Set[st
     return Starvation(config=config, now=context.now, states=context.states, current=context.current,
                       held_by=held_by, expired=cooldowns.expired, cooling=cooldowns.until,
                       blockers=Blockers(jobs, context.states, context.rankings),
-                      chooser=NodeChooser(context.states, taken, blocked, context.now, context.rankings),
+                      chooser=NodeChooser(context.states, taken, blocked, context.now, context.rankings,
+                                          namespace_shapes(jobs, plan_rankings(len(context.states)))),
                       budget=Budget.of(context),
                       smaller=Smaller(context.states, context.snapshot.index.unbound.values()))
 
@@ -860,6 +925,14 @@ def reserve_job(job: Job, *, kept: Sequence[Lock], starvation: Starvation, budge
             why = (f"needs {len(placed.drain)} nodes, {max(budget, 0)} of the {start} starvation may lock are left, "
                    f"the rest held by jobs ahead of it ({starvation.budget.reason})" if budget < start else
                    f"needs {len(placed.drain)} nodes, starvation may lock {budget}: {starvation.budget.reason}")
+        elif starvation.chooser.unranked and any(shape(t) in starvation.chooser.unranked for t in job.pending):
+            chooser = starvation.chooser
+            namespace = job.ref.namespace
+            why = (f"not weighed in this plan: a plan ranks the nodes for at most {chooser.limit} task shapes on "
+                   f"{len(chooser.states)} nodes (MOST_RANKED_NODES); it ranked {len(chooser.heaps)}, "
+                   f"{len(chooser.asked.get(namespace, ()))} of them for namespace {namespace}, which was promised "
+                   f"{chooser.promised.get(namespace, 0)} of an equal share among the {len(chooser.promised)} "
+                   f"namespaces with pods pending; weighed again at the next plan")
         elif len(job.pending) < needed:
             why = (f"needs {needed} more tasks bound to reach minMember {job.min_member}, only {len(job.pending)} "
                    f"pending (pods held by schedulingGates do not count)")

@@ -21,6 +21,9 @@ guaranteed 16-256 cpu (2 or 4 GiB per cpu) each, opted into locks, all from a fi
 with the guarantees (collector paused) beside one without, and the tracemalloc peak of the allocations one plan with
 the guarantees makes (a separate run; the snapshot, built before, is not counted).
 
+A tenant's flood at 5,000 nodes (measure_flood): FLOOD starving pods of as many shapes in one namespace, one plan
+and the plan after it, and whether the other namespaces' starving jobs were still locked for.
+
 Backfill (issue 17), at each size: one full plan with 100 pods on the backfill gate (backfill.MAX_DECISIONS, the most
 one plan decides), each asking 10 cpu so it fits nowhere (the worst case of clause 3's first-fit pass over the open
 nodes; no slot, the snapshot carrying no lock yet), beside one without.
@@ -431,6 +434,48 @@ def measure_gate(nodes: int) -> dict:
             "per_second": count / spent if spent else 0.0}
 
 
+FLOOD = 1000  # a tenant's starving pods of as many shapes, for measure_flood
+
+
+def measure_flood(nodes: int) -> dict:
+    """A tenant's flood (the `measure` cluster, plus FLOOD starving pods in namespace `tenant`, each of its own shape:
+    a cpu request a millicore apart, 20 cpu and up, so each fits once a node drains): one full plan, the plan after it
+    (from the first, as the agent plans), the tracemalloc peak of a third, and how many of the other namespaces'
+    starving jobs were locked for. One plan ranks the nodes for at most capacity.plan_rankings shapes, each namespace
+    promised its share (starvation.NodeChooser); before that bound, each plan ranked every node for every shape."""
+    from dataclasses import replace
+
+    from agent.gcpause import collector_paused
+    from agent.planner.plan import plan
+    from shared.config import load_config
+    from shared.views import PodView
+
+    config = load_config("starvation: {starvingJobTimeThreshold: 10m}")
+    snapshot = build(nodes)
+    flood = [PodView.from_obj({
+        "metadata": {"name": f"flood-{k}", "namespace": "tenant", "uid": f"f{k}",
+                     "creationTimestamp": stamp(NOW - timedelta(hours=1))},
+        "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": f"{20000 + k}m", "memory": "1Gi"}}}]},
+        "status": {"phase": "Pending"}}) for k in range(FLOOD)]
+    flooded = replace(snapshot, pods=[*snapshot.pods, *flood])
+    with collector_paused():
+        began = time.perf_counter()
+        first = plan(flooded, config, NOW)
+        first_s = time.perf_counter() - began
+        began = time.perf_counter()
+        second = plan(replace(flooded), config, NOW + timedelta(seconds=1), first.locks, previous=first)
+        second_s = time.perf_counter() - began
+    tracemalloc.start()
+    plan(replace(flooded), config, NOW + timedelta(seconds=2), second.locks, previous=second)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    others = {j.owner for j in first.jobs if j.starving and not j.subject.startswith("tenant/")}
+    locked = {lock.owner for lock in first.locks.values()}
+    return {"nodes": nodes, "first_s": first_s, "next_s": second_s, "peak_mib": peak / 2**20,
+            "tenant_locks": sum(1 for lock in first.locks.values() if lock.subject.startswith("tenant/")),
+            "locks": len(first.locks), "others": len(others), "others_locked": len(others & locked)}
+
+
 def _child(flag: str, size: int) -> dict:
     """One measurement in a fresh interpreter (`--one`, `--guarantees` or `--mixed` N), so each starts from an empty
     heap: the JSON its last line prints."""
@@ -451,6 +496,9 @@ def main() -> int:
         return 0
     if len(sys.argv) > 1 and sys.argv[1] == "--gate":
         print(json.dumps(measure_gate(int(sys.argv[2]))))
+        return 0
+    if len(sys.argv) > 1 and sys.argv[1] == "--flood":
+        print(json.dumps(measure_flood(int(sys.argv[2]))))
         return 0
     if len(sys.argv) > 1 and sys.argv[1] == "--mixed":
         print(json.dumps(measure_mixed(int(sys.argv[2]))))
@@ -491,6 +539,11 @@ def main() -> int:
     print(f"{gate['nodes']:>6} nodes, {gate['gated']} pods arriving on the backfill gate (4 shapes, 20 namespaces): "
           f"{gate['decided']} decided in {gate['plans']} gate passes, {gate['seconds']:.2f} s: "
           f"{gate['per_second']:.0f} gate decisions a second", flush=True)
+    flood = _child("--flood", five["nodes"])
+    print(f"{flood['nodes']:>6} nodes, a tenant's {FLOOD} starving pods of as many shapes: plan "
+          f"{flood['first_s']:.2f} s, the next {flood['next_s']:.2f} s, peak {flood['peak_mib']:.0f} MiB "
+          f"(tracemalloc); {flood['tenant_locks']} of {flood['locks']} locks the tenant's, {flood['others_locked']} of "
+          f"the other {flood['others']} starving jobs locked for", flush=True)
     print(f"planner: {five['nodes']} nodes full plan {five['plan_s']:.2f} s, peak {five['peak_mib']:.0f} MiB, "
           f"replan after one event {five['replan_ms']:.0f} ms, {gate['per_second']:.0f} gate decisions/s", flush=True)
     mixed = []

@@ -260,3 +260,55 @@ def test_a_ranking_no_plan_uses_again_keeps_no_node_state_alive() -> None:
     gc.collect()
     assert probe() is None
     assert rankings, "the ranking itself is kept"
+
+
+def test_a_plan_ranks_the_nodes_for_at_most_its_limit_of_shapes_and_keeps_each_namespace_its_share(
+        monkeypatch) -> None:
+    """Anyone may create starving pods of thousands of shapes, and a plan weighs each starving job: past
+    capacity.plan_rankings shapes (here 4), a plan ranks no more, and a namespace's tasks go past their promise (their
+    shapes, at most an equal share) only while the other namespaces' promises still fit, so a tenant's flood ahead in
+    the order leaves another namespace's job its lock. A job whose shape is past the limit is told so, and a job
+    holding a lock keeps it whatever the count (its own nodes are scored without a ranking)."""
+    from agent.planner.model import Lock
+    from agent.planner.plan import plan
+    from agent.planner.starvation import NodeChooser
+    from shared.config import load_config
+    from shared.keys import LockKind
+    from shared.ownership import JobRef
+
+    monkeypatch.setattr(capacity, "MAX_RANKINGS", 1)
+    monkeypatch.setattr(capacity, "MOST_RANKED_NODES", 4 * 12)  # 12 nodes below: 4 shapes a plan
+    config = load_config("starvation: {starvingJobTimeThreshold: 1m, reservedNodePercent: 90}\n"
+                         "maxLockedNodePercent: 90\n")
+    nodes = [node(f"n{i:02}") for i in range(12)]
+    running = [pod(f"n{i:02}-fill-{j}", "2", node_name=f"n{i:02}", runtime="10m", started_ago=timedelta(minutes=5))
+               for i in range(12) for j in range(2)]
+    flood = [pod(f"flood-{k}", f"{3000 + k}m", ns="tenant", age=timedelta(minutes=30 - k / 10)) for k in range(10)]
+    victim = pod("victim", "3500m", age=timedelta(minutes=2))
+    made: list[NodeChooser] = []
+    original = NodeChooser.__init__
+
+    def spy(self: NodeChooser, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(NodeChooser, "__init__", spy)
+    result = plan(snap(nodes, [*running, *flood, victim]), config, NOW)
+    (chooser,) = made
+    assert chooser.limit == 4 and chooser.promised == {"tenant": 2, "ns": 1} and len(chooser.ranked) == 4
+    owners = {lock.owner for lock in result.locks.values()}
+    assert JobRef("ns", "Pod", "victim").owner_id in owners, "the other namespace's job is weighed and locked for"
+    assert len({o for o in owners if "tenant" in o}) == 3, "the flood's namespace: the limit less the other's promise"
+    refused = [j for j in result.jobs if j.subject.startswith("tenant/") and "not weighed in this plan" in j.reason]
+    assert len(refused) == 7 and "a plan ranks the nodes for at most 4 task shapes on 12 nodes" in refused[0].reason
+
+    # the same flood in the victim's own namespace, ahead of it in the order: the victim, holding a lock, keeps it
+    held = Lock(node="n11", owner=JobRef("tenant", "Pod", "victim").owner_id, kind=LockKind.JOB,
+                subject="tenant/Pod/victim", reason="x", since=NOW - timedelta(seconds=30),
+                tasks=("tenant/victim",))
+    nodes[11] = node("n11", lock=held)
+    mine = pod("victim", "3500m", ns="tenant", age=timedelta(minutes=2))
+    made.clear()
+    kept = plan(snap(nodes, [*running, *flood, mine]), config, NOW)
+    assert capacity.shape(mine) in made[0].unranked, "the victim came past the limit"
+    assert kept.locks["n11"].owner == held.owner
