@@ -38,11 +38,12 @@ maxLockedNodePercent (floor, at most 90) and the policies before starvation left
 still keeps a one-node cluster unlocked. A job left without nodes is told which of these numbers stopped it
 (`Budget.reason`).
 
-Shapes weighed per plan (NodeChooser): one plan ranks the nodes for at most capacity.plan_rankings task shapes (200
-on 5,000 nodes), each namespace with pending pods promised its own up to an equal share: a departure from the seed,
-which weighs every starving job, so that a tenant's pods of thousands of shapes cannot make each plan rank every node
-thousands of times (docs/design/decisions.md). A job past it is weighed again at the next plan; one holding a lock
-keeps it.
+Shapes weighed per plan (NodeChooser, namespace_shapes, Blockers): one plan ranks the nodes for at most
+capacity.plan_rankings task shapes (200 on 5,000 nodes), each namespace with pending pods promised its own up to an
+equal share (in turns when namespaces outnumber them), and decides higher-priority pods node by node for as many
+shapes: a departure from the seed, which weighs every starving job, so that a tenant's pods of thousands of shapes
+cannot make each plan walk every node thousands of times (docs/design/decisions.md). A job past it is weighed again
+in a later plan; one holding locks keeps them unchanged.
 
 No new lock is made while a higher-priority pending pod can be placed now (`higher_priority_blocker`, seed 000
 "Reserve logic"; the planner asks `Blockers`, which decides only the pods of higher priority than the job).
@@ -187,7 +188,12 @@ class Blockers:
     answer needs: the pending pods of higher priority than the job, best first, until one of another job fits now.
     The whole placeable_now decided every pending pod's shape on every node each plan: on a cluster whose pending
     pods are all of one priority (the production trace: every pod's requests its own shape) that was most of a
-    plan's time, to find pods no job's question could use. Same answers (tests/unit/test_ranking.py)."""
+    plan's time, to find pods no job's question could use. Same answers (tests/unit/test_ranking.py).
+
+    A shape no kept ranking answers is decided node by node: at most capacity.plan_rankings of them in one plan (as
+    many as a plan ranks, NodeChooser), past which a pod is taken as not placeable now, so it blocks no job (a
+    departure from seed 000: a tenant's flood of higher-priority pods of thousands of shapes would have each plan
+    walk every node for each)."""
 
     def __init__(self, jobs: Iterable[Job], states: Mapping[str, NodeState],
                  rankings: Mapping[str, ShapeRanking] | None = None) -> None:
@@ -196,6 +202,7 @@ class Blockers:
         self._rankings = rankings
         self._order: list[tuple[int, str, str, PodView]] | None = None
         self._fits: dict[Shape, bool] = {}
+        self._scans_left = plan_rankings(len(states))  # shapes still to be decided node by node in this plan
 
     def blocker(self, job: Job) -> str | None:
         if self._order is None:
@@ -204,9 +211,17 @@ class Blockers:
         for priority, owner, key, pod in self._order:
             if priority <= job.priority:
                 return None
-            if owner != job.owner and shape_fits_now(pod, self._states, self._rankings, self._fits):
+            if owner != job.owner and self._fits_now(pod):
                 return key
         return None
+
+    def _fits_now(self, pod: PodView) -> bool:
+        key = shape(pod)
+        if key not in self._fits and not (self._rankings and shape_id(pod) in self._rankings):
+            if self._scans_left <= 0:
+                self._fits[key] = False  # past what one plan decides node by node (class docstring)
+            self._scans_left -= 1
+        return shape_fits_now(pod, self._states, self._rankings, self._fits)
 
 
 class NodeChooser:
@@ -227,8 +242,8 @@ class NodeChooser:
     flood of shapes in its namespace leaves every other namespace its share, and a namespace of many shapes takes
     what the others do not need. A task of a shape past these is weighed on its job's own nodes only (those it holds
     locked or reserved in this plan, scored directly), so a job keeps its locks; no other node is chosen for it, its
-    shape is named in `unranked`, and its job is told (reserve_job) and weighed again at the next plan, in its
-    order.
+    shape is named in `unranked`, and its job is told (reserve_job), keeps the locks it holds unchanged when that is
+    what stops it, and is weighed again in a later plan, in its order.
     """
 
     def __init__(self, states: Mapping[str, NodeState], taken: Set[str], blocked: Mapping[str, str],
@@ -286,6 +301,19 @@ class NodeChooser:
         asked.add(key)  # ranked for it, or by another namespace before: its promise is kept either way
         self.outstanding -= promised
         return True
+
+    def unweighed(self, task: PodView) -> bool:
+        """The task's shape was refused a ranking in this plan (`ranks`) and no other task got one for it."""
+        key = shape(task)
+        return key in self.unranked and key not in self.heaps
+
+    def refusal(self, namespace: str) -> str:
+        """Why a job of `namespace` was not weighed, in words (reserve_job)."""
+        return (f"not weighed in this plan: a plan ranks the nodes for at most {self.limit} task shapes on "
+                f"{len(self.states)} nodes (capacity.plan_rankings); it ranked {len(self.heaps)}, "
+                f"{len(self.asked.get(namespace, ()))} of them for namespace {namespace}, which was promised "
+                f"{self.promised.get(namespace, 0)} (the {len(self.promised)} namespaces with pods pending share them, "
+                f"in turns when they outnumber them); weighed again in a later plan")
 
     def _heaps(self, task: PodView) -> tuple[list[tuple[float, str]], list[RankKey]]:
         """The shape's nodes in `_key` order with nothing reserved, as two heaps made at its first task in this plan
@@ -422,14 +450,20 @@ class Smaller:
                    if idle.get(name, 0) < amount)
 
 
-def namespace_shapes(jobs: Iterable[Job], limit: int) -> dict[str, int]:
+def namespace_shapes(jobs: Iterable[Job], limit: int, now: datetime) -> dict[str, int]:
     """NodeChooser's promises: for each namespace with pending tasks, how many task shapes they have (`shape`), at
-    most an equal share of `limit` (at least one)."""
+    most an equal share of `limit` (at least one). When more namespaces than `limit` have pending tasks, `limit` of
+    them are promised one each, in turns: taken by a digest of their name and the minute of `now`, so each gets a
+    turn within minutes whatever the job order (the others rank a shape only where the promises leave room)."""
     seen: dict[str, set[Shape]] = {}
     pending = [(job.ref.namespace, job.pending) for job in jobs]
     for namespace, tasks in pending:
         if tasks:
             seen.setdefault(namespace, set())
+    if len(seen) > limit:
+        minute = int(now.timestamp() // 60)
+        turns = sorted(seen, key=lambda name: hashlib.blake2b(f"{minute}/{name}".encode(), digest_size=8).digest())
+        return {namespace: int(k < limit) for k, namespace in enumerate(turns)}
     share = max(1, limit // max(len(seen), 1))
     for namespace, tasks in pending:
         shapes = seen.get(namespace)
@@ -825,7 +859,7 @@ def starvation_round(jobs: Sequence[Job], *, context: PlanContext, taken: Set[st
                       held_by=held_by, expired=cooldowns.expired, cooling=cooldowns.until,
                       blockers=Blockers(jobs, context.states, context.rankings),
                       chooser=NodeChooser(context.states, taken, blocked, context.now, context.rankings,
-                                          namespace_shapes(jobs, plan_rankings(len(context.states)))),
+                                          namespace_shapes(jobs, plan_rankings(len(context.states)), context.now)),
                       budget=Budget.of(context),
                       smaller=Smaller(context.states, context.snapshot.index.unbound.values()))
 
@@ -919,20 +953,21 @@ def reserve_job(job: Job, *, kept: Sequence[Lock], starvation: Starvation, budge
     needed = needed_tasks(job)
     placed = reserve_tasks(job, job.pending, starvation.chooser, own, avoid, needed,
                            starvation.smaller if needed == 1 else None)
+    chooser = starvation.chooser
+    unweighed = chooser.unranked and any(chooser.unweighed(t) for t in job.pending)
+    if placed is None and unweighed and kept and len(kept) <= budget:
+        # past the plan's shapes (NodeChooser): the job keeps what it holds, weighed again in a later plan
+        why = f"kept its {len(kept)} locks unchanged: {chooser.refusal(job.ref.namespace)}"
+        return JobTurn(status=job_status(job, starving=True, reason=why), locks={lock.node: lock for lock in kept},
+                       note=f"job={quote(job.subject)} decision=keep reason={why}")
     if placed is None or len(placed.drain) > budget:
         if placed is not None:
             start = starvation.budget.start
             why = (f"needs {len(placed.drain)} nodes, {max(budget, 0)} of the {start} starvation may lock are left, "
                    f"the rest held by jobs ahead of it ({starvation.budget.reason})" if budget < start else
                    f"needs {len(placed.drain)} nodes, starvation may lock {budget}: {starvation.budget.reason}")
-        elif starvation.chooser.unranked and any(shape(t) in starvation.chooser.unranked for t in job.pending):
-            chooser = starvation.chooser
-            namespace = job.ref.namespace
-            why = (f"not weighed in this plan: a plan ranks the nodes for at most {chooser.limit} task shapes on "
-                   f"{len(chooser.states)} nodes (MOST_RANKED_NODES); it ranked {len(chooser.heaps)}, "
-                   f"{len(chooser.asked.get(namespace, ()))} of them for namespace {namespace}, which was promised "
-                   f"{chooser.promised.get(namespace, 0)} of an equal share among the {len(chooser.promised)} "
-                   f"namespaces with pods pending; weighed again at the next plan")
+        elif unweighed:
+            why = chooser.refusal(job.ref.namespace)
         elif len(job.pending) < needed:
             why = (f"needs {needed} more tasks bound to reach minMember {job.min_member}, only {len(job.pending)} "
                    f"pending (pods held by schedulingGates do not count)")

@@ -312,3 +312,63 @@ def test_a_plan_ranks_the_nodes_for_at_most_its_limit_of_shapes_and_keeps_each_n
     kept = plan(snap(nodes, [*running, *flood, mine]), config, NOW)
     assert capacity.shape(mine) in made[0].unranked, "the victim came past the limit"
     assert kept.locks["n11"].owner == held.owner
+
+
+def test_past_the_limit_a_gang_keeps_its_locks_and_namespaces_beyond_it_take_turns(monkeypatch) -> None:
+    """A gang holding a lock whose shape comes past the plan's limit keeps the lock unchanged (its other task, which
+    fitted elsewhere now, cannot be weighed: without this the job lost its lock). When more namespaces have pods
+    pending than a plan ranks shapes for, the promises go to as many of them in turns, by the minute: a tenant's
+    namespaces ahead in the order cannot keep another's job from being weighed for good."""
+    from agent.planner.model import Lock
+    from agent.planner.plan import plan
+    from agent.planner.starvation import namespace_shapes
+    from shared.config import load_config
+    from shared.keys import LockKind
+    from shared.ownership import JobRef
+    from shared.timestamps import stamp
+    from shared.views import PodGroupView
+
+    monkeypatch.setattr(capacity, "MAX_RANKINGS", 1)
+    monkeypatch.setattr(capacity, "MOST_RANKED_NODES", 4 * 12)  # 12 nodes below: 4 shapes a plan
+    config = load_config("starvation: {starvingJobTimeThreshold: 1m, reservedNodePercent: 90}\n"
+                         "maxLockedNodePercent: 90\n")
+    owner = JobRef("tenant", "PodGroup", "g").owner_id
+    held = Lock(node="n00", owner=owner, kind=LockKind.JOB, subject="tenant/PodGroup/g", reason="x",
+                since=NOW - timedelta(seconds=30), tasks=("tenant/gang-0",))
+    nodes = [node("n00", lock=held), *(node(f"n{i:02}") for i in range(1, 12))]
+    running = [pod(f"n{i:02}-fill-{j}", "2", node_name=f"n{i:02}", runtime="10m", started_ago=timedelta(minutes=5))
+               for i in range(11) for j in range(2)]  # n11 idle: one gang task fits there now
+    group = PodGroupView.from_obj({"metadata": {"name": "g", "namespace": "tenant",
+                                                "creationTimestamp": stamp(NOW - timedelta(minutes=5))},
+                                   "spec": {"minMember": 2}})
+    gang = [pod(f"gang-{k}", "3500m", ns="tenant", group="g", age=timedelta(minutes=5)) for k in range(2)]
+    flood = [pod(f"flood-{k}", f"{3000 + k}m", ns="tenant", age=timedelta(hours=1)) for k in range(6)]
+    alone = plan(snap(nodes, [*running, *gang], [group]), config, NOW)
+    assert set(alone.locks) == {"n00"}, "the gang's lock, its other task fitting on n11 now"
+    flooded = plan(snap(nodes, [*running, *gang, *flood], [group]), config, NOW)
+    assert flooded.locks["n00"] == held
+    (status,) = [j for j in flooded.jobs if j.subject == "tenant/PodGroup/g"]
+    assert status.reason.startswith("kept its 1 locks unchanged: not weighed in this plan")
+
+    # five namespaces, a plan of 4 shapes: four promised one each, in turns that change with the minute
+    jobs = build_jobs(snap([], [pod(f"p{k}", f"{k + 1}", ns=f"ns-{k}") for k in range(5)]))
+    turns = [namespace_shapes(jobs, 4, NOW + timedelta(minutes=m)) for m in range(12)]
+    assert all(sorted(t.values()) == [0, 1, 1, 1, 1] for t in turns)
+    assert {name for t in turns for name, promised in t.items() if not promised} == {f"ns-{k}" for k in range(5)}
+
+
+def test_higher_priority_pods_of_more_shapes_than_a_plan_decides_block_no_job(monkeypatch) -> None:
+    """Blockers decides node by node at most capacity.plan_rankings shapes no kept ranking answers (here 4); past
+    them a pod is taken as not placeable now. A flood of higher-priority pods of many shapes made each plan walk
+    every node for each; now the fifth shape's pod, though it fits now, does not hold the starving job back."""
+    monkeypatch.setattr(capacity, "MAX_RANKINGS", 1)
+    monkeypatch.setattr(capacity, "MOST_RANKED_NODES", 4 * 3)
+    states = node_states({f"n{i}": node(f"n{i}", cpu="64") for i in range(3)}, [])
+    pods = [pod(f"high-{k}", f"{100 + k}", priority=10, ns="tenant") for k in range(4)]  # fit nowhere
+    pods.append(pod("high-fits", "1", priority=10, ns="tenant"))
+    starving = pod("low", "2")
+    jobs = build_jobs(snap([], [*pods, starving]))
+    (low,) = [j for j in jobs if j.subject == "ns/Pod/low"]
+    assert higher_priority_blocker(low, placeable_now(jobs, states)) == "tenant/high-fits", "the oracle"
+    assert Blockers(jobs, states).blocker(low) is None, "the fifth shape is not decided"
+    assert Blockers(jobs[-3:], states).blocker(low) == "tenant/high-fits", "within the four it is"
