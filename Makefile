@@ -145,7 +145,8 @@ image:
 
 .PHONY: bench-simulate
 ## bench-simulate: reservoir simulate at scale: 100,000 pods of the synthetic trace on 5,000 nodes of its shapes
-## (NODES=, PODS=), each arm in turn on one core; CPU seconds per arm and the peak RSS; last line
+## (NODES=, PODS=), each arm in turn on one core, in a process of its own; CPU seconds per arm and the largest arm's
+## peak RSS; last line
 ## `simulate: N pods on M nodes: alone C s, starvation C s, backfill C s of CPU; peak RSS R MiB`
 bench-simulate: $(STAMP)
 	$(PY) -m bench.trace.simulate_scale $(if $(NODES),--nodes $(NODES)) $(if $(PODS),--pods $(PODS))

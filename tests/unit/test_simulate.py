@@ -152,9 +152,11 @@ def test_backfill_uses_the_locked_nodes_room_and_the_owner_binds_as_without_it()
 
 
 def test_a_run_is_the_same_for_the_same_seed() -> None:
+    """The same seed, the same run: in this process, and with each arm in a process of its own, two at a time
+    (simulate's `jobs`)."""
     replay = simulate.replayed(window=20.0, seed=3)
-    first, second = (simulate.simulate(arms("alone", "backfill"), replay.nodes, replay.pods, seed=3)
-                     for _ in range(2))
+    first, second = (simulate.simulate(arms("alone", "starvation", "backfill"), replay.nodes, replay.pods, seed=3,
+                                       jobs=jobs) for jobs in (1, 2))
     assert [o.arm.records for o in first] == [o.arm.records for o in second]
     assert [o.arm.samples for o in first] == [o.arm.samples for o in second]
     assert [o.arm.locks for o in first] == [o.arm.locks for o in second]
