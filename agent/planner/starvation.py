@@ -46,7 +46,9 @@ cannot make each plan walk every node thousands of times (docs/design/decisions.
 in a later plan; one holding locks keeps them unchanged.
 
 No new lock is made while a higher-priority pending pod can be placed now (`higher_priority_blocker`, seed 000
-"Reserve logic"; the planner asks `Blockers`, which decides only the pods of higher priority than the job).
+"Reserve logic"; the planner asks `Blockers`, which decides only the pods of higher priority than the job), unless
+kube-scheduler has reported that pod Unschedulable for longer than the job's threshold: a filter Reservoir does not
+model keeps it off (a departure, `Blockers`).
 
 maxLockDuration and the cool-down (`lock_cooldowns`): a job lock older than `maxLockDuration` is released; the job
 then waits `lockCooldown` before it may lock any node again (in the plan its lock expires it also goes to the back
@@ -193,13 +195,25 @@ class Blockers:
     A shape no kept ranking answers is decided node by node: at most capacity.plan_rankings of them in one plan (as
     many as a plan ranks, NodeChooser), past which a pod is taken as not placeable now, so it blocks no job (a
     departure from seed 000: a tenant's flood of higher-priority pods of thousands of shapes would have each plan
-    walk every node for each)."""
+    walk every node for each).
+
+    Given `config` and `now`, a pod kube-scheduler has found no node for (PodScheduled False, Unschedulable) for
+    longer than the asking job's starvation threshold blocks nothing, though Reservoir's predicate finds it a node
+    now: what keeps it off is a filter Reservoir does not model (a PersistentVolumeClaim that does not exist, pod
+    anti-affinity, a volume's zone), and the seed's rule ("can be scheduled successfully in this round") does not
+    hold for it. Without this, one such pod of a tenant's, at a priority above the others', kept every lower-priority
+    starving job of the cluster waiting at every plan (a departure from seed 000, said in docs/design/decisions.md).
+    A pod that fits now is placed within kube-scheduler's backoff (10 s at most) once room frees; one Unschedulable
+    that long while room is there is not waiting for room."""
 
     def __init__(self, jobs: Iterable[Job], states: Mapping[str, NodeState],
-                 rankings: Mapping[str, ShapeRanking] | None = None) -> None:
+                 rankings: Mapping[str, ShapeRanking] | None = None, config: StarvationConfig | None = None,
+                 now: datetime | None = None) -> None:
         self._jobs = jobs
         self._states = states
         self._rankings = rankings
+        self._config = config
+        self._now = now
         self._order: list[tuple[int, str, str, PodView]] | None = None
         self._fits: dict[Shape, bool] = {}
         self._scans_left = plan_rankings(len(states))  # shapes still to be decided node by node in this plan
@@ -208,9 +222,13 @@ class Blockers:
         if self._order is None:
             self._order = sorted(((pod.priority, j.owner, pod.key, pod) for j in self._jobs for pod in j.pending),
                                  key=lambda item: (-item[0], item[2]))
+        stale = (self._now - job_threshold(job, self._config)
+                 if self._config is not None and self._now is not None else None)
         for priority, owner, key, pod in self._order:
             if priority <= job.priority:
                 return None
+            if stale is not None and pod.unschedulable_since is not None and pod.unschedulable_since < stale:
+                continue  # kube-scheduler finds it no node, though the predicate does (class docstring)
             if owner != job.owner and self._fits_now(pod):
                 return key
         return None
@@ -857,7 +875,7 @@ def starvation_round(jobs: Sequence[Job], *, context: PlanContext, taken: Set[st
                if not displaces(LockKind.JOB, lock, live_jobs=claiming)}
     return Starvation(config=config, now=context.now, states=context.states, current=context.current,
                       held_by=held_by, expired=cooldowns.expired, cooling=cooldowns.until,
-                      blockers=Blockers(jobs, context.states, context.rankings),
+                      blockers=Blockers(jobs, context.states, context.rankings, config, context.now),
                       chooser=NodeChooser(context.states, taken, blocked, context.now, context.rankings,
                                           namespace_shapes(jobs, plan_rankings(len(context.states)), context.now)),
                       budget=Budget.of(context),

@@ -93,6 +93,26 @@ def test_no_lock_while_a_higher_priority_pod_can_be_placed_now() -> None:
     assert result.locks == {} and any("higher-priority pod ns/urgent" in n for n in result.notes)
 
 
+def test_a_higher_priority_pod_kube_scheduler_finds_no_node_for_past_the_threshold_blocks_no_lock() -> None:
+    """Seed 000's "can be scheduled successfully in this round", read from what kube-scheduler said: a pod at priority
+    100 that fits now by Reservoir's predicate but that kube-scheduler has found Unschedulable for longer than the
+    starving job's threshold (a missing PersistentVolumeClaim: a filter Reservoir does not model) no longer keeps the
+    job waiting; found Unschedulable more recently, it still does."""
+    from dataclasses import replace
+
+    nodes = [node("n1"), node("n2", cpu="8")]
+    running = [*(pod(f"s-{i}", "1", node_name="n1") for i in range(4)),
+               *(pod(f"t-{i}", "1", node_name="n2") for i in range(6))]  # big fits nowhere now, stuck on n2
+    big = pod("big", "4", priority=1)
+    threshold = CONFIG.starvation.starving_job_time_threshold
+    for since, locked in ((NOW - threshold - timedelta(seconds=1), True), (NOW - threshold / 2, False)):
+        stuck = replace(pod("stuck", "1m", priority=100, age=2 * threshold), unschedulable_since=since)
+        result = plan(snap(nodes, [*running, big, stuck]), CONFIG, NOW)
+        assert bool(result.locks) is locked, since
+        (status,) = [j for j in result.jobs if j.subject == "ns/Pod/big"]
+        assert (status.reason == "waiting for a higher-priority job") is not locked
+
+
 def test_cordoned_nodes_are_never_locked_and_caps_hold() -> None:
     running = [pod(f"s-{i}", "1", node_name="n1") for i in range(4)]
     result = plan(snap([node("n1", unschedulable=True)], running + [pod("big", "4")]), CONFIG, NOW)
