@@ -190,7 +190,8 @@ class Blockers:
     answer needs: the pending pods of higher priority than the job, best first, until one of another job fits now.
     The whole placeable_now decided every pending pod's shape on every node each plan: on a cluster whose pending
     pods are all of one priority (the production trace: every pod's requests its own shape) that was most of a
-    plan's time, to find pods no job's question could use. Same answers (tests/unit/test_ranking.py).
+    plan's time, to find pods no job's question could use. Same answers (tests/unit/test_ranking.py), the two
+    bounds below aside.
 
     A shape no kept ranking answers is decided node by node: at most capacity.plan_rankings of them in one plan (as
     many as a plan ranks, NodeChooser), past which a pod is taken as not placeable now, so it blocks no job (a
@@ -203,8 +204,15 @@ class Blockers:
     anti-affinity, a volume's zone), and the seed's rule ("can be scheduled successfully in this round") does not
     hold for it. Without this, one such pod of a tenant's, at a priority above the others', kept every lower-priority
     starving job of the cluster waiting at every plan (a departure from seed 000, said in docs/design/decisions.md).
-    A pod that fits now is placed within kube-scheduler's backoff (10 s at most) once room frees; one Unschedulable
-    that long while room is there is not waiting for room."""
+    A pod that fits now is placed within kube-scheduler's backoff (10 s at most by default) once room frees; one
+    Unschedulable that long while room is there is not waiting for room. What it costs (hostile review, not closed):
+    a legitimate higher-priority pod Unschedulable that long because the cluster was full, whose room frees on the one
+    node it fits, no longer holds back a lower-priority starving job in the plan that comes before kube-scheduler's
+    retry, and that job may lock the very node (its NoSchedule taint then keeps the pod off it until the lock goes,
+    while the pod's own job, starving too, locks a node of its own). The time is the condition's lastTransitionTime,
+    which kube-scheduler keeps while the condition stays False: a pod held by a scheduling gate and then found
+    Unschedulable counts from when it was gated. Counting from when the predicate first found it a node, carried
+    from plan to plan, would close both; not done."""
 
     def __init__(self, jobs: Iterable[Job], states: Mapping[str, NodeState],
                  rankings: Mapping[str, ShapeRanking] | None = None, config: StarvationConfig | None = None,
