@@ -273,8 +273,7 @@ class NodeChooser:
     """
 
     def __init__(self, states: Mapping[str, NodeState], taken: Set[str], blocked: Mapping[str, str],
-                 now: datetime, rankings: dict[str, ShapeRanking] | None = None,
-                 promised: Mapping[str, int] | None = None) -> None:
+                 now: datetime, rankings: dict[str, ShapeRanking] | None = None, jobs: Iterable[Job] = ()) -> None:
         self.states = states
         self.taken = taken
         self.blocked = blocked  # node -> owner holding it (other jobs' live locks)
@@ -286,8 +285,8 @@ class NodeChooser:
         self.heaps: dict[Shape, tuple[list[tuple[float, str]], list[RankKey]]] = {}
         self.ranked: dict[Shape, ShapeRanking] = {}  # per shape, the ranking its heaps came from
         self.limit = plan_rankings(len(states))  # task shapes this plan ranks the nodes for, at most
-        # namespace -> the shapes its tasks are promised in this plan (class docstring); without it, none is
-        self.promised: Mapping[str, int] = promised if promised is not None else {}
+        # namespace -> the shapes the tasks of `jobs` are promised in this plan (class docstring)
+        self.promised: Mapping[str, int] = namespace_shapes(jobs, self.limit, now)
         self.outstanding = sum(self.promised.values())  # promised shapes not ranked yet
         self.asked: dict[str, set[Shape]] = {}  # per namespace, the ranked shapes its tasks asked for in this plan
         self.unranked: set[Shape] = set()  # shapes asked for past `limit` or the promises
@@ -376,8 +375,8 @@ class NodeChooser:
                 fit = (FOREVER if never else max(at - self.now, ZERO), neg_idle, name)
             else:
                 here = EMPTY if already is None else already
-                if name not in self.states or not self._usable(name, task, owner, placement) or not (
-                        here + task.requests).fits_in(self.states[name].node.allocatable):
+                if not self._usable(name, task, owner, placement) or not (here + task.requests).fits_in(
+                        self.states[name].node.allocatable):
                     continue
                 fit = self._key(name, task, here)
             key = (fit[0] > ZERO, name not in own, *fit)
@@ -884,8 +883,7 @@ def starvation_round(jobs: Sequence[Job], *, context: PlanContext, taken: Set[st
     return Starvation(config=config, now=context.now, states=context.states, current=context.current,
                       held_by=held_by, expired=cooldowns.expired, cooling=cooldowns.until,
                       blockers=Blockers(jobs, context.states, context.rankings, config, context.now),
-                      chooser=NodeChooser(context.states, taken, blocked, context.now, context.rankings,
-                                          namespace_shapes(jobs, plan_rankings(len(context.states)), context.now)),
+                      chooser=NodeChooser(context.states, taken, blocked, context.now, context.rankings, jobs),
                       budget=Budget.of(context),
                       smaller=Smaller(context.states, context.snapshot.index.unbound.values()))
 

@@ -262,6 +262,18 @@ def test_a_ranking_no_plan_uses_again_keeps_no_node_state_alive() -> None:
     assert rankings, "the ranking itself is kept"
 
 
+def plans_of_four_shapes(monkeypatch, nodes: int) -> Any:
+    """capacity.plan_rankings made 4 on a cluster of `nodes`, and a config that locks for a job starving a minute,
+    up to 90% of the nodes."""
+    from shared.config import load_config
+
+    monkeypatch.setattr(capacity, "MAX_RANKINGS", 1)
+    monkeypatch.setattr(capacity, "MOST_RANKED_NODES", 4 * nodes)
+    assert capacity.plan_rankings(nodes) == 4
+    return load_config("starvation: {starvingJobTimeThreshold: 1m, reservedNodePercent: 90}\n"
+                       "maxLockedNodePercent: 90\n")
+
+
 def test_a_plan_ranks_the_nodes_for_at_most_its_limit_of_shapes_and_keeps_each_namespace_its_share(
         monkeypatch) -> None:
     """Anyone may create starving pods of thousands of shapes, and a plan weighs each starving job: past
@@ -272,14 +284,10 @@ def test_a_plan_ranks_the_nodes_for_at_most_its_limit_of_shapes_and_keeps_each_n
     from agent.planner.model import Lock
     from agent.planner.plan import plan
     from agent.planner.starvation import NodeChooser
-    from shared.config import load_config
     from shared.keys import LockKind
     from shared.ownership import JobRef
 
-    monkeypatch.setattr(capacity, "MAX_RANKINGS", 1)
-    monkeypatch.setattr(capacity, "MOST_RANKED_NODES", 4 * 12)  # 12 nodes below: 4 shapes a plan
-    config = load_config("starvation: {starvingJobTimeThreshold: 1m, reservedNodePercent: 90}\n"
-                         "maxLockedNodePercent: 90\n")
+    config = plans_of_four_shapes(monkeypatch, nodes=12)
     nodes = [node(f"n{i:02}") for i in range(12)]
     running = [pod(f"n{i:02}-fill-{j}", "2", node_name=f"n{i:02}", runtime="10m", started_ago=timedelta(minutes=5))
                for i in range(12) for j in range(2)]
@@ -322,16 +330,12 @@ def test_past_the_limit_a_gang_keeps_its_locks_and_namespaces_beyond_it_take_tur
     from agent.planner.model import Lock
     from agent.planner.plan import plan
     from agent.planner.starvation import namespace_shapes
-    from shared.config import load_config
     from shared.keys import LockKind
     from shared.ownership import JobRef
     from shared.timestamps import stamp
     from shared.views import PodGroupView
 
-    monkeypatch.setattr(capacity, "MAX_RANKINGS", 1)
-    monkeypatch.setattr(capacity, "MOST_RANKED_NODES", 4 * 12)  # 12 nodes below: 4 shapes a plan
-    config = load_config("starvation: {starvingJobTimeThreshold: 1m, reservedNodePercent: 90}\n"
-                         "maxLockedNodePercent: 90\n")
+    config = plans_of_four_shapes(monkeypatch, nodes=12)
     owner = JobRef("tenant", "PodGroup", "g").owner_id
     held = Lock(node="n00", owner=owner, kind=LockKind.JOB, subject="tenant/PodGroup/g", reason="x",
                 since=NOW - timedelta(seconds=30), tasks=("tenant/gang-0",))
@@ -361,8 +365,7 @@ def test_higher_priority_pods_of_more_shapes_than_a_plan_decides_block_no_job(mo
     """Blockers decides node by node at most capacity.plan_rankings shapes no kept ranking answers (here 4); past
     them a pod is taken as not placeable now. A flood of higher-priority pods of many shapes made each plan walk
     every node for each; now the fifth shape's pod, though it fits now, does not hold the starving job back."""
-    monkeypatch.setattr(capacity, "MAX_RANKINGS", 1)
-    monkeypatch.setattr(capacity, "MOST_RANKED_NODES", 4 * 3)
+    plans_of_four_shapes(monkeypatch, nodes=3)
     states = node_states({f"n{i}": node(f"n{i}", cpu="64") for i in range(3)}, [])
     pods = [pod(f"high-{k}", f"{100 + k}", priority=10, ns="tenant") for k in range(4)]  # fit nowhere
     pods.append(pod("high-fits", "1", priority=10, ns="tenant"))
